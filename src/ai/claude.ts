@@ -1,0 +1,110 @@
+import Anthropic from "@anthropic-ai/sdk";
+import { PermanentError, RetryableError } from "../errors.ts";
+
+/** Claude writes the replies. One call per answer (law 4): the caller stores the result before sending. */
+
+export interface ChatTurn {
+  role: "user" | "assistant";
+  text: string;
+}
+
+export interface GeneratedReply {
+  text: string;
+  model: string;
+  inputTokens: number;
+  outputTokens: number;
+}
+
+export interface ClaudeOptions {
+  apiKey: string;
+  baseUrl: string;
+  model: string;
+  maxTokens: number;
+  timeoutMs: number;
+  systemPrompt: string;
+}
+
+/** Anthropic's retryable statuses; every other 4xx is a request that will never succeed. */
+const RETRYABLE_STATUS = new Set([408, 409, 429]);
+
+export class ClaudeClient {
+  private readonly client: Anthropic;
+
+  constructor(private readonly options: ClaudeOptions) {
+    this.client = new Anthropic({
+      apiKey: options.apiKey,
+      baseURL: options.baseUrl,
+      timeout: options.timeoutMs,
+      // BullMQ owns retries (with backoff, jitter and a dead letter at the end); SDK retries
+      // would multiply them and hide the attempts from our records.
+      maxRetries: 0,
+    });
+  }
+
+  async generate(turns: ChatTurn[]): Promise<GeneratedReply> {
+    let message: Anthropic.Message;
+    try {
+      message = await this.client.messages.create({
+        model: this.options.model,
+        max_tokens: this.options.maxTokens,
+        system: this.options.systemPrompt,
+        messages: toAlternatingMessages(turns),
+      });
+    } catch (error) {
+      throw classifyAnthropicError(error);
+    }
+    const text = message.content
+      .flatMap((block) => (block.type === "text" ? [block.text] : []))
+      .join("")
+      .trim();
+    if (!text) {
+      throw new PermanentError({ source: "anthropic", code: "empty", reason: `Claude returned no text (stop reason ${message.stop_reason})` });
+    }
+    return {
+      text,
+      model: message.model,
+      inputTokens: message.usage.input_tokens,
+      outputTokens: message.usage.output_tokens,
+    };
+  }
+}
+
+/**
+ * Claude wants alternating roles starting with the user: consecutive turns of one role are
+ * joined, and history that opens with our own reply drops it.
+ */
+export function toAlternatingMessages(turns: ChatTurn[]): Anthropic.MessageParam[] {
+  const out: { role: "user" | "assistant"; content: string }[] = [];
+  for (const turn of turns) {
+    const last = out.at(-1);
+    if (last && last.role === turn.role) last.content += `\n${turn.text}`;
+    else if (out.length > 0 || turn.role === "user") out.push({ role: turn.role, content: turn.text });
+  }
+  return out;
+}
+
+export function classifyAnthropicError(error: unknown): RetryableError | PermanentError {
+  if (error instanceof Anthropic.APIConnectionError) {
+    const timedOut = error instanceof Anthropic.APIConnectionTimeoutError;
+    return new RetryableError({
+      source: "anthropic",
+      code: timedOut ? "timeout" : "network",
+      reason: timedOut ? "Claude did not answer in time" : "Could not reach the Anthropic API",
+      cause: error,
+    });
+  }
+  if (error instanceof Anthropic.APIError && typeof error.status === "number") {
+    const status = error.status;
+    const body = error.error as { error?: { type?: string; message?: string } } | undefined;
+    const type = body?.error?.type;
+    const init = {
+      source: "anthropic" as const,
+      code: String(status),
+      reason: `Claude answered ${status}${type ? ` (${type})` : ""}: ${body?.error?.message ?? error.message}`,
+      detail: { status, type, requestId: error.requestID },
+      cause: error,
+    };
+    return status >= 500 || RETRYABLE_STATUS.has(status) ? new RetryableError(init) : new PermanentError(init);
+  }
+  return new RetryableError({ source: "anthropic", reason: error instanceof Error ? error.message : String(error), cause: error });
+}

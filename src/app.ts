@@ -1,0 +1,48 @@
+import Fastify, { type FastifyBaseLogger, type FastifyInstance } from "fastify";
+import { adminRoutes } from "./admin/routes.ts";
+import type { Config } from "./config.ts";
+import type { Db } from "./db/client.ts";
+import { healthRoutes } from "./http/health.ts";
+import type { Logger } from "./logger.ts";
+import type { Queues } from "./queue/queues.ts";
+import type { Redis } from "ioredis";
+import { webhookRoutes } from "./webhook/routes.ts";
+
+export interface AppDeps {
+  config: Pick<Config, "whatsapp" | "adminToken" | "claim" | "queuePrefix">;
+  logger: Logger;
+  redis: Redis;
+  queues: Queues;
+  db: Db;
+}
+
+/** The web role as a value: tests call this and use inject(); only main.ts listens. */
+export function buildApp(deps: AppDeps): FastifyInstance {
+  const app = Fastify({
+    // pino's Logger is a FastifyBaseLogger; the cast keeps FastifyInstance's default generics.
+    loggerInstance: deps.logger as FastifyBaseLogger,
+    // Law 11: the process never crashes on input; unknown errors answer a generic 500.
+    return503OnClosing: true,
+  });
+
+  app.setErrorHandler((error: Error & { statusCode?: number }, request, reply) => {
+    const status = error.statusCode && error.statusCode >= 400 && error.statusCode < 500 ? error.statusCode : 500;
+    if (status >= 500) request.log.error({ event: "http.error", err: error }, "request failed");
+    else request.log.info({ event: "http.client_error", status, message: error.message }, "bad request");
+    return reply.code(status).send({ error: status >= 500 ? "internal error" : error.message });
+  });
+
+  app.register(healthRoutes({ redis: deps.redis, db: deps.db }));
+  app.register(
+    webhookRoutes({
+      redis: deps.redis,
+      queues: deps.queues,
+      verifyToken: deps.config.whatsapp.verifyToken,
+      appSecret: deps.config.whatsapp.appSecret,
+      claim: deps.config.claim,
+      keyPrefix: deps.config.queuePrefix,
+    }),
+  );
+  app.register(adminRoutes({ db: deps.db, queues: deps.queues, adminToken: deps.config.adminToken }));
+  return app;
+}

@@ -1,0 +1,194 @@
+import { readFileSync } from "node:fs";
+import { z } from "zod";
+
+/**
+ * The one place that reads the environment's shape. `loadConfig(process.env)` is called by
+ * the entry point only; everything else receives the frozen `Config`.
+ */
+
+const DEFAULT_SYSTEM_PROMPT =
+  "You are the WhatsApp assistant of a business. Answer the customer's latest messages " +
+  "helpfully, briefly and in the language they wrote in. Plain text only: WhatsApp shows no Markdown headings or tables.";
+
+const required = (name: string) =>
+  z.string({ error: `${name} is required` }).trim().min(1, { error: `${name} is required` });
+
+const int = (name: string, fallback: number, min: number, max: number) =>
+  z
+    .string()
+    .optional()
+    .transform((value, ctx) => {
+      if (value === undefined || value.trim() === "") return fallback;
+      const parsed = Number(value);
+      if (!Number.isInteger(parsed) || parsed < min || parsed > max) {
+        ctx.addIssue({ code: "custom", message: `${name} must be an integer from ${min} to ${max}, got "${value}"` });
+        return z.NEVER;
+      }
+      return parsed;
+    });
+
+const url = (name: string, fallback: string) =>
+  z
+    .string()
+    .optional()
+    .transform((value, ctx) => {
+      const raw = value === undefined || value.trim() === "" ? fallback : value.trim();
+      try {
+        return new URL(raw).toString().replace(/\/$/, "");
+      } catch {
+        ctx.addIssue({ code: "custom", message: `${name} must be a URL, got "${raw}"` });
+        return z.NEVER;
+      }
+    });
+
+const envSchema = z.object({
+  PORT: int("PORT", 3000, 0, 65535),
+  HOST: z.string().optional().default("0.0.0.0"),
+  WHATSAPP_VERIFY_TOKEN: required("WHATSAPP_VERIFY_TOKEN"),
+  WHATSAPP_APP_SECRET: required("WHATSAPP_APP_SECRET"),
+  WHATSAPP_ACCESS_TOKEN: required("WHATSAPP_ACCESS_TOKEN"),
+  GRAPH_API_BASE_URL: url("GRAPH_API_BASE_URL", "https://graph.facebook.com"),
+  GRAPH_API_VERSION: z
+    .string()
+    .optional()
+    .default("v24.0")
+    .refine((v) => /^v\d+\.\d+$/.test(v), { error: 'GRAPH_API_VERSION must look like "v24.0"' }),
+  GRAPH_TIMEOUT_MS: int("GRAPH_TIMEOUT_MS", 15_000, 100, 120_000),
+  ANTHROPIC_API_KEY: required("ANTHROPIC_API_KEY"),
+  ANTHROPIC_BASE_URL: url("ANTHROPIC_BASE_URL", "https://api.anthropic.com"),
+  ANTHROPIC_MODEL: z.string().optional().default("claude-haiku-4-5"),
+  ANTHROPIC_MAX_TOKENS: int("ANTHROPIC_MAX_TOKENS", 1024, 1, 64_000),
+  ANTHROPIC_TIMEOUT_MS: int("ANTHROPIC_TIMEOUT_MS", 60_000, 100, 600_000),
+  SYSTEM_PROMPT: z.string().optional(),
+  SYSTEM_PROMPT_FILE: z.string().optional(),
+  HISTORY_MESSAGES: int("HISTORY_MESSAGES", 20, 0, 200),
+  REDIS_URL: url("REDIS_URL", "redis://127.0.0.1:6379").refine((v) => /^rediss?:/.test(v), {
+    error: "REDIS_URL must start with redis:// or rediss://",
+  }),
+  QUEUE_PREFIX: z
+    .string()
+    .optional()
+    .default("{wa}")
+    .refine((v) => /^\{[^{}]+\}$/.test(v), { error: 'QUEUE_PREFIX must be a Redis hash tag such as "{wa}"' }),
+  DATABASE_URL: required("DATABASE_URL").refine((v) => /^postgres(ql)?:\/\//.test(v), {
+    error: "DATABASE_URL must be a postgres:// connection string",
+  }),
+  ADMIN_TOKEN: required("ADMIN_TOKEN").refine((v) => v.length >= 16, {
+    error: "ADMIN_TOKEN must be at least 16 characters",
+  }),
+  LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).optional().default("info"),
+  REPLY_DEBOUNCE_MS: int("REPLY_DEBOUNCE_MS", 1500, 0, 60_000),
+  REPLY_CONCURRENCY: int("REPLY_CONCURRENCY", 50, 1, 1000),
+  INBOUND_CONCURRENCY: int("INBOUND_CONCURRENCY", 20, 1, 1000),
+  JOB_ATTEMPTS: int("JOB_ATTEMPTS", 8, 1, 100),
+  RETRY_BASE_DELAY_MS: int("RETRY_BASE_DELAY_MS", 2000, 1, 3_600_000),
+  RETRY_MAX_DELAY_MS: int("RETRY_MAX_DELAY_MS", 300_000, 1, 86_400_000),
+  CLAIM_PENDING_TTL_MS: int("CLAIM_PENDING_TTL_MS", 30_000, 100, 600_000),
+  CLAIM_WAIT_MS: int("CLAIM_WAIT_MS", 1000, 0, 10_000),
+  SHUTDOWN_TIMEOUT_MS: int("SHUTDOWN_TIMEOUT_MS", 25_000, 0, 600_000),
+});
+
+export interface Config {
+  readonly port: number;
+  readonly host: string;
+  readonly whatsapp: {
+    readonly verifyToken: string;
+    readonly appSecret: string;
+    readonly accessToken: string;
+    readonly graphBaseUrl: string;
+    readonly graphVersion: string;
+    readonly graphTimeoutMs: number;
+  };
+  readonly anthropic: {
+    readonly apiKey: string;
+    readonly baseUrl: string;
+    readonly model: string;
+    readonly maxTokens: number;
+    readonly timeoutMs: number;
+    readonly systemPrompt: string;
+    readonly historyMessages: number;
+  };
+  readonly redisUrl: string;
+  readonly queuePrefix: string;
+  readonly databaseUrl: string;
+  readonly adminToken: string;
+  readonly logLevel: string;
+  readonly jobs: {
+    readonly replyDebounceMs: number;
+    readonly replyConcurrency: number;
+    readonly inboundConcurrency: number;
+    readonly attempts: number;
+    readonly retryBaseDelayMs: number;
+    readonly retryMaxDelayMs: number;
+  };
+  readonly claim: { readonly pendingTtlMs: number; readonly waitMs: number };
+  readonly shutdownTimeoutMs: number;
+}
+
+/** Every problem with the environment at once, each naming its variable. */
+export class ConfigError extends Error {
+  constructor(readonly problems: string[]) {
+    super(`Invalid configuration:\n${problems.map((p) => `  - ${p}`).join("\n")}`);
+    this.name = "ConfigError";
+  }
+}
+
+export function loadConfig(env: Record<string, string | undefined>): Config {
+  const parsed = envSchema.safeParse(env);
+  const problems = parsed.success
+    ? []
+    : parsed.error.issues.map((issue) => {
+        const name = String(issue.path[0] ?? "environment");
+        return issue.message.includes(name) ? issue.message : `${name}: ${issue.message}`;
+      });
+
+  let systemPrompt = DEFAULT_SYSTEM_PROMPT;
+  if (env.SYSTEM_PROMPT_FILE) {
+    try {
+      systemPrompt = readFileSync(env.SYSTEM_PROMPT_FILE, "utf8").trim();
+    } catch (error) {
+      problems.push(`SYSTEM_PROMPT_FILE cannot be read: ${(error as Error).message}`);
+    }
+  } else if (env.SYSTEM_PROMPT?.trim()) {
+    systemPrompt = env.SYSTEM_PROMPT.trim();
+  }
+
+  if (problems.length > 0 || !parsed.success) throw new ConfigError(problems);
+  const e = parsed.data;
+  return Object.freeze({
+    port: e.PORT,
+    host: e.HOST,
+    whatsapp: {
+      verifyToken: e.WHATSAPP_VERIFY_TOKEN,
+      appSecret: e.WHATSAPP_APP_SECRET,
+      accessToken: e.WHATSAPP_ACCESS_TOKEN,
+      graphBaseUrl: e.GRAPH_API_BASE_URL,
+      graphVersion: e.GRAPH_API_VERSION,
+      graphTimeoutMs: e.GRAPH_TIMEOUT_MS,
+    },
+    anthropic: {
+      apiKey: e.ANTHROPIC_API_KEY,
+      baseUrl: e.ANTHROPIC_BASE_URL,
+      model: e.ANTHROPIC_MODEL,
+      maxTokens: e.ANTHROPIC_MAX_TOKENS,
+      timeoutMs: e.ANTHROPIC_TIMEOUT_MS,
+      systemPrompt,
+      historyMessages: e.HISTORY_MESSAGES,
+    },
+    redisUrl: e.REDIS_URL,
+    queuePrefix: e.QUEUE_PREFIX,
+    databaseUrl: e.DATABASE_URL,
+    adminToken: e.ADMIN_TOKEN,
+    logLevel: e.LOG_LEVEL,
+    jobs: {
+      replyDebounceMs: e.REPLY_DEBOUNCE_MS,
+      replyConcurrency: e.REPLY_CONCURRENCY,
+      inboundConcurrency: e.INBOUND_CONCURRENCY,
+      attempts: e.JOB_ATTEMPTS,
+      retryBaseDelayMs: e.RETRY_BASE_DELAY_MS,
+      retryMaxDelayMs: e.RETRY_MAX_DELAY_MS,
+    },
+    claim: { pendingTtlMs: e.CLAIM_PENDING_TTL_MS, waitMs: e.CLAIM_WAIT_MS },
+    shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
+  });
+}

@@ -1,0 +1,141 @@
+import type { Db } from "../db/client.ts";
+import type { Failure } from "../errors.ts";
+import type { Prisma } from "../generated/prisma/client.ts";
+import { splitForWhatsApp } from "../replies/split.ts";
+
+/**
+ * A dead letter is a reply that could not be made or delivered (law 6): it keeps the
+ * conversation, the draft if there is one, Meta's or Anthropic's code and a reason a person
+ * can read, until staff resend or discard it.
+ */
+
+export interface DeadLetterInput {
+  conversationId: string;
+  replyId: string;
+  failure: Pick<Failure, "source" | "code" | "reason" | "detail">;
+  attempts: number;
+  /** The same failure recorded twice (a redelivered status webhook) makes one row. */
+  dedupKey: string;
+}
+
+/**
+ * Marks the reply dead and records why, in one transaction. Returns null when the reply was
+ * already dead or sent-and-failed before (nothing new to record).
+ */
+export async function recordDeadLetter(db: Db, input: DeadLetterInput): Promise<{ id: string } | null> {
+  return db.$transaction(async (tx) => {
+    const existing = await tx.deadLetter.findUnique({ where: { dedupKey: input.dedupKey }, select: { id: true } });
+    if (existing) return null;
+    await tx.reply.update({ where: { id: input.replyId }, data: { state: "dead" } });
+    return tx.deadLetter.create({
+      data: {
+        conversationId: input.conversationId,
+        replyId: input.replyId,
+        dedupKey: input.dedupKey,
+        source: input.failure.source,
+        code: input.failure.code ?? null,
+        reason: input.failure.reason,
+        detail: (input.failure.detail ?? undefined) as Prisma.InputJsonValue | undefined,
+        attempts: input.attempts,
+      },
+      select: { id: true },
+    });
+  });
+}
+
+export async function listOpenDeadLetters(db: Db, limit = 100) {
+  const rows = await db.deadLetter.findMany({
+    where: { state: "open" },
+    orderBy: { createdAt: "asc" },
+    take: limit,
+    include: {
+      conversation: { include: { contact: true } },
+      reply: { include: { messages: { orderBy: { sentAt: "asc" } } } },
+    },
+  });
+  return rows.map((row) => ({
+    id: row.id,
+    createdAt: row.createdAt,
+    source: row.source,
+    code: row.code,
+    reason: row.reason,
+    detail: row.detail,
+    attempts: row.attempts,
+    state: row.state,
+    conversation: {
+      id: row.conversationId,
+      phoneNumberId: row.conversation.phoneNumberId,
+      contact: { waId: row.conversation.contact.waId, name: row.conversation.contact.name },
+    },
+    reply: row.reply ? { id: row.reply.id, draft: row.reply.text, state: row.reply.state } : null,
+    messages: (row.reply?.messages ?? []).map((m) => ({ wamid: m.wamid, type: m.type, text: m.text, sentAt: m.sentAt })),
+  }));
+}
+
+export type StaffActionResult = { ok: true } | { ok: false; status: 404 | 409; error: string };
+
+/**
+ * Staff resend: exactly once, however many people press it at once. The open → resent
+ * transition is a conditional update, so only one request can win it; the winner puts the
+ * reply back in the conversation's queue (the reply job sends it, keeping law 8), with the
+ * staff's text when given. Claude is called again only when there is neither text nor draft.
+ */
+export async function resendDeadLetter(
+  db: Db,
+  id: string,
+  input: { text?: string | undefined; actor: string },
+): Promise<StaffActionResult & { conversationId?: string }> {
+  return db.$transaction(async (tx) => {
+    const letter = await tx.deadLetter.findUnique({ where: { id }, include: { reply: { include: { parts: true } } } });
+    if (!letter) return { ok: false, status: 404, error: "dead letter not found" };
+    const won = await tx.deadLetter.updateMany({
+      where: { id, state: "open" },
+      data: { state: "resent", actedBy: input.actor, actedAt: new Date() },
+    });
+    if (won.count === 0) return { ok: false, status: 409, error: `dead letter is already ${letter.state}` };
+    const reply = letter.reply;
+    if (!reply) return { ok: false, status: 409, error: "dead letter has no reply to resend" };
+
+    const text = input.text ?? reply.text;
+    // Parts Meta accepted and did not fail stay as history; everything else is sent anew.
+    const delivered = reply.parts.filter((p) => p.sendState === "accepted" && p.status !== "failed");
+    const toSend =
+      input.text !== undefined
+        ? [input.text]
+        : reply.parts.filter((p) => !delivered.includes(p)).sort((a, b) => a.seq - b.seq).map((p) => p.text);
+    await tx.outboundMessage.deleteMany({ where: { replyId: reply.id, sendState: { not: "accepted" } } });
+    const nextSeq = Math.max(-1, ...reply.parts.map((p) => p.seq)) + 1;
+    const chunks = toSend.flatMap((t) => splitForWhatsApp(t));
+    await tx.outboundMessage.createMany({
+      data: chunks.map((chunk, i) => ({ replyId: reply.id, seq: nextSeq + i, text: chunk })),
+    });
+    await tx.reply.update({
+      where: { id: reply.id },
+      data: { text, state: text ? "ready" : "generating" },
+    });
+    return { ok: true, conversationId: letter.conversationId };
+  });
+}
+
+export async function discardDeadLetter(
+  db: Db,
+  id: string,
+  input: { note?: string | undefined; actor: string },
+): Promise<StaffActionResult> {
+  const letter = await db.deadLetter.findUnique({ where: { id }, select: { state: true } });
+  if (!letter) return { ok: false, status: 404, error: "dead letter not found" };
+  const won = await db.deadLetter.updateMany({
+    where: { id, state: "open" },
+    data: { state: "discarded", actedBy: input.actor, actedAt: new Date(), note: input.note ?? null },
+  });
+  if (won.count === 0) return { ok: false, status: 409, error: `dead letter is already ${letter.state}` };
+  return { ok: true };
+}
+
+/** Undo a resend whose job could not be enqueued, so the item is not lost from the open list. */
+export async function reopenDeadLetter(db: Db, id: string, replyId: string | undefined): Promise<void> {
+  await db.$transaction([
+    db.deadLetter.update({ where: { id }, data: { state: "open", actedBy: null, actedAt: null } }),
+    ...(replyId ? [db.reply.update({ where: { id: replyId }, data: { state: "dead" } })] : []),
+  ]);
+}

@@ -1,0 +1,17 @@
+import type { FastifyInstance, FastifyPluginAsync } from "fastify";
+import type { Redis } from "ioredis";
+import type { Db } from "../db/client.ts";
+
+export function healthRoutes(deps: { redis: Redis; db: Db }): FastifyPluginAsync {
+  return async (app: FastifyInstance) => {
+    app.get("/healthz", async () => ({ ok: true }));
+
+    app.get("/readyz", async (_request, reply) => {
+      const [redis, postgres] = await Promise.all([
+        deps.redis.ping().then(() => true, () => false),
+        deps.db.$queryRaw`SELECT 1`.then(() => true, () => false),
+      ]);
+      return reply.code(redis && postgres ? 200 : 503).send({ ok: redis && postgres, redis, postgres });
+    });
+  };
+}

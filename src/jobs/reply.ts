@@ -1,0 +1,199 @@
+import { randomUUID } from "node:crypto";
+import type { Job } from "bullmq";
+import type { ChatTurn, ClaudeClient } from "../ai/claude.ts";
+import type { Db } from "../db/client.ts";
+import { recordDeadLetter } from "../dlq/dead-letters.ts";
+import { RetryableError } from "../errors.ts";
+import type { Conversation, Contact, Reply } from "../generated/prisma/client.ts";
+import type { Logger } from "../logger.ts";
+import { scheduleReply, type Queues, type ReplyJobData } from "../queue/queues.ts";
+import { splitForWhatsApp } from "../replies/split.ts";
+import type { GraphClient } from "../whatsapp/graph-client.ts";
+import { decideFate } from "./policy.ts";
+
+export interface ReplyDeps {
+  db: Db;
+  queues: Queues;
+  graph: GraphClient;
+  claude: ClaudeClient;
+  logger: Logger;
+  historyMessages: number;
+  replyDebounceMs: number;
+}
+
+type ConversationWithContact = Conversation & { contact: Contact };
+
+/**
+ * One reply for one conversation. BullMQ runs at most one of these per conversation at a
+ * time (law 8, see scheduleReply); the reply is generated once and stored before it is sent
+ * (law 4), and each part is sent at most once (law 5). A job handles one reply; when more
+ * work is waiting it schedules the next job, so every reply has its own attempts.
+ */
+export async function processReply(deps: ReplyDeps, job: Job<ReplyJobData>): Promise<string> {
+  const { conversationId } = job.data;
+  const log = deps.logger.child({ conversation: conversationId, job: job.id });
+  const conversation = await deps.db.conversation.findUnique({ where: { id: conversationId }, include: { contact: true } });
+  if (!conversation) {
+    log.warn({ event: "reply.no_conversation" }, "reply job for an unknown conversation");
+    return "no_conversation";
+  }
+
+  const reply = (await pendingReply(deps.db, conversationId)) ?? (await claimUnanswered(deps.db, conversationId));
+  if (!reply) return "nothing_to_answer";
+
+  let outcome: string;
+  try {
+    await completeReply(deps, conversation, reply, log.child({ reply: reply.id }));
+    outcome = "sent";
+  } catch (error) {
+    const fate = decideFate(error, job);
+    if (fate.action === "retry") {
+      log.warn({ event: "reply.retry", reply: reply.id, code: fate.failure.code, reason: fate.failure.reason, attempt: job.attemptsMade + 1 }, "reply failed; will retry");
+      throw fate.failure;
+    }
+    const letter = await recordDeadLetter(deps.db, {
+      conversationId,
+      replyId: reply.id,
+      failure: fate.failure,
+      attempts: job.attemptsMade + 1,
+      dedupKey: `reply.${reply.id}.${randomUUID()}`,
+    });
+    log.error(
+      { event: "reply.dead_lettered", reply: reply.id, deadLetter: letter?.id, source: fate.failure.source, code: fate.failure.code, reason: fate.failure.reason },
+      "reply dead-lettered",
+    );
+    outcome = "dead_lettered";
+  }
+
+  if (await hasWork(deps.db, conversationId)) await scheduleReply(deps.queues, conversationId, 0);
+  return outcome;
+}
+
+const pendingReply = (db: Db, conversationId: string) =>
+  db.reply.findFirst({ where: { conversationId, state: { in: ["generating", "ready"] } }, orderBy: { createdAt: "asc" } });
+
+async function hasWork(db: Db, conversationId: string): Promise<boolean> {
+  const [replies, messages] = await Promise.all([
+    db.reply.count({ where: { conversationId, state: { in: ["generating", "ready"] } } }),
+    db.inboundMessage.count({ where: { conversationId, replyId: null, skipReason: null } }),
+  ]);
+  return replies + messages > 0;
+}
+
+/** Binds every unanswered message of the conversation to a new reply, atomically. */
+async function claimUnanswered(db: Db, conversationId: string): Promise<Reply | null> {
+  return db.$transaction(async (tx) => {
+    const unanswered = await tx.inboundMessage.findMany({
+      where: { conversationId, replyId: null, skipReason: null },
+      select: { id: true },
+    });
+    if (unanswered.length === 0) return null;
+    const reply = await tx.reply.create({ data: { conversationId } });
+    const bound = await tx.inboundMessage.updateMany({
+      where: { id: { in: unanswered.map((m) => m.id) }, replyId: null },
+      data: { replyId: reply.id },
+    });
+    if (bound.count === 0) throw new Error("unanswered messages were claimed concurrently");
+    return reply;
+  });
+}
+
+async function completeReply(deps: ReplyDeps, conversation: ConversationWithContact, reply: Reply, log: Logger): Promise<void> {
+  if (reply.state === "generating") await generate(deps, reply, log);
+  await sendParts(deps, conversation, reply.id, log);
+  // Conditional: a "failed" status webhook may already have dead-lettered it.
+  await deps.db.reply.updateMany({ where: { id: reply.id, state: "ready" }, data: { state: "sent", sentAt: new Date() } });
+  log.info({ event: "reply.sent" }, "reply sent");
+}
+
+/** The one Claude call for these messages; its result is stored before anything is sent (law 4). */
+async function generate(deps: ReplyDeps, reply: Reply, log: Logger): Promise<void> {
+  const turns = await conversationTurns(deps, reply);
+  if (turns.length === 0) throw new Error(`reply ${reply.id} has no messages to answer`);
+  const generated = await deps.claude.generate(turns);
+  const parts = splitForWhatsApp(generated.text);
+  await deps.db.$transaction(async (tx) => {
+    const updated = await tx.reply.updateMany({
+      where: { id: reply.id, state: "generating" },
+      data: {
+        state: "ready",
+        text: generated.text,
+        model: generated.model,
+        inputTokens: generated.inputTokens,
+        outputTokens: generated.outputTokens,
+      },
+    });
+    if (updated.count !== 1) throw new Error(`reply ${reply.id} left "generating" while Claude was writing it`);
+    await tx.outboundMessage.createMany({ data: parts.map((text, seq) => ({ replyId: reply.id, seq, text })) });
+  });
+  log.info(
+    { event: "reply.generated", model: generated.model, inputTokens: generated.inputTokens, outputTokens: generated.outputTokens, parts: parts.length },
+    "reply generated",
+  );
+}
+
+/** Recent history (our sent replies and the user's messages) followed by the messages to answer. */
+async function conversationTurns(deps: ReplyDeps, reply: Reply): Promise<ChatTurn[]> {
+  const { db, historyMessages } = deps;
+  const [current, earlier, replies] = await Promise.all([
+    db.inboundMessage.findMany({ where: { replyId: reply.id }, orderBy: { sentAt: "asc" } }),
+    db.inboundMessage.findMany({
+      where: { conversationId: reply.conversationId, text: { not: null }, NOT: { replyId: reply.id } },
+      orderBy: { sentAt: "desc" },
+      take: historyMessages,
+    }),
+    db.reply.findMany({
+      where: { conversationId: reply.conversationId, state: "sent", text: { not: null } },
+      orderBy: { sentAt: "desc" },
+      take: historyMessages,
+    }),
+  ]);
+  const history = [
+    ...earlier.map((m) => ({ at: m.sentAt.getTime(), turn: { role: "user" as const, text: m.text ?? "" } })),
+    ...replies.map((r) => ({ at: (r.sentAt ?? r.createdAt).getTime(), turn: { role: "assistant" as const, text: r.text ?? "" } })),
+  ]
+    .sort((a, b) => a.at - b.at)
+    .slice(-historyMessages)
+    .map((h) => h.turn);
+  const question = current.flatMap((m) => (m.text ? [{ role: "user" as const, text: m.text }] : []));
+  return question.length > 0 ? [...history, ...question] : [];
+}
+
+async function sendParts(deps: ReplyDeps, conversation: ConversationWithContact, replyId: string, log: Logger): Promise<void> {
+  const parts = await deps.db.outboundMessage.findMany({
+    where: { replyId, sendState: { not: "accepted" } },
+    orderBy: { seq: "asc" },
+  });
+  for (const part of parts) {
+    if (part.sendState === "sending") {
+      if (part.wamid) {
+        // A status webhook carried our id back (biz_opaque_callback_data): it did go out.
+        await deps.db.outboundMessage.update({ where: { id: part.id }, data: { sendState: "accepted", acceptedAt: new Date() } });
+        continue;
+      }
+      // Law 5's unavoidable window: we started this send and never learned its outcome.
+      log.warn({ event: "reply.resend_unconfirmed", part: part.id }, "previous send of this part is unconfirmed; sending again");
+    } else {
+      await deps.db.outboundMessage.update({ where: { id: part.id }, data: { sendState: "sending" } });
+    }
+    let wamid: string;
+    try {
+      ({ wamid } = await deps.graph.sendText({
+        phoneNumberId: conversation.phoneNumberId,
+        to: conversation.contact.waId,
+        text: part.text,
+        bizOpaqueCallbackData: part.id,
+      }));
+    } catch (error) {
+      // Meta answered with an error, so it did not take the message: safe to send again later.
+      if (!(error instanceof RetryableError && error.ambiguous)) {
+        await deps.db.outboundMessage.update({ where: { id: part.id }, data: { sendState: "pending" } });
+      }
+      throw error;
+    }
+    await deps.db.outboundMessage.update({
+      where: { id: part.id },
+      data: { sendState: "accepted", wamid, acceptedAt: new Date() },
+    });
+  }
+}

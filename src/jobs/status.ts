@@ -1,0 +1,74 @@
+import type { Db } from "../db/client.ts";
+import { recordDeadLetter } from "../dlq/dead-letters.ts";
+import type { Logger } from "../logger.ts";
+import type { StatusJobData } from "../queue/queues.ts";
+import { ruleForGraphCode } from "../whatsapp/error-codes.ts";
+
+/**
+ * Meta's delivery receipts. Statuses arrive out of order and more than once, so the stored
+ * status only moves forward: sent < delivered < read; failed is terminal. A failed status
+ * means the earlier 200 did not mean delivered: the reply becomes a dead letter.
+ */
+const RANK: Record<StatusJobData["status"]["status"], number> = { sent: 1, delivered: 2, read: 3, played: 3, failed: 4 };
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+export async function processStatus(deps: { db: Db; logger: Logger }, data: StatusJobData): Promise<string> {
+  const { status } = data;
+  const log = deps.logger.child({ wamid: status.id, status: status.status });
+  const part = await findPart(deps, data, log);
+  if (!part) {
+    log.info({ event: "status.unknown_message" }, "status for a message we did not send (or no longer track); ignored");
+    return "unknown";
+  }
+
+  const rank = RANK[status.status];
+  const at = new Date(Number(status.timestamp) * 1000);
+  const advanced = await deps.db.outboundMessage.updateMany({
+    where: { id: part.id, statusRank: { lt: rank } },
+    data: { status: status.status, statusRank: rank, statusAt: at },
+  });
+  if (advanced.count === 0) {
+    log.debug({ event: "status.stale" }, "status is not newer than what we have");
+    return "stale";
+  }
+  log.info({ event: "status.recorded" }, "delivery status recorded");
+  if (status.status !== "failed") return "recorded";
+
+  const error = status.errors?.[0];
+  const rule = error ? ruleForGraphCode(error.code, undefined) : undefined;
+  const reply = await deps.db.reply.findUniqueOrThrow({ where: { id: part.replyId } });
+  const letter = await recordDeadLetter(deps.db, {
+    conversationId: reply.conversationId,
+    replyId: reply.id,
+    dedupKey: `status.${status.id}`,
+    attempts: 1,
+    failure: {
+      source: "status",
+      code: error ? String(error.code) : undefined,
+      reason: rule?.reason ?? "Meta reported the message as failed without a reason",
+      detail: { title: error?.title, message: error?.message, details: error?.error_data?.details, href: error?.href },
+    },
+  });
+  log.error({ event: "reply.dead_lettered", deadLetter: letter?.id, code: error?.code }, "delivery failed; reply dead-lettered");
+  return "dead_lettered";
+}
+
+/** By wamid; else by our part id in biz_opaque_callback_data, which reconciles a send we never saw answered (law 5). */
+async function findPart(deps: { db: Db }, data: StatusJobData, log: Logger) {
+  const { status } = data;
+  const byWamid = await deps.db.outboundMessage.findUnique({ where: { wamid: status.id } });
+  if (byWamid) return byWamid;
+  const ours = status.biz_opaque_callback_data;
+  if (!ours || !UUID.test(ours)) return null;
+  const part = await deps.db.outboundMessage.findUnique({ where: { id: ours } });
+  if (!part) return null;
+  if (!part.wamid) {
+    await deps.db.outboundMessage.update({
+      where: { id: part.id },
+      data: { wamid: status.id, sendState: "accepted", acceptedAt: new Date() },
+    });
+    log.info({ event: "status.reconciled", part: part.id }, "send confirmed by status webhook");
+  }
+  return part;
+}

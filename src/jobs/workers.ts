@@ -1,0 +1,70 @@
+import { type Job, Worker } from "bullmq";
+import type { Redis } from "ioredis";
+import type { Logger } from "../logger.ts";
+import { QUEUE_NAMES, type InboundJobData, type ReplyJobData, type StatusJobData } from "../queue/queues.ts";
+import { processInbound, type InboundDeps } from "./inbound.ts";
+import { retryDelayMs, type RetryDelaySettings } from "./policy.ts";
+import { processReply, type ReplyDeps } from "./reply.ts";
+import { processStatus } from "./status.ts";
+
+export type WorkerDeps = InboundDeps &
+  ReplyDeps & {
+    connection: Redis;
+    prefix: string;
+    concurrency: { reply: number; inbound: number };
+    retry: RetryDelaySettings;
+  };
+
+export interface Workers {
+  all: Worker[];
+  close(timeoutMs: number): Promise<void>;
+}
+
+export function startWorkers(deps: WorkerDeps): Workers {
+  const settings = { backoffStrategy: (attemptsMade: number, _type?: string, err?: Error) => retryDelayMs(attemptsMade, err, deps.retry) };
+  const common = { connection: deps.connection, prefix: deps.prefix, settings };
+
+  const all = [
+    new Worker<InboundJobData>(QUEUE_NAMES.inbound, (job: Job<InboundJobData>) => processInbound(deps, job.data), {
+      ...common,
+      concurrency: deps.concurrency.inbound,
+    }),
+    // Replies wait on Claude for seconds: many run at once, one per conversation (law 8).
+    new Worker<ReplyJobData>(QUEUE_NAMES.reply, (job: Job<ReplyJobData>) => processReply(deps, job), {
+      ...common,
+      concurrency: deps.concurrency.reply,
+    }),
+    new Worker<StatusJobData>(QUEUE_NAMES.status, (job: Job<StatusJobData>) => processStatus(deps, job.data), {
+      ...common,
+      concurrency: deps.concurrency.inbound,
+    }),
+  ];
+  for (const worker of all) {
+    worker.on("failed", (job, error) => {
+      const final = job ? job.attemptsMade >= (job.opts.attempts ?? 1) : true;
+      deps.logger[final ? "error" : "warn"](
+        { event: final ? "job.failed" : "job.retrying", queue: worker.name, job: job?.id, attempt: job?.attemptsMade, err: error },
+        final ? "job failed for good; it stays in the failed set for inspection" : "job failed; will retry",
+      );
+    });
+    worker.on("error", (error) => deps.logger.error({ event: "worker.error", queue: worker.name, err: error }, "worker error"));
+  }
+
+  return {
+    all,
+    /** Stop taking jobs and let active ones finish, for at most `timeoutMs`; the rest are picked up again as stalled. */
+    async close(timeoutMs: number) {
+      let timer: NodeJS.Timeout | undefined;
+      const graceful = Promise.all(all.map((w) => w.close()));
+      const timeout = new Promise<"timeout">((resolve) => {
+        timer = setTimeout(() => resolve("timeout"), timeoutMs);
+      });
+      const outcome = await Promise.race([graceful, timeout]);
+      clearTimeout(timer);
+      if (outcome === "timeout") {
+        deps.logger.warn({ event: "worker.shutdown_timeout" }, "active jobs did not finish in time; forcing close");
+        await Promise.all(all.map((w) => w.close(true)));
+      }
+    },
+  };
+}

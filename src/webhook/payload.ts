@@ -1,0 +1,138 @@
+import { z } from "zod";
+
+/**
+ * Meta's webhook body (WHATSAPP.md §3). Schemas are lenient where Meta adds fields, strict
+ * where we depend on one; each item is parsed on its own so one bad item never sinks the
+ * others (law 9).
+ */
+
+export const metaErrorSchema = z
+  .object({
+    code: z.coerce.number(),
+    title: z.string().optional(),
+    message: z.string().optional(),
+    error_data: z.object({ details: z.string().optional() }).passthrough().optional(),
+    href: z.string().optional(),
+  })
+  .passthrough();
+export type MetaError = z.infer<typeof metaErrorSchema>;
+
+export const inboundMessageSchema = z
+  .object({
+    id: z.string().min(1),
+    from: z.string().min(1),
+    timestamp: z.string().regex(/^\d+$/),
+    type: z.string().min(1),
+    text: z.object({ body: z.string() }).optional(),
+  })
+  .passthrough();
+export type InboundMessagePayload = z.infer<typeof inboundMessageSchema>;
+
+export const statusSchema = z
+  .object({
+    id: z.string().min(1),
+    status: z.enum(["sent", "delivered", "read", "failed", "played"]),
+    timestamp: z.string().regex(/^\d+$/),
+    recipient_id: z.string().optional(),
+    biz_opaque_callback_data: z.string().optional(),
+    errors: z.array(metaErrorSchema).optional(),
+  })
+  .passthrough();
+export type StatusPayload = z.infer<typeof statusSchema>;
+
+const contactSchema = z.object({ wa_id: z.string(), profile: z.object({ name: z.string().optional() }).optional() }).passthrough();
+
+const valueSchema = z
+  .object({
+    metadata: z.object({ phone_number_id: z.string().min(1), display_phone_number: z.string().optional() }),
+    contacts: z.array(z.unknown()).optional(),
+    messages: z.array(z.unknown()).optional(),
+    statuses: z.array(z.unknown()).optional(),
+    errors: z.array(z.unknown()).optional(),
+  })
+  .passthrough();
+
+export interface InboundItem {
+  kind: "message";
+  phoneNumberId: string;
+  contactName: string | undefined;
+  message: InboundMessagePayload;
+}
+
+export interface StatusItem {
+  kind: "status";
+  phoneNumberId: string;
+  status: StatusPayload;
+}
+
+/** Something in the body we deliberately do not act on, with the reason for the log (law 6). */
+export interface IgnoredItem {
+  kind: "ignored";
+  reason: string;
+  where: string;
+}
+
+export type WebhookItem = InboundItem | StatusItem | IgnoredItem;
+
+/** Every entry × change × item of a delivery, in order. Never throws on shape. */
+export function walkWebhook(body: unknown): WebhookItem[] {
+  const items: WebhookItem[] = [];
+  const root = z.object({ object: z.string(), entry: z.array(z.unknown()) }).safeParse(body);
+  if (!root.success) return [{ kind: "ignored", reason: "not a WhatsApp webhook envelope", where: "body" }];
+  if (root.data.object !== "whatsapp_business_account") {
+    return [{ kind: "ignored", reason: `object "${root.data.object}" is not whatsapp_business_account`, where: "body" }];
+  }
+  root.data.entry.forEach((entry, e) => {
+    const changes = z.object({ changes: z.array(z.unknown()) }).safeParse(entry);
+    if (!changes.success) {
+      items.push({ kind: "ignored", reason: "entry without changes", where: `entry[${e}]` });
+      return;
+    }
+    changes.data.changes.forEach((change, c) => {
+      const where = `entry[${e}].changes[${c}]`;
+      const parsed = z.object({ field: z.string(), value: z.unknown() }).safeParse(change);
+      if (!parsed.success) {
+        items.push({ kind: "ignored", reason: "change without field/value", where });
+        return;
+      }
+      if (parsed.data.field !== "messages") {
+        items.push({ kind: "ignored", reason: `field "${parsed.data.field}" is not handled`, where });
+        return;
+      }
+      const value = valueSchema.safeParse(parsed.data.value);
+      if (!value.success) {
+        items.push({ kind: "ignored", reason: "messages change without metadata.phone_number_id", where });
+        return;
+      }
+      items.push(...walkValue(value.data, where));
+    });
+  });
+  return items;
+}
+
+function walkValue(value: z.infer<typeof valueSchema>, where: string): WebhookItem[] {
+  const items: WebhookItem[] = [];
+  const phoneNumberId = value.metadata.phone_number_id;
+  const names = new Map<string, string>();
+  for (const raw of value.contacts ?? []) {
+    const contact = contactSchema.safeParse(raw);
+    if (contact.success && contact.data.profile?.name) names.set(contact.data.wa_id, contact.data.profile.name);
+  }
+  (value.messages ?? []).forEach((raw, i) => {
+    const message = inboundMessageSchema.safeParse(raw);
+    if (message.success) {
+      items.push({ kind: "message", phoneNumberId, contactName: names.get(message.data.from), message: message.data });
+    } else {
+      items.push({ kind: "ignored", reason: "message without id, from, timestamp or type", where: `${where}.messages[${i}]` });
+    }
+  });
+  (value.statuses ?? []).forEach((raw, i) => {
+    const status = statusSchema.safeParse(raw);
+    if (status.success) items.push({ kind: "status", phoneNumberId, status: status.data });
+    else items.push({ kind: "ignored", reason: "status without id, known status or timestamp", where: `${where}.statuses[${i}]` });
+  });
+  if (value.errors?.length) {
+    items.push({ kind: "ignored", reason: `account-level errors reported: ${JSON.stringify(value.errors)}`, where: `${where}.errors` });
+  }
+  return items;
+}

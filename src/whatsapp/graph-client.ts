@@ -1,0 +1,133 @@
+import { z } from "zod";
+import { PermanentError, RetryableError } from "../errors.ts";
+import { ruleForGraphCode } from "./error-codes.ts";
+
+/** The WhatsApp Cloud API, as much of it as we use. Its failures arrive as typed errors. */
+
+const graphErrorSchema = z.object({
+  error: z.object({
+    code: z.coerce.number(),
+    message: z.string().optional(),
+    type: z.string().optional(),
+    error_subcode: z.coerce.number().optional(),
+    error_data: z.object({ details: z.string().optional() }).passthrough().optional(),
+    fbtrace_id: z.string().optional(),
+  }),
+});
+
+const sendResponseSchema = z.object({
+  messages: z.array(z.object({ id: z.string().min(1) })).min(1),
+});
+
+export interface GraphClientOptions {
+  baseUrl: string;
+  version: string;
+  accessToken: string;
+  timeoutMs: number;
+}
+
+export interface SendTextInput {
+  phoneNumberId: string;
+  to: string;
+  text: string;
+  /** Comes back in status webhooks: how we reconcile a send whose answer we never saw (law 5). */
+  bizOpaqueCallbackData: string;
+}
+
+export class GraphClient {
+  constructor(private readonly options: GraphClientOptions) {}
+
+  async sendText(input: SendTextInput): Promise<{ wamid: string }> {
+    const body = await this.post(`${input.phoneNumberId}/messages`, {
+      messaging_product: "whatsapp",
+      recipient_type: "individual",
+      to: input.to,
+      type: "text",
+      text: { preview_url: false, body: input.text },
+      biz_opaque_callback_data: input.bizOpaqueCallbackData,
+    });
+    const parsed = sendResponseSchema.safeParse(body);
+    if (!parsed.success) {
+      // Meta answered 2xx, so the message was probably accepted: retrying could send it twice.
+      throw new PermanentError({ source: "graph", reason: "Meta accepted the send but returned no message id", detail: { body } });
+    }
+    return { wamid: parsed.data.messages[0]!.id };
+  }
+
+  /** Marks the message read and shows "typing…" until we reply (or 25 s pass). */
+  async markReadWithTyping(phoneNumberId: string, wamid: string): Promise<void> {
+    await this.post(`${phoneNumberId}/messages`, {
+      messaging_product: "whatsapp",
+      status: "read",
+      message_id: wamid,
+      typing_indicator: { type: "text" },
+    });
+  }
+
+  private async post(path: string, payload: unknown): Promise<unknown> {
+    const url = `${this.options.baseUrl}/${this.options.version}/${path}`;
+    let response: Response;
+    try {
+      response = await fetch(url, {
+        method: "POST",
+        headers: { authorization: `Bearer ${this.options.accessToken}`, "content-type": "application/json" },
+        body: JSON.stringify(payload),
+        signal: AbortSignal.timeout(this.options.timeoutMs),
+      });
+    } catch (error) {
+      const timedOut = error instanceof Error && error.name === "TimeoutError";
+      throw new RetryableError({
+        source: "graph",
+        code: timedOut ? "timeout" : "network",
+        reason: timedOut ? `Meta did not answer within ${this.options.timeoutMs} ms` : "Could not reach Meta's Graph API",
+        ambiguous: true,
+        cause: error,
+      });
+    }
+    const text = await response.text().catch(() => "");
+    let body: unknown;
+    try {
+      body = text ? JSON.parse(text) : undefined;
+    } catch {
+      body = undefined;
+    }
+    if (response.ok) return body;
+    throw graphFailure(response, body);
+  }
+}
+
+function graphFailure(response: Response, body: unknown): RetryableError | PermanentError {
+  const parsed = graphErrorSchema.safeParse(body);
+  if (!parsed.success) {
+    const retry = response.status === 429 || response.status >= 500;
+    const init = {
+      source: "graph" as const,
+      code: `http_${response.status}`,
+      reason: `Meta answered HTTP ${response.status} without an error body`,
+      minDelayMs: retryAfterMs(response),
+    };
+    return retry ? new RetryableError(init) : new PermanentError(init);
+  }
+  const { error } = parsed.data;
+  const rule = ruleForGraphCode(error.code, response.status);
+  const init = {
+    source: "graph" as const,
+    code: String(error.code),
+    reason: rule.reason,
+    detail: {
+      httpStatus: response.status,
+      message: error.message,
+      details: error.error_data?.details,
+      fbtraceId: error.fbtrace_id,
+    },
+    minDelayMs: Math.max(rule.minDelayMs ?? 0, retryAfterMs(response) ?? 0) || undefined,
+  };
+  return rule.retry ? new RetryableError(init) : new PermanentError(init);
+}
+
+function retryAfterMs(response: Response): number | undefined {
+  const header = response.headers.get("retry-after");
+  if (!header) return undefined;
+  const seconds = Number(header);
+  return Number.isFinite(seconds) && seconds >= 0 ? Math.min(seconds * 1000, 3_600_000) : undefined;
+}

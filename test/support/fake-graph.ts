@@ -1,0 +1,93 @@
+import { createServer, type IncomingMessage, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+
+/**
+ * A local stand-in for Meta's Graph API. Our real GraphClient talks to it over HTTP through
+ * GRAPH_API_BASE_URL. Sends get scripted answers (default: accepted with a fresh wamid).
+ */
+
+export interface RecordedRequest {
+  method: string;
+  path: string;
+  authorization: string | undefined;
+  body: Record<string, unknown>;
+}
+
+export type ScriptedAnswer =
+  | { status: number; body?: unknown; delayMs?: number; headers?: Record<string, string> }
+  | { hang: true };
+
+export class FakeGraph {
+  readonly requests: RecordedRequest[] = [];
+  private readonly script: ScriptedAnswer[] = [];
+  private server: Server | undefined;
+  private counter = 0;
+  url = "";
+
+  async start(): Promise<this> {
+    this.server = createServer((req, res) => void this.handle(req, res));
+    await new Promise<void>((resolve) => this.server!.listen(0, "127.0.0.1", resolve));
+    this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+    return this;
+  }
+
+  async stop(): Promise<void> {
+    this.server?.closeAllConnections();
+    await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
+  }
+
+  /** Queue answers for the next text sends, in order; afterwards sends succeed again. */
+  answerSends(...answers: ScriptedAnswer[]): void {
+    this.script.push(...answers);
+  }
+
+  /** Text messages we sent (not read receipts). */
+  get sends(): RecordedRequest[] {
+    return this.requests.filter((r) => r.body.type === "text");
+  }
+
+  get sentTexts(): string[] {
+    return this.sends.map((r) => (r.body.text as { body: string }).body);
+  }
+
+  get readReceipts(): RecordedRequest[] {
+    return this.requests.filter((r) => r.body.status === "read");
+  }
+
+  private async handle(req: IncomingMessage, res: import("node:http").ServerResponse): Promise<void> {
+    const chunks: Buffer[] = [];
+    for await (const chunk of req) chunks.push(chunk as Buffer);
+    const text = Buffer.concat(chunks).toString("utf8");
+    const body = (text ? JSON.parse(text) : {}) as Record<string, unknown>;
+    this.requests.push({ method: req.method ?? "", path: req.url ?? "", authorization: req.headers.authorization, body });
+
+    if (body.status === "read") return json(res, 200, { success: true });
+    const answer = this.script.shift();
+    if (answer && "hang" in answer) return; // never answers: the client's timeout fires
+    if (answer?.delayMs) await new Promise((r) => setTimeout(r, answer.delayMs));
+    if (answer && answer.status !== 200) return json(res, answer.status, answer.body, answer.headers);
+    const wamid = `wamid.OUT${++this.counter}`;
+    return json(res, 200, answer?.body ?? {
+      messaging_product: "whatsapp",
+      contacts: [{ input: body.to, wa_id: body.to }],
+      messages: [{ id: wamid }],
+    });
+  }
+}
+
+export function graphError(code: number, message: string, details = ""): { error: Record<string, unknown> } {
+  return {
+    error: {
+      message: `(#${code}) ${message}`,
+      type: "OAuthException",
+      code,
+      error_data: { messaging_product: "whatsapp", details },
+      fbtrace_id: "AbCdEfGh123",
+    },
+  };
+}
+
+function json(res: import("node:http").ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+  res.writeHead(status, { "content-type": "application/json", ...headers });
+  res.end(body === undefined ? "" : JSON.stringify(body));
+}

@@ -1,0 +1,197 @@
+import { randomBytes } from "node:crypto";
+import type { FastifyInstance } from "fastify";
+import { Redis } from "ioredis";
+import pg from "pg";
+import pino from "pino";
+import { ClaudeClient } from "../../src/ai/claude.ts";
+import { buildApp } from "../../src/app.ts";
+import { type Config, loadConfig } from "../../src/config.ts";
+import { createDb, type Db } from "../../src/db/client.ts";
+import { migrate } from "../../src/db/migrate.ts";
+import { startWorkers, type Workers } from "../../src/jobs/workers.ts";
+import { closeQueues, createQueues, type Queues } from "../../src/queue/queues.ts";
+import { createFailFastRedis, createWorkerRedis } from "../../src/queue/redis.ts";
+import { signMetaBody } from "../../src/webhook/signature.ts";
+import { GraphClient } from "../../src/whatsapp/graph-client.ts";
+import { FakeAnthropic } from "./fake-anthropic.ts";
+import { FakeGraph } from "./fake-graph.ts";
+
+/**
+ * One isolated copy of the whole system for a test: its own Postgres schema, its own Redis
+ * key prefix (hash-tagged, like production), real BullMQ workers, and local fakes for Meta
+ * and Anthropic reached over HTTP. Nothing of ours is mocked.
+ */
+
+export const TEST_DATABASE_URL = process.env.TEST_DATABASE_URL ?? "postgresql://postgres@127.0.0.1:5432/postgres";
+export const TEST_REDIS_URL = process.env.TEST_REDIS_URL ?? "redis://127.0.0.1:6379";
+export const TEST_APP_SECRET = "test-app-secret";
+export const TEST_ADMIN_TOKEN = "test-admin-token-0123456789";
+export const TEST_VERIFY_TOKEN = "test-verify-token";
+
+export function testEnv(overrides: Record<string, string> = {}): Record<string, string> {
+  return {
+    WHATSAPP_VERIFY_TOKEN: TEST_VERIFY_TOKEN,
+    WHATSAPP_APP_SECRET: TEST_APP_SECRET,
+    WHATSAPP_ACCESS_TOKEN: "test-access-token",
+    ANTHROPIC_API_KEY: "test-anthropic-key",
+    DATABASE_URL: TEST_DATABASE_URL,
+    REDIS_URL: TEST_REDIS_URL,
+    ADMIN_TOKEN: TEST_ADMIN_TOKEN,
+    LOG_LEVEL: "silent",
+    REPLY_DEBOUNCE_MS: "50",
+    RETRY_BASE_DELAY_MS: "20",
+    RETRY_MAX_DELAY_MS: "200",
+    JOB_ATTEMPTS: "4",
+    GRAPH_TIMEOUT_MS: "2000",
+    ANTHROPIC_TIMEOUT_MS: "5000",
+    ...overrides,
+  };
+}
+
+export interface HarnessOptions {
+  env?: Record<string, string>;
+  /** How many independent worker processes to run (each with its own connections). */
+  workers?: number;
+}
+
+export interface Harness {
+  config: Config;
+  app: FastifyInstance;
+  db: Db;
+  redis: Redis;
+  queues: Queues;
+  graph: FakeGraph;
+  claude: FakeAnthropic;
+  schema: string;
+  prefix: string;
+  startWorkers(): void;
+  stopWorkers(): Promise<void>;
+  deliver(body: string | Buffer, headers?: Record<string, string>): ReturnType<FastifyInstance["inject"]>;
+  close(): Promise<void>;
+}
+
+export async function startHarness(options: HarnessOptions = {}): Promise<Harness> {
+  const id = randomBytes(5).toString("hex");
+  const schema = `t_${id}`;
+  const prefix = `{t-${id}}`;
+  const [graph, claude] = await Promise.all([new FakeGraph().start(), new FakeAnthropic().start()]);
+  const config = loadConfig(
+    testEnv({ GRAPH_API_BASE_URL: graph.url, ANTHROPIC_BASE_URL: claude.url, QUEUE_PREFIX: prefix, ...options.env }),
+  );
+  await migrate(config.databaseUrl, { schema });
+  const db = createDb(config.databaseUrl, { schema, poolSize: 10 });
+  const logger = pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" });
+  const redis = createFailFastRedis(config.redisUrl);
+  redis.on("error", () => undefined);
+  await waitForReady(redis);
+  const queues = createQueues(redis, { prefix, attempts: config.jobs.attempts, replyDebounceMs: config.jobs.replyDebounceMs });
+  const app = buildApp({ config, logger, redis, queues, db });
+  await app.ready();
+
+  let running: { workers: Workers; connection: Redis }[] = [];
+  const harness: Harness = {
+    config,
+    app,
+    db,
+    redis,
+    queues,
+    graph,
+    claude,
+    schema,
+    prefix,
+    startWorkers() {
+      for (let i = 0; i < (options.workers ?? 1); i++) {
+        const connection = createWorkerRedis(config.redisUrl);
+        const workers = startWorkers({
+          db,
+          queues,
+          graph: new GraphClient({
+            baseUrl: config.whatsapp.graphBaseUrl,
+            version: config.whatsapp.graphVersion,
+            accessToken: config.whatsapp.accessToken,
+            timeoutMs: config.whatsapp.graphTimeoutMs,
+          }),
+          claude: new ClaudeClient({ ...config.anthropic }),
+          logger,
+          connection,
+          prefix,
+          historyMessages: config.anthropic.historyMessages,
+          replyDebounceMs: config.jobs.replyDebounceMs,
+          concurrency: { reply: config.jobs.replyConcurrency, inbound: config.jobs.inboundConcurrency },
+          retry: { baseDelayMs: config.jobs.retryBaseDelayMs, maxDelayMs: config.jobs.retryMaxDelayMs },
+        });
+        running.push({ workers, connection });
+      }
+    },
+    async stopWorkers() {
+      await Promise.all(running.map(async (r) => {
+        await r.workers.close(5000);
+        await r.connection.quit().catch(() => undefined);
+      }));
+      running = [];
+    },
+    deliver(body, headers = {}) {
+      const payload = typeof body === "string" ? Buffer.from(body, "utf8") : body;
+      return app.inject({
+        method: "POST",
+        url: "/webhook",
+        payload,
+        headers: {
+          "content-type": "application/json",
+          "x-hub-signature-256": signMetaBody(payload, TEST_APP_SECRET),
+          ...headers,
+        },
+      });
+    },
+    async close() {
+      await harness.stopWorkers();
+      await app.close();
+      await closeQueues(queues);
+      await deleteKeys(redis, prefix).catch(() => undefined);
+      await redis.quit().catch(() => undefined);
+      await db.$disconnect();
+      await dropSchema(schema);
+      await Promise.all([graph.stop(), claude.stop()]);
+    },
+  };
+  harness.startWorkers();
+  return harness;
+}
+
+export async function waitForReady(redis: Redis): Promise<void> {
+  if (redis.status === "ready") return;
+  await new Promise<void>((resolve, reject) => {
+    redis.once("ready", resolve);
+    setTimeout(() => reject(new Error("redis not ready")), 5000);
+  });
+}
+
+async function deleteKeys(redis: Redis, prefix: string): Promise<void> {
+  let cursor = "0";
+  do {
+    const [next, keys] = await redis.scan(cursor, "MATCH", `${prefix}*`, "COUNT", 500);
+    if (keys.length) await redis.del(...keys);
+    cursor = next;
+  } while (cursor !== "0");
+}
+
+export async function dropSchema(schema: string): Promise<void> {
+  const client = new pg.Client({ connectionString: TEST_DATABASE_URL });
+  await client.connect();
+  await client.query(`DROP SCHEMA IF EXISTS ${pg.escapeIdentifier(schema)} CASCADE`);
+  await client.end();
+}
+
+/** Polls until `check` returns a truthy value; fails the test with `what` after `timeoutMs`. */
+export async function eventually<T>(check: () => Promise<T> | T, what: string, timeoutMs = 10_000): Promise<NonNullable<T>> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await check();
+    if (value) return value as NonNullable<T>;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+/** Gives the system time to do something it must not do (a second send), then returns. */
+export const settle = (ms = 400) => new Promise((r) => setTimeout(r, ms));

@@ -1,0 +1,92 @@
+/**
+ * Meta-shaped webhook bodies for tests, serialised the way Meta puts them on the wire:
+ * compact JSON, non-ASCII as lowercase \uXXXX (astral characters as surrogate pairs) and
+ * every "/" as "\/" (WHATSAPP.md §2).
+ */
+
+export const PHONE_NUMBER_ID = "106540352242922";
+export const DISPLAY_NUMBER = "15550783881";
+
+let counter = 0;
+export const uniqueWamid = () => `wamid.TEST${Date.now().toString(36)}${(++counter).toString(36)}${Math.random().toString(36).slice(2, 8)}`;
+
+export interface TextMessage {
+  from?: string;
+  id?: string;
+  text: string;
+  timestamp?: number;
+  name?: string;
+}
+
+export function metaWire(value: unknown): string {
+  return JSON.stringify(value)
+    .replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`)
+    .replaceAll("/", "\\/");
+}
+
+export function textMessage(m: TextMessage) {
+  return {
+    from: m.from ?? "16505551234",
+    id: m.id ?? uniqueWamid(),
+    timestamp: String(m.timestamp ?? Math.floor(Date.now() / 1000)),
+    type: "text",
+    text: { body: m.text },
+  };
+}
+
+export function messagesChange(messages: ReturnType<typeof textMessage>[], phoneNumberId = PHONE_NUMBER_ID) {
+  const senders = [...new Set(messages.map((m) => m.from))];
+  return {
+    field: "messages",
+    value: {
+      messaging_product: "whatsapp",
+      metadata: { display_phone_number: DISPLAY_NUMBER, phone_number_id: phoneNumberId },
+      contacts: senders.map((wa_id) => ({ profile: { name: "José Müller" }, wa_id })),
+      messages,
+    },
+  };
+}
+
+export function statusChange(statuses: Record<string, unknown>[], phoneNumberId = PHONE_NUMBER_ID) {
+  return {
+    field: "messages",
+    value: {
+      messaging_product: "whatsapp",
+      metadata: { display_phone_number: DISPLAY_NUMBER, phone_number_id: phoneNumberId },
+      statuses,
+    },
+  };
+}
+
+export function envelope(...changes: unknown[][]) {
+  return {
+    object: "whatsapp_business_account",
+    entry: changes.map((c, i) => ({ id: `10255406${i}`, changes: c })),
+  };
+}
+
+/** One webhook POST body carrying the given text messages, as Meta sends it. */
+export function textWebhook(...messages: TextMessage[]): { body: string; wamids: string[] } {
+  const built = messages.map(textMessage);
+  return { body: metaWire(envelope([messagesChange(built)])), wamids: built.map((m) => m.id) };
+}
+
+export function statusWebhook(status: {
+  id: string;
+  status: string;
+  timestamp?: number;
+  biz_opaque_callback_data?: string;
+  errors?: unknown[];
+}): string {
+  return metaWire(
+    envelope([
+      statusChange([
+        {
+          recipient_id: "16505551234",
+          timestamp: String(status.timestamp ?? Math.floor(Date.now() / 1000)),
+          ...status,
+        },
+      ]),
+    ]),
+  );
+}

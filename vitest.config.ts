@@ -1,0 +1,13 @@
+import { defineConfig } from "vitest/config";
+
+export default defineConfig({
+  test: {
+    include: ["test/**/*.test.ts"],
+    testTimeout: 30_000,
+    hookTimeout: 30_000,
+    // Integration tests share one Redis and one Postgres (isolated by prefix and schema);
+    // two files at a time suits the 2-core machines this runs on.
+    maxWorkers: 2,
+    reporters: ["default"],
+  },
+});
