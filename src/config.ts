@@ -83,6 +83,7 @@ const envSchema = z.object({
   JOB_ATTEMPTS: int("JOB_ATTEMPTS", 8, 1, 100),
   RETRY_BASE_DELAY_MS: int("RETRY_BASE_DELAY_MS", 2000, 1, 3_600_000),
   RETRY_MAX_DELAY_MS: int("RETRY_MAX_DELAY_MS", 300_000, 1, 86_400_000),
+  JOB_LOCK_MS: int("JOB_LOCK_MS", 30_000, 500, 600_000),
   CLAIM_PENDING_TTL_MS: int("CLAIM_PENDING_TTL_MS", 30_000, 100, 600_000),
   CLAIM_WAIT_MS: int("CLAIM_WAIT_MS", 1000, 0, 10_000),
   SHUTDOWN_TIMEOUT_MS: int("SHUTDOWN_TIMEOUT_MS", 25_000, 0, 600_000),
@@ -120,6 +121,8 @@ export interface Config {
     readonly attempts: number;
     readonly retryBaseDelayMs: number;
     readonly retryMaxDelayMs: number;
+    /** How long a job's lock lives without renewal: a dead worker's job runs again after this. */
+    readonly lockMs: number;
   };
   readonly claim: { readonly pendingTtlMs: number; readonly waitMs: number };
   readonly shutdownTimeoutMs: number;
@@ -187,6 +190,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
       attempts: e.JOB_ATTEMPTS,
       retryBaseDelayMs: e.RETRY_BASE_DELAY_MS,
       retryMaxDelayMs: e.RETRY_MAX_DELAY_MS,
+      lockMs: e.JOB_LOCK_MS,
     },
     claim: { pendingTtlMs: e.CLAIM_PENDING_TTL_MS, waitMs: e.CLAIM_WAIT_MS },
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,

@@ -76,6 +76,7 @@ async function run(role: Exclude<Role, "migrate">, config: Config, logger: Logge
       historyMessages: config.anthropic.historyMessages,
       replyDebounceMs: config.jobs.replyDebounceMs,
       concurrency: { reply: config.jobs.replyConcurrency, inbound: config.jobs.inboundConcurrency },
+      lockMs: config.jobs.lockMs,
       retry: { baseDelayMs: config.jobs.retryBaseDelayMs, maxDelayMs: config.jobs.retryMaxDelayMs },
     });
     redisPersistenceWarnings(workerRedis).then(

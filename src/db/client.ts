@@ -4,12 +4,20 @@ import { Prisma, PrismaClient } from "../generated/prisma/client.ts";
 export { Prisma, PrismaClient };
 export type Db = PrismaClient;
 
-/** `schema` lets each test file own a Postgres schema, so tests never see each other's rows. */
-export function createDb(databaseUrl: string, options: { schema?: string; poolSize?: number } = {}): Db {
-  const adapter = new PrismaPg(
-    { connectionString: databaseUrl, max: options.poolSize ?? 20 },
-    options.schema ? { schema: options.schema } : undefined,
-  );
+/**
+ * Prisma's convention: `?schema=name` in DATABASE_URL selects the Postgres schema. The pg
+ * driver does not know that parameter, so it is taken out here and handed to the adapter.
+ */
+export function splitSchema(databaseUrl: string): { connectionString: string; schema: string | undefined } {
+  const url = new URL(databaseUrl);
+  const schema = url.searchParams.get("schema") ?? undefined;
+  url.searchParams.delete("schema");
+  return { connectionString: url.toString(), schema };
+}
+
+export function createDb(databaseUrl: string, options: { poolSize?: number } = {}): Db {
+  const { connectionString, schema } = splitSchema(databaseUrl);
+  const adapter = new PrismaPg({ connectionString, max: options.poolSize ?? 20 }, schema ? { schema } : undefined);
   return new PrismaClient({ adapter });
 }
 

@@ -2,6 +2,7 @@ import { createHash, randomUUID } from "node:crypto";
 import { readdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import pg from "pg";
+import { splitSchema } from "./client.ts";
 
 /**
  * Applies prisma/migrations the way `prisma migrate deploy` would (TOOLCHAIN.md: the native
@@ -53,20 +54,20 @@ async function readMigrations(dir: string): Promise<MigrationFile[]> {
   );
 }
 
-export async function migrate(
-  databaseUrl: string,
-  options: { schema?: string; dir?: string } = {},
-): Promise<MigrationResult> {
+/** Migrates the schema named by `?schema=` in the URL (Prisma's convention), else the default one. */
+export async function migrate(databaseUrl: string, options: { dir?: string } = {}): Promise<MigrationResult> {
   const migrations = await readMigrations(options.dir ?? MIGRATIONS_DIR);
-  const client = new pg.Client({ connectionString: databaseUrl });
+  const { connectionString, schema } = splitSchema(databaseUrl);
+  const client = new pg.Client({ connectionString });
   await client.connect();
   try {
-    if (options.schema) {
-      await client.query(`CREATE SCHEMA IF NOT EXISTS ${pg.escapeIdentifier(options.schema)}`);
-      await client.query(`SET search_path TO ${pg.escapeIdentifier(options.schema)}`);
-    }
     await client.query("SELECT pg_advisory_lock($1)", [ADVISORY_LOCK_KEY]);
     try {
+      // Under the lock: CREATE SCHEMA IF NOT EXISTS itself races between concurrent callers.
+      if (schema) {
+        await client.query(`CREATE SCHEMA IF NOT EXISTS ${pg.escapeIdentifier(schema)}`);
+        await client.query(`SET search_path TO ${pg.escapeIdentifier(schema)}`);
+      }
       await client.query(CREATE_TABLE);
       const { rows } = await client.query<{ migration_name: string; checksum: string; finished_at: Date | null }>(
         `SELECT migration_name, checksum, finished_at FROM "_prisma_migrations" WHERE rolled_back_at IS NULL`,

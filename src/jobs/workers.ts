@@ -12,6 +12,7 @@ export type WorkerDeps = InboundDeps &
     connection: Redis;
     prefix: string;
     concurrency: { reply: number; inbound: number };
+    lockMs: number;
     retry: RetryDelaySettings;
   };
 
@@ -22,7 +23,8 @@ export interface Workers {
 
 export function startWorkers(deps: WorkerDeps): Workers {
   const settings = { backoffStrategy: (attemptsMade: number, _type?: string, err?: Error) => retryDelayMs(attemptsMade, err, deps.retry) };
-  const common = { connection: deps.connection, prefix: deps.prefix, settings };
+  // A worker that dies mid-job loses its lock after lockMs; the job then runs again elsewhere.
+  const common = { connection: deps.connection, prefix: deps.prefix, settings, lockDuration: deps.lockMs, stalledInterval: deps.lockMs };
 
   const all = [
     new Worker<InboundJobData>(QUEUE_NAMES.inbound, (job: Job<InboundJobData>) => processInbound(deps, job.data), {

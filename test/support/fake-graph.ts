@@ -22,6 +22,8 @@ export class FakeGraph {
   private readonly script: ScriptedAnswer[] = [];
   private server: Server | undefined;
   private counter = 0;
+  /** Read receipts answer 500 while set: they are best effort and must never block a reply. */
+  failReadReceipts = false;
   url = "";
 
   async start(): Promise<this> {
@@ -61,7 +63,9 @@ export class FakeGraph {
     const body = (text ? JSON.parse(text) : {}) as Record<string, unknown>;
     this.requests.push({ method: req.method ?? "", path: req.url ?? "", authorization: req.headers.authorization, body });
 
-    if (body.status === "read") return json(res, 200, { success: true });
+    if (body.status === "read") {
+      return this.failReadReceipts ? json(res, 500, graphError(131000, "Something went wrong")) : json(res, 200, { success: true });
+    }
     const answer = this.script.shift();
     if (answer && "hang" in answer) return; // never answers: the client's timeout fires
     if (answer?.delayMs) await new Promise((r) => setTimeout(r, answer.delayMs));

@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import type { FastifyInstance } from "fastify";
+import type { FastifyInstance, LightMyRequestResponse } from "fastify";
 import { Redis } from "ioredis";
 import pg from "pg";
 import pino from "pino";
@@ -12,6 +12,7 @@ import { startWorkers, type Workers } from "../../src/jobs/workers.ts";
 import { closeQueues, createQueues, type Queues } from "../../src/queue/queues.ts";
 import { createFailFastRedis, createWorkerRedis } from "../../src/queue/redis.ts";
 import { signMetaBody } from "../../src/webhook/signature.ts";
+import type { Logger } from "../../src/logger.ts";
 import { GraphClient } from "../../src/whatsapp/graph-client.ts";
 import { FakeAnthropic } from "./fake-anthropic.ts";
 import { FakeGraph } from "./fake-graph.ts";
@@ -52,9 +53,13 @@ export interface HarnessOptions {
   env?: Record<string, string>;
   /** How many independent worker processes to run (each with its own connections). */
   workers?: number;
+  /** Where the system's logs go (default: nowhere, or TEST_LOG_LEVEL to stdout). */
+  logger?: Logger;
 }
 
 export interface Harness {
+  /** The environment this system runs with, for starting a real worker process beside it. */
+  env: Record<string, string>;
   config: Config;
   app: FastifyInstance;
   db: Db;
@@ -64,9 +69,10 @@ export interface Harness {
   claude: FakeAnthropic;
   schema: string;
   prefix: string;
-  startWorkers(): void;
+  /** Starts `count` independent worker sets (default: as many as the harness was built with, at least one). */
+  startWorkers(count?: number): void;
   stopWorkers(): Promise<void>;
-  deliver(body: string | Buffer, headers?: Record<string, string>): ReturnType<FastifyInstance["inject"]>;
+  deliver(body: string | Buffer, headers?: Record<string, string>): Promise<LightMyRequestResponse>;
   close(): Promise<void>;
 }
 
@@ -75,12 +81,17 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
   const schema = `t_${id}`;
   const prefix = `{t-${id}}`;
   const [graph, claude] = await Promise.all([new FakeGraph().start(), new FakeAnthropic().start()]);
-  const config = loadConfig(
-    testEnv({ GRAPH_API_BASE_URL: graph.url, ANTHROPIC_BASE_URL: claude.url, QUEUE_PREFIX: prefix, ...options.env }),
-  );
-  await migrate(config.databaseUrl, { schema });
-  const db = createDb(config.databaseUrl, { schema, poolSize: 10 });
-  const logger = pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" });
+  const env = testEnv({
+    GRAPH_API_BASE_URL: graph.url,
+    ANTHROPIC_BASE_URL: claude.url,
+    QUEUE_PREFIX: prefix,
+    DATABASE_URL: withSchema(TEST_DATABASE_URL, schema),
+    ...options.env,
+  });
+  const config = loadConfig(env);
+  await migrate(config.databaseUrl);
+  const db = createDb(config.databaseUrl, { poolSize: 10 });
+  const logger = options.logger ?? pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" });
   const redis = createFailFastRedis(config.redisUrl);
   redis.on("error", () => undefined);
   await waitForReady(redis);
@@ -90,6 +101,7 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
 
   let running: { workers: Workers; connection: Redis }[] = [];
   const harness: Harness = {
+    env,
     config,
     app,
     db,
@@ -99,8 +111,8 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
     claude,
     schema,
     prefix,
-    startWorkers() {
-      for (let i = 0; i < (options.workers ?? 1); i++) {
+    startWorkers(count = Math.max(1, options.workers ?? 1)) {
+      for (let i = 0; i < count; i++) {
         const connection = createWorkerRedis(config.redisUrl);
         const workers = startWorkers({
           db,
@@ -118,6 +130,7 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
           historyMessages: config.anthropic.historyMessages,
           replyDebounceMs: config.jobs.replyDebounceMs,
           concurrency: { reply: config.jobs.replyConcurrency, inbound: config.jobs.inboundConcurrency },
+          lockMs: config.jobs.lockMs,
           retry: { baseDelayMs: config.jobs.retryBaseDelayMs, maxDelayMs: config.jobs.retryMaxDelayMs },
         });
         running.push({ workers, connection });
@@ -154,8 +167,14 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
       await Promise.all([graph.stop(), claude.stop()]);
     },
   };
-  harness.startWorkers();
+  harness.startWorkers(options.workers ?? 1);
   return harness;
+}
+
+export function withSchema(databaseUrl: string, schema: string): string {
+  const url = new URL(databaseUrl);
+  url.searchParams.set("schema", schema);
+  return url.toString();
 }
 
 export async function waitForReady(redis: Redis): Promise<void> {

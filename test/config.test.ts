@@ -1,0 +1,61 @@
+import { spawnSync } from "node:child_process";
+import { describe, expect, it } from "vitest";
+import { ConfigError, loadConfig } from "../src/config.ts";
+import { testEnv } from "./support/harness.ts";
+
+function problemsOf(env: Record<string, string | undefined>): string[] {
+  try {
+    loadConfig(env);
+  } catch (error) {
+    if (error instanceof ConfigError) return error.problems;
+    throw error;
+  }
+  return [];
+}
+
+describe("configuration", () => {
+  it("a complete environment loads, with documented defaults", () => {
+    const config = loadConfig(testEnv({ LOG_LEVEL: "info" }));
+    expect(config).toMatchObject({
+      port: 3000,
+      host: "0.0.0.0",
+      queuePrefix: "{wa}",
+      whatsapp: { graphBaseUrl: "https://graph.facebook.com", graphVersion: "v24.0" },
+      anthropic: { model: "claude-haiku-4-5", baseUrl: "https://api.anthropic.com" },
+    });
+    expect(Object.isFrozen(config)).toBe(true);
+  });
+
+  it("a missing app secret refuses to start: verification is never skipped", () => {
+    expect(problemsOf(testEnv({ WHATSAPP_APP_SECRET: "" }))).toEqual(["WHATSAPP_APP_SECRET is required"]);
+    const { WHATSAPP_APP_SECRET: _omitted, ...rest } = testEnv();
+    expect(problemsOf(rest)).toEqual(["WHATSAPP_APP_SECRET is required"]);
+  });
+
+  it("every bad variable is named at once", () => {
+    const problems = problemsOf(
+      testEnv({ PORT: "eighty", REDIS_URL: "http://x", GRAPH_API_VERSION: "24", DATABASE_URL: "mysql://x", ADMIN_TOKEN: "short", QUEUE_PREFIX: "wa" }),
+    );
+    for (const name of ["PORT", "REDIS_URL", "GRAPH_API_VERSION", "DATABASE_URL", "ADMIN_TOKEN", "QUEUE_PREFIX"]) {
+      expect(problems.some((p) => p.includes(name)), `${name} in ${problems.join(" | ")}`).toBe(true);
+    }
+    expect(problems).toHaveLength(6);
+  });
+
+  it("an unreadable SYSTEM_PROMPT_FILE is named", () => {
+    expect(problemsOf(testEnv({ SYSTEM_PROMPT_FILE: "/nonexistent/prompt.txt" }))[0]).toMatch(/^SYSTEM_PROMPT_FILE cannot be read/);
+  });
+
+  it("the system prompt comes from SYSTEM_PROMPT_FILE, else SYSTEM_PROMPT", () => {
+    expect(loadConfig(testEnv({ SYSTEM_PROMPT: "Be brief." })).anthropic.systemPrompt).toBe("Be brief.");
+    expect(loadConfig(testEnv({ SYSTEM_PROMPT_FILE: "fixtures/system-prompt.example.txt" })).anthropic.systemPrompt).toMatch(/bakery/);
+  });
+
+  it("start-up with a bad environment exits non-zero, naming each bad variable", () => {
+    const env = { ...testEnv({ WHATSAPP_ACCESS_TOKEN: "", PORT: "-1" }), PATH: process.env.PATH ?? "" };
+    const result = spawnSync(process.execPath, ["--import", "tsx", "src/main.ts", "web"], { env, encoding: "utf8", timeout: 20_000 });
+    expect(result.status).toBe(1);
+    expect(result.stderr).toContain("WHATSAPP_ACCESS_TOKEN is required");
+    expect(result.stderr).toContain("PORT must be an integer");
+  });
+});

@@ -1,0 +1,54 @@
+import { Writable } from "node:stream";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createLogger } from "../src/logger.ts";
+import { eventually, type Harness, startHarness, TEST_ADMIN_TOKEN, TEST_APP_SECRET, TEST_VERIFY_TOKEN } from "./support/harness.ts";
+import { textWebhook } from "./support/webhook-bodies.ts";
+
+/** Law 10: secrets and people stay out of logs. */
+
+const lines: string[] = [];
+const sink = new Writable({
+  write(chunk: Buffer, _encoding, done) {
+    lines.push(...chunk.toString("utf8").split("\n").filter(Boolean));
+    done();
+  },
+});
+
+let h: Harness;
+beforeAll(async () => {
+  h = await startHarness({ logger: createLogger({ level: "info", destination: sink }) });
+});
+afterAll(async () => h?.close());
+
+const PRIVATE_TEXT = "my passport number is X1234567";
+
+describe("logs", () => {
+  beforeAll(async () => {
+    await h.app.inject({ method: "GET", url: `/webhook?hub.mode=subscribe&hub.verify_token=${TEST_VERIFY_TOKEN}&hub.challenge=42` });
+    await h.app.inject({ method: "GET", url: "/admin/dlq", headers: { authorization: `Bearer ${TEST_ADMIN_TOKEN}` } });
+    await h.deliver(textWebhook({ text: PRIVATE_TEXT }).body);
+    await eventually(() => h.graph.sends.length === 1, "the reply");
+    await eventually(() => lines.some((l) => l.includes('"reply.sent"')), "the reply.sent log line");
+  });
+
+  it("are structured JSON events with stable names", () => {
+    const events = lines.map((l) => JSON.parse(l) as { event?: string }).flatMap((l) => (l.event ? [l.event] : []));
+    expect(events).toEqual(expect.arrayContaining(["webhook.verified", "webhook.enqueued", "inbound.stored", "reply.generated", "reply.sent"]));
+  });
+
+  it("never contain the verify token, even though it rides in the verify request's query string", () => {
+    expect(lines.length).toBeGreaterThan(0);
+    expect(lines.filter((l) => l.includes(TEST_VERIFY_TOKEN))).toEqual([]);
+  });
+
+  it("never contain the admin token, the app secret, the access token or the API key", () => {
+    for (const secret of [TEST_ADMIN_TOKEN, TEST_APP_SECRET, "test-access-token", "test-anthropic-key"]) {
+      expect(lines.filter((l) => l.includes(secret))).toEqual([]);
+    }
+  });
+
+  it("never contain message text at info level", () => {
+    expect(lines.filter((l) => l.includes("passport"))).toEqual([]);
+    expect(lines.filter((l) => l.includes("Reply #1"))).toEqual([]);
+  });
+});

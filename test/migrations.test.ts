@@ -1,0 +1,124 @@
+import { createHash } from "node:crypto";
+import { cp, mkdtemp, readFile, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import pg from "pg";
+import { afterAll, describe, expect, it } from "vitest";
+import { createDb } from "../src/db/client.ts";
+import { MIGRATIONS_DIR, migrate } from "../src/db/migrate.ts";
+import { dropSchema, TEST_DATABASE_URL, withSchema } from "./support/harness.ts";
+
+const schemas: string[] = [];
+function freshSchema(): string {
+  const schema = `m_${Math.random().toString(36).slice(2, 10)}`;
+  schemas.push(schema);
+  return schema;
+}
+afterAll(async () => {
+  await Promise.all(schemas.map(dropSchema));
+});
+
+async function query<T extends pg.QueryResultRow>(schema: string, sql: string): Promise<T[]> {
+  const client = new pg.Client({ connectionString: TEST_DATABASE_URL });
+  await client.connect();
+  try {
+    await client.query(`SET search_path TO ${pg.escapeIdentifier(schema)}`);
+    return (await client.query<T>(sql)).rows;
+  } finally {
+    await client.end();
+  }
+}
+
+describe("migrations", () => {
+  it("apply once, then a second run changes nothing", async () => {
+    const url = withSchema(TEST_DATABASE_URL, freshSchema());
+    const first = await migrate(url);
+    expect(first.applied).toEqual(["20261130000000_init"]);
+    const second = await migrate(url);
+    expect(second).toEqual({ applied: [], alreadyApplied: ["20261130000000_init"] });
+  });
+
+  it("are recorded in Prisma's _prisma_migrations table with Prisma's checksum", async () => {
+    const schema = freshSchema();
+    await migrate(withSchema(TEST_DATABASE_URL, schema));
+    const rows = await query<{ migration_name: string; checksum: string; finished_at: Date | null; applied_steps_count: number }>(
+      schema,
+      `SELECT migration_name, checksum, finished_at, applied_steps_count FROM "_prisma_migrations"`,
+    );
+    const sql = await readFile(join(MIGRATIONS_DIR, "20261130000000_init", "migration.sql"));
+    expect(rows).toEqual([
+      {
+        migration_name: "20261130000000_init",
+        checksum: createHash("sha256").update(sql).digest("hex"),
+        finished_at: expect.any(Date),
+        applied_steps_count: 1,
+      },
+    ]);
+  });
+
+  it("two processes migrating at once apply each migration exactly once", async () => {
+    const url = withSchema(TEST_DATABASE_URL, freshSchema());
+    const results = await Promise.all([migrate(url), migrate(url), migrate(url)]);
+    expect(results.flatMap((r) => r.applied)).toEqual(["20261130000000_init"]);
+  });
+
+  it("refuse to run when an applied migration was edited afterwards", async () => {
+    const url = withSchema(TEST_DATABASE_URL, freshSchema());
+    const dir = await mkdtemp(join(tmpdir(), "migrations-"));
+    await cp(MIGRATIONS_DIR, dir, { recursive: true });
+    await migrate(url, { dir });
+    const file = join(dir, "20261130000000_init", "migration.sql");
+    await writeFile(file, `${await readFile(file, "utf8")}\n-- edited\n`);
+    await expect(migrate(url, { dir })).rejects.toThrow(/edited after it was applied/);
+  });
+
+  it("a failing migration is rolled back whole and reported by name", async () => {
+    const url = withSchema(TEST_DATABASE_URL, freshSchema());
+    const dir = await mkdtemp(join(tmpdir(), "migrations-"));
+    await cp(MIGRATIONS_DIR, dir, { recursive: true });
+    await migrate(url, { dir });
+    const broken = join(dir, "20261201000000_broken");
+    await cp(join(dir, "20261130000000_init"), broken, { recursive: true });
+    await writeFile(join(broken, "migration.sql"), `CREATE TABLE "half_done" ("id" INT);\nSELECT no_such_function();\n`);
+    await expect(migrate(url, { dir })).rejects.toThrow(/20261201000000_broken failed/);
+    const schema = new URL(url).searchParams.get("schema")!;
+    expect(await query(schema, `SELECT to_regclass('half_done') AS t`)).toEqual([{ t: null }]);
+  });
+
+  it("match schema.prisma: every model and field round-trips through the Prisma client", async () => {
+    const url = withSchema(TEST_DATABASE_URL, freshSchema());
+    await migrate(url);
+    const db = createDb(url, { poolSize: 2 });
+    try {
+      const contact = await db.contact.create({ data: { waId: "15550001111", name: "Ana" } });
+      const conversation = await db.conversation.create({
+        data: { phoneNumberId: "106540352242922", contactId: contact.id, lastInboundAt: new Date() },
+      });
+      const reply = await db.reply.create({
+        data: { conversationId: conversation.id, state: "ready", text: "hola", model: "claude-haiku-4-5", inputTokens: 10, outputTokens: 5, sentAt: new Date() },
+      });
+      await db.inboundMessage.create({
+        data: { wamid: "wamid.M1", conversationId: conversation.id, type: "text", text: "hi", sentAt: new Date(), payload: { a: [1, "é"] }, replyId: reply.id, skipReason: null },
+      });
+      await db.outboundMessage.create({
+        data: { replyId: reply.id, seq: 0, text: "hola", sendState: "accepted", wamid: "wamid.O1", status: "read", statusRank: 3, statusAt: new Date(), acceptedAt: new Date() },
+      });
+      await db.deadLetter.create({
+        data: { conversationId: conversation.id, replyId: reply.id, dedupKey: "k1", source: "graph", code: "131047", reason: "r", detail: { x: 1 }, attempts: 2, state: "open", actedBy: "api", actedAt: new Date(), note: "n" },
+      });
+      const loaded = await db.conversation.findUniqueOrThrow({
+        where: { phoneNumberId_contactId: { phoneNumberId: "106540352242922", contactId: contact.id } },
+        include: { contact: true, messages: true, replies: { include: { parts: true, deadLetters: true, messages: true } }, deadLetters: true },
+      });
+      expect(loaded.contact.name).toBe("Ana");
+      expect(loaded.messages[0]).toMatchObject({ wamid: "wamid.M1", payload: { a: [1, "é"] }, replyId: reply.id });
+      expect(loaded.replies[0]!.parts[0]).toMatchObject({ wamid: "wamid.O1", sendState: "accepted", statusRank: 3 });
+      expect(loaded.replies[0]!.deadLetters[0]).toMatchObject({ code: "131047", state: "open", detail: { x: 1 } });
+      await expect(
+        db.inboundMessage.create({ data: { wamid: "wamid.M1", conversationId: conversation.id, type: "text", sentAt: new Date(), payload: {} } }),
+      ).rejects.toMatchObject({ code: "P2002" });
+    } finally {
+      await db.$disconnect();
+    }
+  });
+});

@@ -1,0 +1,271 @@
+import { spawn } from "node:child_process";
+import { afterEach, describe, expect, it } from "vitest";
+import { anthropicError } from "./support/fake-anthropic.ts";
+import { graphError } from "./support/fake-graph.ts";
+import { eventually, type Harness, type HarnessOptions, settle, startHarness } from "./support/harness.ts";
+import { PHONE_NUMBER_ID, statusWebhook, textWebhook } from "./support/webhook-bodies.ts";
+
+/** The worker side of DESIGN.md §2 end to end: laws 4, 5, 6, 7 and 8. */
+
+let harnesses: Harness[] = [];
+async function harness(options?: HarnessOptions): Promise<Harness> {
+  const h = await startHarness(options);
+  harnesses.push(h);
+  return h;
+}
+afterEach(async () => {
+  await Promise.all(harnesses.map((h) => h.close()));
+  harnesses = [];
+});
+
+const openDeadLetters = (h: Harness) => h.db.deadLetter.findMany({ where: { state: "open" } });
+
+describe("a text message", () => {
+  it("gets one reply from Claude, sent from the number that received it, tagged with our reply part id", async () => {
+    const h = await harness();
+    const { body, wamids } = textWebhook({ text: "Do you ship to Lisbon?", from: "351912345678" });
+    expect((await h.deliver(body)).statusCode).toBe(200);
+
+    await eventually(() => h.graph.sends.length === 1, "the reply to be sent");
+    const send = h.graph.sends[0]!;
+    expect(send.path).toBe(`/v24.0/${PHONE_NUMBER_ID}/messages`);
+    expect(send.authorization).toBe("Bearer test-access-token");
+    expect(send.body).toMatchObject({ messaging_product: "whatsapp", to: "351912345678", type: "text", text: { body: "Reply #1" } });
+    expect(h.claude.requests).toHaveLength(1);
+    expect(h.claude.userText(0)).toContain("Do you ship to Lisbon?");
+
+    const part = await h.db.outboundMessage.findFirstOrThrow({ include: { reply: true } });
+    expect(send.body.biz_opaque_callback_data).toBe(part.id);
+    expect(part).toMatchObject({ sendState: "accepted", wamid: "wamid.OUT1", text: "Reply #1" });
+    await eventually(async () => (await h.db.reply.findFirst({ where: { state: "sent" } })) !== null, "the reply to be marked sent");
+    const message = await h.db.inboundMessage.findUniqueOrThrow({ where: { wamid: wamids[0] } });
+    expect(message.replyId).toBe(part.replyId);
+  });
+
+  it("is marked read with a typing indicator before the reply", async () => {
+    const h = await harness();
+    const { body, wamids } = textWebhook({ text: "hi" });
+    await h.deliver(body);
+    await eventually(() => h.graph.sends.length === 1, "the reply");
+    expect(h.graph.readReceipts.map((r) => r.body)).toEqual([
+      { messaging_product: "whatsapp", status: "read", message_id: wamids[0], typing_indicator: { type: "text" } },
+    ]);
+    const receiptAt = h.graph.requests.indexOf(h.graph.readReceipts[0]!);
+    expect(receiptAt).toBeLessThan(h.graph.requests.indexOf(h.graph.sends[0]!));
+  });
+
+  it("is still answered when the read receipt fails", async () => {
+    const h = await harness();
+    h.graph.failReadReceipts = true;
+    await h.deliver(textWebhook({ text: "hello" }).body);
+    await eventually(() => h.graph.sends.length === 1, "the reply");
+    expect(h.graph.readReceipts).toHaveLength(1);
+  });
+});
+
+describe("one AI call per answer (law 4) and one send per reply (law 5)", () => {
+  it("the same wamid delivered 5 times concurrently gets one Claude call and one send", async () => {
+    const h = await harness();
+    const { body } = textWebhook({ text: "price?" });
+    const answers = await Promise.all(Array.from({ length: 5 }, () => h.deliver(body)));
+    expect(answers.map((a) => a.statusCode)).toEqual([200, 200, 200, 200, 200]);
+    await eventually(() => h.graph.sends.length === 1, "the reply");
+    await settle();
+    expect(h.claude.requests).toHaveLength(1);
+    expect(h.graph.sends).toHaveLength(1);
+    expect(await h.db.inboundMessage.count()).toBe(1);
+  });
+
+  it("a redelivery after the Redis claim was lost is stopped by Postgres: no second reply", async () => {
+    const h = await harness();
+    const { body } = textWebhook({ text: "first" });
+    await h.deliver(body);
+    await eventually(() => h.graph.sends.length === 1, "the reply");
+    const claims = await h.redis.keys(`${h.prefix}:claim:*`);
+    await h.redis.del(...claims); // as if Redis lost the key (eviction, failover)
+    // The inbound job id is derived from the wamid; remove the finished job so BullMQ accepts it again.
+    await h.queues.inbound.clean(0, 1000, "completed");
+    expect((await h.deliver(body)).statusCode).toBe(200);
+    await eventually(async () => (await h.queues.inbound.getJobCounts("completed")).completed === 1, "the redelivery to be processed");
+    await settle();
+    expect(h.claude.requests).toHaveLength(1);
+    expect(h.graph.sends).toHaveLength(1);
+  });
+
+  it("Graph 500, 500, then 200 → one send and one Claude call", async () => {
+    const h = await harness();
+    h.graph.answerSends({ status: 500, body: graphError(131000, "Something went wrong") }, { status: 500 });
+    const { body } = textWebhook({ text: "are you open?" });
+    await h.deliver(body);
+    await eventually(async () => (await h.db.reply.count({ where: { state: "sent" } })) === 1, "the reply to be sent");
+    expect(h.graph.sends).toHaveLength(3); // two refused attempts, one accepted
+    expect(h.claude.requests).toHaveLength(1);
+    expect(await h.db.outboundMessage.count({ where: { sendState: "accepted" } })).toBe(1);
+    expect(await openDeadLetters(h)).toHaveLength(0);
+  });
+
+  it("a worker process killed mid-send: the job runs again and sends the stored draft without asking Claude again", async () => {
+    const h = await harness({ workers: 0, env: { JOB_LOCK_MS: "1000", GRAPH_TIMEOUT_MS: "30000" } });
+    h.graph.answerSends({ hang: true }); // Meta never answers: the worker is mid-send when it dies
+    const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts", "worker"], {
+      env: { ...process.env, ...h.env, LOG_LEVEL: "silent" },
+      stdio: "ignore",
+    });
+    try {
+      await h.deliver(textWebhook({ text: "hello" }).body);
+      await eventually(async () => h.db.outboundMessage.findFirst({ where: { sendState: "sending" } }), "the worker process to start and begin the send", 60_000);
+    } finally {
+      child.kill("SIGKILL");
+    }
+    await new Promise((resolve) => child.once("exit", resolve));
+    expect(await h.db.reply.findFirstOrThrow()).toMatchObject({ state: "ready", text: "Reply #1" });
+
+    h.startWorkers(); // another worker picks up the stalled job once its lock expires
+    await eventually(async () => (await h.db.reply.count({ where: { state: "sent" } })) === 1, "the stored draft to be sent", 15_000);
+    expect(h.claude.requests).toHaveLength(1);
+    expect(h.graph.sentTexts).toEqual(["Reply #1", "Reply #1"]); // the unconfirmed send, then the resend (law 5's window)
+  }, 90_000);
+
+  it("a send whose answer was lost is reconciled from the status webhook and not sent again", async () => {
+    const h = await harness({ env: { GRAPH_TIMEOUT_MS: "300", RETRY_BASE_DELAY_MS: "1500", RETRY_MAX_DELAY_MS: "1500" } });
+    h.graph.answerSends({ hang: true });
+    const { body } = textWebhook({ text: "hello" });
+    await h.deliver(body);
+    // Meta took the message but our client timed out: the part stays "sending" without a wamid.
+    const part = await eventually(
+      async () => h.db.outboundMessage.findFirst({ where: { sendState: "sending", wamid: null } }),
+      "the send to time out",
+    );
+    await eventually(async () => (await h.queues.reply.getJobCounts("delayed")).delayed === 1, "the retry to be scheduled");
+    expect((await h.deliver(statusWebhook({ id: "wamid.LOST1", status: "sent", biz_opaque_callback_data: part.id }))).statusCode).toBe(200);
+    await eventually(async () => (await h.db.reply.count({ where: { state: "sent" } })) === 1, "the retry to finish the reply");
+    expect(h.graph.sends).toHaveLength(1);
+    expect(await h.db.outboundMessage.findUniqueOrThrow({ where: { id: part.id } })).toMatchObject({ wamid: "wamid.LOST1", sendState: "accepted" });
+  });
+});
+
+describe("errors decide their fate (law 7)", () => {
+  it("Graph 131047 makes a dead letter with that code at once, with no retry", async () => {
+    const h = await harness();
+    h.graph.answerSends({ status: 400, body: graphError(131047, "Re-engagement message", "24 hours have passed") });
+    const { body } = textWebhook({ text: "hello?" });
+    await h.deliver(body);
+    const [letter] = await eventually(async () => {
+      const rows = await openDeadLetters(h);
+      return rows.length === 1 ? rows : null;
+    }, "a dead letter");
+    expect(letter).toMatchObject({ source: "graph", code: "131047", attempts: 1 });
+    expect(letter!.reason).toMatch(/24 hours/);
+    expect(letter!.detail).toMatchObject({ details: "24 hours have passed", fbtraceId: "AbCdEfGh123", httpStatus: 400 });
+    await settle();
+    expect(h.graph.sends).toHaveLength(1);
+    expect(h.claude.requests).toHaveLength(1);
+    expect(await h.db.reply.findFirstOrThrow()).toMatchObject({ state: "dead", text: "Reply #1" });
+  });
+
+  it("Graph 5xx on every attempt ends in a dead letter once the attempts are spent", async () => {
+    const h = await harness({ env: { JOB_ATTEMPTS: "3" } });
+    h.graph.answerSends(...Array.from({ length: 3 }, () => ({ status: 503 })));
+    await h.deliver(textWebhook({ text: "hello" }).body);
+    const [letter] = await eventually(async () => {
+      const rows = await openDeadLetters(h);
+      return rows.length === 1 ? rows : null;
+    }, "a dead letter");
+    expect(letter).toMatchObject({ source: "graph", code: "http_503", attempts: 3 });
+    expect(h.graph.sends).toHaveLength(3);
+    expect(h.claude.requests).toHaveLength(1);
+  });
+
+  it("Meta's pair rate limit (131056) is retried, not dead-lettered", async () => {
+    const h = await harness();
+    h.graph.answerSends({ status: 400, body: graphError(131056, "(Business Account, Consumer Account) pair rate limit hit") });
+    await h.deliver(textWebhook({ text: "hello" }).body);
+    // Meta asks for ≥ 6 s between messages to one user; the retry honours it.
+    await eventually(async () => (await h.db.reply.count({ where: { state: "sent" } })) === 1, "the retried reply", 15_000);
+    expect(h.graph.sends).toHaveLength(2);
+    expect(await openDeadLetters(h)).toHaveLength(0);
+  });
+
+  it("Anthropic 529 twice, then OK → one reply", async () => {
+    const h = await harness();
+    h.claude.answer({ status: 529 }, { status: 529 });
+    await h.deliver(textWebhook({ text: "hello" }).body);
+    await eventually(() => h.graph.sends.length === 1, "the reply");
+    await settle();
+    expect(h.claude.requests).toHaveLength(3);
+    expect(h.graph.sentTexts).toEqual(["Reply #3"]);
+    expect(await openDeadLetters(h)).toHaveLength(0);
+  });
+
+  it("Anthropic 400 → a dead letter without a draft, and Claude is not asked again", async () => {
+    const h = await harness();
+    h.claude.answer({ status: 400, body: anthropicError(400) });
+    await h.deliver(textWebhook({ text: "hello" }).body);
+    const [letter] = await eventually(async () => {
+      const rows = await openDeadLetters(h);
+      return rows.length === 1 ? rows : null;
+    }, "a dead letter");
+    expect(letter).toMatchObject({ source: "anthropic", code: "400" });
+    expect(letter!.reason).toMatch(/invalid_request_error/);
+    await settle();
+    expect(h.claude.requests).toHaveLength(1);
+    expect(h.graph.sends).toHaveLength(0);
+    expect(await h.db.reply.findFirstOrThrow()).toMatchObject({ state: "dead", text: null });
+  });
+});
+
+describe("one conversation, one voice at a time (law 8)", () => {
+  it("a burst of 3 messages gets one reply that saw all three", async () => {
+    const h = await harness({ env: { REPLY_DEBOUNCE_MS: "400" } });
+    for (const text of ["Hi", "I ordered yesterday", "where is my parcel?"]) {
+      expect((await h.deliver(textWebhook({ text }).body)).statusCode).toBe(200);
+    }
+    await eventually(() => h.graph.sends.length === 1, "the reply");
+    await settle(800);
+    expect(h.claude.requests).toHaveLength(1);
+    expect(h.graph.sends).toHaveLength(1);
+    const seen = h.claude.userText(0);
+    for (const text of ["Hi", "I ordered yesterday", "where is my parcel?"]) expect(seen).toContain(text);
+  });
+
+  it("never generates two replies of one conversation at once, across worker processes", async () => {
+    const h = await harness({ workers: 3, env: { REPLY_DEBOUNCE_MS: "0" } });
+    h.claude.latencyMs = 300;
+    for (let i = 0; i < 6; i++) {
+      await h.deliver(textWebhook({ text: `message ${i}` }).body);
+      await settle(60);
+    }
+    await eventually(async () => (await h.db.inboundMessage.count({ where: { replyId: null } })) === 0 && h.claude.inFlight === 0, "every message answered");
+    await eventually(async () => (await h.db.reply.count({ where: { state: { not: "sent" } } })) === 0, "every reply sent");
+    expect(h.claude.maxInFlight).toBe(1);
+    expect(h.claude.requests.length).toBeGreaterThanOrEqual(2);
+    // Each later reply saw the earlier answers: replies went out in order.
+    const sent = await h.db.reply.findMany({ orderBy: { sentAt: "asc" } });
+    expect(sent.map((r) => r.createdAt.getTime())).toEqual([...sent.map((r) => r.createdAt.getTime())].sort((a, b) => a - b));
+  });
+
+  it("different conversations are answered concurrently", async () => {
+    const h = await harness({ env: { REPLY_DEBOUNCE_MS: "0" } });
+    h.claude.latencyMs = 300;
+    await Promise.all(["111", "222", "333", "444"].map((from) => h.deliver(textWebhook({ text: "hi", from }).body)));
+    await eventually(() => h.graph.sends.length === 4, "four replies");
+    expect(h.claude.maxInFlight).toBeGreaterThan(1);
+    expect(new Set(h.graph.sends.map((s) => s.body.to))).toEqual(new Set(["111", "222", "333", "444"]));
+  });
+});
+
+describe("a long reply", () => {
+  it("is split into WhatsApp-sized messages, sent in order, none broken inside a character", async () => {
+    const h = await harness();
+    const long = `${"Olá 👋🏽 ".repeat(700)}\n\n${"fim. ".repeat(400)}`;
+    h.claude.answer({ text: long });
+    await h.deliver(textWebhook({ text: "tell me everything" }).body);
+    await eventually(async () => (await h.db.reply.count({ where: { state: "sent" } })) === 1, "the reply");
+    expect(h.graph.sends.length).toBeGreaterThan(1);
+    for (const text of h.graph.sentTexts) {
+      expect(text.length).toBeLessThanOrEqual(4096);
+      expect(text).not.toMatch(/[\ud800-\udbff]$/);
+    }
+    expect(h.graph.sentTexts.join(" ").replace(/\s+/g, " ")).toBe(long.trim().replace(/\s+/g, " "));
+  });
+});
