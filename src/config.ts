@@ -89,6 +89,9 @@ const envSchema = z.object({
   SHUTDOWN_TIMEOUT_MS: int("SHUTDOWN_TIMEOUT_MS", 25_000, 0, 600_000),
 });
 
+/** Every variable the configuration reads, for keeping .env.example in step. */
+export const ENV_VARIABLES: readonly string[] = Object.keys(envSchema.shape);
+
 export interface Config {
   readonly port: number;
   readonly host: string;

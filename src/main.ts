@@ -1,3 +1,4 @@
+import { existsSync } from "node:fs";
 import { ClaudeClient } from "./ai/claude.ts";
 import { buildApp } from "./app.ts";
 import { ConfigError, loadConfig, type Config } from "./config.ts";
@@ -19,6 +20,8 @@ import { GraphClient } from "./whatsapp/graph-client.ts";
 type Role = "all" | "web" | "worker" | "migrate";
 
 async function main(): Promise<void> {
+  // A local .env is a convenience for one-machine setups; real deployments set the environment.
+  if (existsSync(".env")) process.loadEnvFile(".env");
   const role = (process.argv[2] ?? "all") as Role;
   if (!["all", "web", "worker", "migrate"].includes(role)) {
     console.error(`unknown role "${role}": use all, web, worker or migrate`);

@@ -1,6 +1,7 @@
 import { spawnSync } from "node:child_process";
+import { readFile } from "node:fs/promises";
 import { describe, expect, it } from "vitest";
-import { ConfigError, loadConfig } from "../src/config.ts";
+import { ConfigError, ENV_VARIABLES, loadConfig } from "../src/config.ts";
 import { testEnv } from "./support/harness.ts";
 
 function problemsOf(env: Record<string, string | undefined>): string[] {
@@ -57,5 +58,13 @@ describe("configuration", () => {
     expect(result.status).toBe(1);
     expect(result.stderr).toContain("WHATSAPP_ACCESS_TOKEN is required");
     expect(result.stderr).toContain("PORT must be an integer");
+  });
+});
+
+describe(".env.example", () => {
+  it("documents exactly the variables the configuration reads", async () => {
+    const example = await readFile(".env.example", "utf8");
+    const documented = [...example.matchAll(/^#?\s*([A-Z][A-Z0-9_]+)=/gm)].map((m) => m[1]);
+    expect([...new Set(documented)].sort()).toEqual([...ENV_VARIABLES].sort());
   });
 });
