@@ -3,6 +3,7 @@ import { adminRoutes } from "./admin/routes.ts";
 import type { Config } from "./config.ts";
 import type { Db } from "./db/client.ts";
 import { healthRoutes } from "./http/health.ts";
+import { type Metrics, metricsRoutes } from "./http/metrics.ts";
 import type { Logger } from "./logger.ts";
 import type { Queues } from "./queue/queues.ts";
 import type { Redis } from "ioredis";
@@ -14,6 +15,7 @@ export interface AppDeps {
   redis: Redis;
   queues: Queues;
   db: Db;
+  metrics: Metrics;
 }
 
 /** The web role as a value: tests call this and use inject(); only main.ts listens. */
@@ -33,6 +35,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   });
 
   app.register(healthRoutes({ redis: deps.redis, db: deps.db }));
+  app.register(metricsRoutes({ metrics: deps.metrics, queues: deps.queues, db: deps.db }));
   app.register(
     webhookRoutes({
       redis: deps.redis,
@@ -41,6 +44,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
       appSecret: deps.config.whatsapp.appSecret,
       claim: deps.config.claim,
       keyPrefix: deps.config.queuePrefix,
+      metrics: deps.metrics,
     }),
   );
   app.register(adminRoutes({ db: deps.db, queues: deps.queues, adminToken: deps.config.adminToken }));

@@ -4,6 +4,7 @@ import { buildApp } from "./app.ts";
 import { ConfigError, loadConfig, type Config } from "./config.ts";
 import { createDb } from "./db/client.ts";
 import { migrate } from "./db/migrate.ts";
+import { createMetrics } from "./http/metrics.ts";
 import { startWorkers, type Workers } from "./jobs/workers.ts";
 import { createLogger, type Logger } from "./logger.ts";
 import { closeQueues, createQueues } from "./queue/queues.ts";
@@ -55,7 +56,8 @@ async function run(role: Exclude<Role, "migrate">, config: Config, logger: Logge
   redis.on("error", (error) => logger.warn({ event: "redis.error", err: error }, "redis connection error"));
   const queues = createQueues(redis, { prefix: config.queuePrefix, attempts: config.jobs.attempts, replyDebounceMs: config.jobs.replyDebounceMs });
 
-  const app = role !== "worker" ? buildApp({ config, logger, redis, queues, db }) : undefined;
+  const metrics = createMetrics({ defaultMetrics: true });
+  const app = role !== "worker" ? buildApp({ config, logger, redis, queues, db, metrics }) : undefined;
   let workers: Workers | undefined;
   let workerRedis: ReturnType<typeof createWorkerRedis> | undefined;
 
@@ -81,6 +83,7 @@ async function run(role: Exclude<Role, "migrate">, config: Config, logger: Logge
       concurrency: { reply: config.jobs.replyConcurrency, inbound: config.jobs.inboundConcurrency },
       lockMs: config.jobs.lockMs,
       retry: { baseDelayMs: config.jobs.retryBaseDelayMs, maxDelayMs: config.jobs.retryMaxDelayMs },
+      metrics,
     });
     redisPersistenceWarnings(workerRedis).then(
       (warnings) => warnings.forEach((w) => logger.warn({ event: "redis.config_warning" }, w)),

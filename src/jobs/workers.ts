@@ -1,5 +1,6 @@
 import { type Job, Worker } from "bullmq";
 import type { Redis } from "ioredis";
+import type { Metrics } from "../http/metrics.ts";
 import type { Logger } from "../logger.ts";
 import { QUEUE_NAMES, type InboundJobData, type ReplyJobData, type StatusJobData } from "../queue/queues.ts";
 import { processInbound, type InboundDeps } from "./inbound.ts";
@@ -14,6 +15,7 @@ export type WorkerDeps = InboundDeps &
     concurrency: { reply: number; inbound: number };
     lockMs: number;
     retry: RetryDelaySettings;
+    metrics: Metrics;
   };
 
 export interface Workers {
@@ -42,7 +44,11 @@ export function startWorkers(deps: WorkerDeps): Workers {
     }),
   ];
   for (const worker of all) {
+    worker.on("completed", (_job, result: unknown) => {
+      deps.metrics.jobs.inc({ queue: worker.name, outcome: typeof result === "string" ? result : "done" });
+    });
     worker.on("failed", (job, error) => {
+      deps.metrics.jobs.inc({ queue: worker.name, outcome: "failed" });
       const final = job ? job.attemptsMade >= (job.opts.attempts ?? 1) : true;
       deps.logger[final ? "error" : "warn"](
         { event: final ? "job.failed" : "job.retrying", queue: worker.name, job: job?.id, attempt: job?.attemptsMade, err: error },

@@ -1,4 +1,5 @@
 import type { FastifyInstance, FastifyPluginAsync } from "fastify";
+import type { Metrics } from "../http/metrics.ts";
 import type { Redis } from "ioredis";
 import { enqueueInbound, enqueueStatus, type Queues } from "../queue/queues.ts";
 import { claimAndEnqueue, type ClaimSettings } from "./claim.ts";
@@ -12,6 +13,7 @@ export interface WebhookDeps {
   appSecret: string;
   claim: ClaimSettings;
   keyPrefix: string;
+  metrics: Metrics;
 }
 
 /** Meta's payloads are up to 3 MB (WHATSAPP.md §4); a little headroom, then 413. */
@@ -60,6 +62,7 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
       const results = await Promise.allSettled(
         items.map(async (item) => {
           if (item.kind === "ignored") {
+            deps.metrics.webhookItems.inc({ kind: "ignored", outcome: "ignored" });
             request.log.info({ event: "webhook.ignored", reason: item.reason, where: item.where }, "item ignored");
             return;
           }
@@ -69,7 +72,11 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
               : `${deps.keyPrefix}:claim:st:${item.status.id}:${item.status.status}`;
           const outcome = await claimAndEnqueue(deps.redis, key, deps.claim, () =>
             item.kind === "message" ? enqueueInbound(deps.queues, item) : enqueueStatus(deps.queues, item),
-          );
+          ).catch((error: unknown) => {
+            deps.metrics.webhookItems.inc({ kind: item.kind, outcome: "failed" });
+            throw error;
+          });
+          deps.metrics.webhookItems.inc({ kind: item.kind, outcome });
           const id = item.kind === "message" ? item.message.id : item.status.id;
           request.log.info({ event: outcome === "duplicate" ? "webhook.duplicate" : "webhook.enqueued", kind: item.kind, wamid: id }, outcome);
         }),

@@ -8,6 +8,7 @@ import { buildApp } from "../../src/app.ts";
 import { type Config, loadConfig } from "../../src/config.ts";
 import { createDb, type Db } from "../../src/db/client.ts";
 import { migrate } from "../../src/db/migrate.ts";
+import { createMetrics } from "../../src/http/metrics.ts";
 import { startWorkers, type Workers } from "../../src/jobs/workers.ts";
 import { closeQueues, createQueues, type Queues } from "../../src/queue/queues.ts";
 import { createFailFastRedis, createWorkerRedis } from "../../src/queue/redis.ts";
@@ -96,7 +97,8 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
   redis.on("error", () => undefined);
   await waitForReady(redis);
   const queues = createQueues(redis, { prefix, attempts: config.jobs.attempts, replyDebounceMs: config.jobs.replyDebounceMs });
-  const app = buildApp({ config, logger, redis, queues, db });
+  const metrics = createMetrics();
+  const app = buildApp({ config, logger, redis, queues, db, metrics });
   await app.ready();
 
   let running: { workers: Workers; connection: Redis }[] = [];
@@ -132,6 +134,7 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
           concurrency: { reply: config.jobs.replyConcurrency, inbound: config.jobs.inboundConcurrency },
           lockMs: config.jobs.lockMs,
           retry: { baseDelayMs: config.jobs.retryBaseDelayMs, maxDelayMs: config.jobs.retryMaxDelayMs },
+          metrics,
         });
         running.push({ workers, connection });
       }

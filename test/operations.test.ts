@@ -1,0 +1,60 @@
+import pino from "pino";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { buildApp } from "../src/app.ts";
+import { createDb } from "../src/db/client.ts";
+import { createMetrics } from "../src/http/metrics.ts";
+import { graphError } from "./support/fake-graph.ts";
+import { eventually, type Harness, startHarness } from "./support/harness.ts";
+import { textWebhook } from "./support/webhook-bodies.ts";
+
+let h: Harness;
+beforeAll(async () => {
+  h = await startHarness();
+});
+afterAll(async () => h?.close());
+
+describe("health", () => {
+  it("/healthz answers while the process is alive", async () => {
+    const res = await h.app.inject({ method: "GET", url: "/healthz" });
+    expect(res.statusCode).toBe(200);
+  });
+
+  it("/readyz answers 200 when Redis and Postgres both answer", async () => {
+    const res = await h.app.inject({ method: "GET", url: "/readyz" });
+    expect(res.statusCode).toBe(200);
+    expect(res.json()).toEqual({ ok: true, redis: true, postgres: true });
+  });
+
+  it("/readyz answers 503 naming Postgres when the database is unreachable", async () => {
+    const db = createDb("postgresql://postgres@127.0.0.1:1/none");
+    const app = buildApp({ config: h.config, logger: pino({ level: "silent" }), redis: h.redis, queues: h.queues, db, metrics: createMetrics() });
+    try {
+      const res = await app.inject({ method: "GET", url: "/readyz" });
+      expect(res.statusCode).toBe(503);
+      expect(res.json()).toEqual({ ok: false, redis: true, postgres: false });
+    } finally {
+      await app.close();
+      await db.$disconnect();
+    }
+  });
+});
+
+describe("/metrics", () => {
+  it("reports webhook items, finished jobs, queue depths and open dead letters in Prometheus text format", async () => {
+    h.graph.answerSends({ status: 400, body: graphError(131026, "Message undeliverable") });
+    await h.deliver(textWebhook({ text: "hi" }).body);
+    await eventually(async () => (await h.db.deadLetter.count()) === 1, "a dead letter");
+    await eventually(async () => {
+      const text = (await h.app.inject({ method: "GET", url: "/metrics" })).body;
+      return text.includes('wa_jobs_total{queue="reply",outcome="dead_lettered"} 1');
+    }, "the reply job to be counted");
+
+    const res = await h.app.inject({ method: "GET", url: "/metrics" });
+    expect(res.statusCode).toBe(200);
+    expect(res.headers["content-type"]).toMatch(/^text\/plain/);
+    expect(res.body).toContain('wa_webhook_items_total{kind="message",outcome="enqueued"} 1');
+    expect(res.body).toContain('wa_jobs_total{queue="inbound",outcome="done"} 1');
+    expect(res.body).toContain("wa_dead_letters_open 1");
+    expect(res.body).toMatch(/wa_queue_jobs\{queue="reply",state="completed"\} \d+/);
+  });
+});
