@@ -1,15 +1,13 @@
 import { existsSync } from "node:fs";
-import { ClaudeClient } from "./ai/claude.ts";
 import { buildApp } from "./app.ts";
 import { ConfigError, loadConfig, type Config } from "./config.ts";
 import { createDb } from "./db/client.ts";
 import { migrate } from "./db/migrate.ts";
 import { createMetrics } from "./http/metrics.ts";
-import { startWorkers, type Workers } from "./jobs/workers.ts";
+import { startConfiguredWorkers, type Workers } from "./jobs/workers.ts";
 import { createLogger, type Logger } from "./logger.ts";
 import { closeQueues, createQueues } from "./queue/queues.ts";
 import { createFailFastRedis, createWorkerRedis, redisPersistenceWarnings } from "./queue/redis.ts";
-import { GraphClient } from "./whatsapp/graph-client.ts";
 
 /**
  * The entry point, and the only module that reads process.env, opens ports and traps signals.
@@ -63,28 +61,7 @@ async function run(role: Exclude<Role, "migrate">, config: Config, logger: Logge
 
   if (role !== "web") {
     workerRedis = createWorkerRedis(config.redisUrl);
-    const graph = new GraphClient({
-      baseUrl: config.whatsapp.graphBaseUrl,
-      version: config.whatsapp.graphVersion,
-      accessToken: config.whatsapp.accessToken,
-      timeoutMs: config.whatsapp.graphTimeoutMs,
-    });
-    const claude = new ClaudeClient({ ...config.anthropic });
-    workers = startWorkers({
-      db,
-      queues,
-      graph,
-      claude,
-      logger,
-      connection: workerRedis,
-      prefix: config.queuePrefix,
-      historyMessages: config.anthropic.historyMessages,
-      replyDebounceMs: config.jobs.replyDebounceMs,
-      concurrency: { reply: config.jobs.replyConcurrency, inbound: config.jobs.inboundConcurrency },
-      lockMs: config.jobs.lockMs,
-      retry: { baseDelayMs: config.jobs.retryBaseDelayMs, maxDelayMs: config.jobs.retryMaxDelayMs },
-      metrics,
-    });
+    workers = startConfiguredWorkers(config, { db, queues, logger, metrics, connection: workerRedis });
     redisPersistenceWarnings(workerRedis).then(
       (warnings) => warnings.forEach((w) => logger.warn({ event: "redis.config_warning" }, w)),
       (error) => logger.warn({ event: "redis.config_unreadable", err: error }, "could not read Redis settings (CONFIG GET refused?)"),

@@ -34,10 +34,10 @@ describe("a text message", () => {
     expect(h.claude.requests).toHaveLength(1);
     expect(h.claude.userText(0)).toContain("Do you ship to Lisbon?");
 
-    const part = await h.db.outboundMessage.findFirstOrThrow({ include: { reply: true } });
+    await eventually(async () => (await h.db.reply.findFirst({ where: { state: "sent" } })) !== null, "the reply to be marked sent");
+    const part = await h.db.outboundMessage.findFirstOrThrow();
     expect(send.body.biz_opaque_callback_data).toBe(part.id);
     expect(part).toMatchObject({ sendState: "accepted", wamid: "wamid.OUT1", text: "Reply #1" });
-    await eventually(async () => (await h.db.reply.findFirst({ where: { state: "sent" } })) !== null, "the reply to be marked sent");
     const message = await h.db.inboundMessage.findUniqueOrThrow({ where: { wamid: wamids[0] } });
     expect(message.replyId).toBe(part.replyId);
   });
@@ -121,7 +121,7 @@ describe("one AI call per answer (law 4) and one send per reply (law 5)", () => 
     expect(await h.db.reply.findFirstOrThrow()).toMatchObject({ state: "ready", text: "Reply #1" });
 
     h.startWorkers(); // another worker picks up the stalled job once its lock expires
-    await eventually(async () => (await h.db.reply.count({ where: { state: "sent" } })) === 1, "the stored draft to be sent", 15_000);
+    await eventually(async () => (await h.db.reply.count({ where: { state: "sent" } })) === 1, "the stored draft to be sent", 30_000);
     expect(h.claude.requests).toHaveLength(1);
     expect(h.graph.sentTexts).toEqual(["Reply #1", "Reply #1"]); // the unconfirmed send, then the resend (law 5's window)
   }, 90_000);

@@ -18,6 +18,18 @@ const idParams = z.object({ id: z.uuid() });
 /** The staff API. The bearer token is attributed as "api" (people get their own sign-in later). */
 export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
   return async (app: FastifyInstance) => {
+    // Staff tools often send Content-Type: application/json with no body on a bare "discard";
+    // treat that as {} rather than refusing it. Malformed JSON is still a 400.
+    app.removeContentTypeParser("application/json");
+    app.addContentTypeParser("application/json", { parseAs: "string" }, (_request, body, done) => {
+      if (typeof body !== "string" || body.trim() === "") return done(null, {});
+      try {
+        done(null, JSON.parse(body));
+      } catch {
+        done(Object.assign(new Error("malformed JSON"), { statusCode: 400 }), undefined);
+      }
+    });
+
     app.addHook("onRequest", async (request, reply) => {
       const header = request.headers.authorization ?? "";
       const token = header.startsWith("Bearer ") ? header.slice("Bearer ".length) : "";

@@ -88,13 +88,13 @@ export async function resendDeadLetter(
   return db.$transaction(async (tx) => {
     const letter = await tx.deadLetter.findUnique({ where: { id }, include: { reply: { include: { parts: true } } } });
     if (!letter) return { ok: false, status: 404, error: "dead letter not found" };
+    const reply = letter.reply;
+    if (!reply) return { ok: false, status: 409, error: "dead letter has no reply to resend; discard it instead" };
     const won = await tx.deadLetter.updateMany({
       where: { id, state: "open" },
       data: { state: "resent", actedBy: input.actor, actedAt: new Date() },
     });
-    if (won.count === 0) return { ok: false, status: 409, error: `dead letter is already ${letter.state}` };
-    const reply = letter.reply;
-    if (!reply) return { ok: false, status: 409, error: "dead letter has no reply to resend" };
+    if (won.count === 0) return alreadyHandled(tx, id);
 
     const text = input.text ?? reply.text;
     // Parts Meta accepted and did not fail stay as history; everything else is sent anew.
@@ -122,14 +122,18 @@ export async function discardDeadLetter(
   id: string,
   input: { note?: string | undefined; actor: string },
 ): Promise<StaffActionResult> {
-  const letter = await db.deadLetter.findUnique({ where: { id }, select: { state: true } });
-  if (!letter) return { ok: false, status: 404, error: "dead letter not found" };
   const won = await db.deadLetter.updateMany({
     where: { id, state: "open" },
     data: { state: "discarded", actedBy: input.actor, actedAt: new Date(), note: input.note ?? null },
   });
-  if (won.count === 0) return { ok: false, status: 409, error: `dead letter is already ${letter.state}` };
-  return { ok: true };
+  return won.count === 1 ? { ok: true } : alreadyHandled(db, id);
+}
+
+/** Why a staff action lost: read after the conditional update, so a concurrent winner is seen. */
+async function alreadyHandled(db: Pick<Db, "deadLetter">, id: string): Promise<StaffActionResult> {
+  const letter = await db.deadLetter.findUnique({ where: { id }, select: { state: true, actedBy: true } });
+  if (!letter) return { ok: false, status: 404, error: "dead letter not found" };
+  return { ok: false, status: 409, error: `dead letter is already ${letter.state}${letter.actedBy ? ` by ${letter.actedBy}` : ""}` };
 }
 
 /** Undo a resend whose job could not be enqueued, so the item is not lost from the open list. */

@@ -1,8 +1,12 @@
 import { type Job, Worker } from "bullmq";
 import type { Redis } from "ioredis";
+import { ClaudeClient } from "../ai/claude.ts";
+import type { Config } from "../config.ts";
+import type { Db } from "../db/client.ts";
 import type { Metrics } from "../http/metrics.ts";
 import type { Logger } from "../logger.ts";
-import { QUEUE_NAMES, type InboundJobData, type ReplyJobData, type StatusJobData } from "../queue/queues.ts";
+import { QUEUE_NAMES, type InboundJobData, type Queues, type ReplyJobData, type StatusJobData } from "../queue/queues.ts";
+import { GraphClient } from "../whatsapp/graph-client.ts";
 import { processInbound, type InboundDeps } from "./inbound.ts";
 import { retryDelayMs, type RetryDelaySettings } from "./policy.ts";
 import { processReply, type ReplyDeps } from "./reply.ts";
@@ -21,6 +25,29 @@ export type WorkerDeps = InboundDeps &
 export interface Workers {
   all: Worker[];
   close(timeoutMs: number): Promise<void>;
+}
+
+/** The worker role as configured: its own Graph and Claude clients over the shared connections. */
+export function startConfiguredWorkers(
+  config: Config,
+  shared: { db: Db; queues: Queues; logger: Logger; metrics: Metrics; connection: Redis },
+): Workers {
+  return startWorkers({
+    ...shared,
+    graph: new GraphClient({
+      baseUrl: config.whatsapp.graphBaseUrl,
+      version: config.whatsapp.graphVersion,
+      accessToken: config.whatsapp.accessToken,
+      timeoutMs: config.whatsapp.graphTimeoutMs,
+    }),
+    claude: new ClaudeClient({ ...config.anthropic }),
+    prefix: config.queuePrefix,
+    historyMessages: config.anthropic.historyMessages,
+    replyDebounceMs: config.jobs.replyDebounceMs,
+    concurrency: { reply: config.jobs.replyConcurrency, inbound: config.jobs.inboundConcurrency },
+    lockMs: config.jobs.lockMs,
+    retry: { baseDelayMs: config.jobs.retryBaseDelayMs, maxDelayMs: config.jobs.retryMaxDelayMs },
+  });
 }
 
 export function startWorkers(deps: WorkerDeps): Workers {

@@ -47,10 +47,11 @@ export async function claimAndEnqueue(
     }
     const state = await redis.get(key);
     if (state === "done") return "duplicate";
-    // "pending": another request is mid-enqueue. Its 200 is not ours to give (law 3):
-    // wait briefly for "done", else let Meta deliver again. A vanished key means it failed
-    // and released the claim, so try to claim it ourselves.
-    if (state === "pending" && Date.now() >= deadline) throw new ClaimInFlightError(key);
-    if (state === "pending") await new Promise((resolve) => setTimeout(resolve, POLL_MS));
+    // A vanished key means the other request failed and released the claim: claim it ourselves.
+    if (state === null) continue;
+    // "pending" (or anything we did not write): another request is mid-enqueue, and its 200
+    // is not ours to give (law 3). Wait briefly for "done", else let Meta deliver again.
+    if (Date.now() >= deadline) throw new ClaimInFlightError(key);
+    await new Promise((resolve) => setTimeout(resolve, POLL_MS));
   }
 }

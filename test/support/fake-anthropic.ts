@@ -1,5 +1,5 @@
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import type { AddressInfo } from "node:net";
+import type { ServerResponse } from "node:http";
+import { LocalServer, sendJson } from "./local-server.ts";
 
 /**
  * A local stand-in for Anthropic's Messages API. The real Anthropic SDK calls it through
@@ -17,25 +17,24 @@ export type ClaudeAnswer = { status: number; body?: unknown } | { text: string }
 export class FakeAnthropic {
   readonly requests: ClaudeRequest[] = [];
   private readonly script: ClaudeAnswer[] = [];
-  private server: Server | undefined;
+  private readonly server = new LocalServer();
   inFlight = 0;
   maxInFlight = 0;
   /** Latency of every answer, to model Claude's seconds-long generations. */
   latencyMs = 0;
-  url = "";
   reply: (request: ClaudeRequest) => string = (request) => `Reply #${this.requests.indexOf(request) + 1}`;
 
+  get url(): string {
+    return this.server.url;
+  }
+
   async start(): Promise<this> {
-    this.server = createServer((req, res) => void this.handle(req, res));
-    this.server.keepAliveTimeout = 60_000;
-    await new Promise<void>((resolve) => this.server!.listen(0, "127.0.0.1", resolve));
-    this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+    await this.server.start((_req, body, res) => this.handle(body, res));
     return this;
   }
 
-  async stop(): Promise<void> {
-    this.server?.closeAllConnections();
-    await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
+  stop(): Promise<void> {
+    return this.server.stop();
   }
 
   answer(...answers: ClaudeAnswer[]): void {
@@ -52,10 +51,8 @@ export class FakeAnthropic {
       .join("\n");
   }
 
-  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const chunks: Buffer[] = [];
-    for await (const chunk of req) chunks.push(chunk as Buffer);
-    const request = JSON.parse(Buffer.concat(chunks).toString("utf8")) as ClaudeRequest;
+  private async handle(raw: Buffer, res: ServerResponse): Promise<void> {
+    const request = JSON.parse(raw.toString("utf8")) as ClaudeRequest;
     this.requests.push(request);
     this.inFlight++;
     this.maxInFlight = Math.max(this.maxInFlight, this.inFlight);
@@ -63,14 +60,14 @@ export class FakeAnthropic {
       if (this.latencyMs) await new Promise((r) => setTimeout(r, this.latencyMs));
       const scripted = this.script.shift();
       if (scripted && "status" in scripted) {
-        res.writeHead(scripted.status, { "content-type": "application/json", "request-id": "req_fake" });
-        res.end(JSON.stringify(scripted.body ?? anthropicError(scripted.status)));
+        sendJson(res, scripted.status, scripted.body ?? anthropicError(scripted.status), { "request-id": "req_fake" });
         return;
       }
       const text = scripted?.text ?? this.reply(request);
-      res.writeHead(200, { "content-type": "application/json", "request-id": "req_fake" });
-      res.end(
-        JSON.stringify({
+      sendJson(
+        res,
+        200,
+        {
           id: `msg_${this.requests.length}`,
           type: "message",
           role: "assistant",
@@ -79,7 +76,8 @@ export class FakeAnthropic {
           stop_reason: "end_turn",
           stop_sequence: null,
           usage: { input_tokens: 100, output_tokens: 20 },
-        }),
+        },
+        { "request-id": "req_fake" },
       );
     } finally {
       this.inFlight--;

@@ -1,5 +1,5 @@
-import { createServer, type IncomingMessage, type Server } from "node:http";
-import type { AddressInfo } from "node:net";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { LocalServer, sendJson as json } from "./local-server.ts";
 
 /**
  * A local stand-in for Meta's Graph API. Our real GraphClient talks to it over HTTP through
@@ -20,22 +20,22 @@ export type ScriptedAnswer =
 export class FakeGraph {
   readonly requests: RecordedRequest[] = [];
   private readonly script: ScriptedAnswer[] = [];
-  private server: Server | undefined;
+  private readonly server = new LocalServer();
   private counter = 0;
   /** Read receipts answer 500 while set: they are best effort and must never block a reply. */
   failReadReceipts = false;
-  url = "";
+
+  get url(): string {
+    return this.server.url;
+  }
 
   async start(): Promise<this> {
-    this.server = createServer((req, res) => void this.handle(req, res));
-    await new Promise<void>((resolve) => this.server!.listen(0, "127.0.0.1", resolve));
-    this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+    await this.server.start((req, body, res) => this.handle(req, body, res));
     return this;
   }
 
-  async stop(): Promise<void> {
-    this.server?.closeAllConnections();
-    await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
+  stop(): Promise<void> {
+    return this.server.stop();
   }
 
   /** Queue answers for the next text sends, in order; afterwards sends succeed again. */
@@ -56,10 +56,8 @@ export class FakeGraph {
     return this.requests.filter((r) => r.body.status === "read");
   }
 
-  private async handle(req: IncomingMessage, res: import("node:http").ServerResponse): Promise<void> {
-    const chunks: Buffer[] = [];
-    for await (const chunk of req) chunks.push(chunk as Buffer);
-    const text = Buffer.concat(chunks).toString("utf8");
+  private async handle(req: IncomingMessage, raw: Buffer, res: ServerResponse): Promise<void> {
+    const text = raw.toString("utf8");
     const body = (text ? JSON.parse(text) : {}) as Record<string, unknown>;
     this.requests.push({ method: req.method ?? "", path: req.url ?? "", authorization: req.headers.authorization, body });
 
@@ -89,9 +87,4 @@ export function graphError(code: number, message: string, details = ""): { error
       fbtrace_id: "AbCdEfGh123",
     },
   };
-}
-
-function json(res: import("node:http").ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
-  res.writeHead(status, { "content-type": "application/json", ...headers });
-  res.end(body === undefined ? "" : JSON.stringify(body));
 }

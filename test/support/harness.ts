@@ -3,18 +3,16 @@ import type { FastifyInstance, LightMyRequestResponse } from "fastify";
 import { Redis } from "ioredis";
 import pg from "pg";
 import pino from "pino";
-import { ClaudeClient } from "../../src/ai/claude.ts";
 import { buildApp } from "../../src/app.ts";
 import { type Config, loadConfig } from "../../src/config.ts";
 import { createDb, type Db } from "../../src/db/client.ts";
 import { migrate } from "../../src/db/migrate.ts";
 import { createMetrics } from "../../src/http/metrics.ts";
-import { startWorkers, type Workers } from "../../src/jobs/workers.ts";
+import { startConfiguredWorkers, type Workers } from "../../src/jobs/workers.ts";
 import { closeQueues, createQueues, type Queues } from "../../src/queue/queues.ts";
 import { createFailFastRedis, createWorkerRedis } from "../../src/queue/redis.ts";
 import { signMetaBody } from "../../src/webhook/signature.ts";
 import type { Logger } from "../../src/logger.ts";
-import { GraphClient } from "../../src/whatsapp/graph-client.ts";
 import { FakeAnthropic } from "./fake-anthropic.ts";
 import { FakeGraph } from "./fake-graph.ts";
 
@@ -116,26 +114,7 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
     startWorkers(count = Math.max(1, options.workers ?? 1)) {
       for (let i = 0; i < count; i++) {
         const connection = createWorkerRedis(config.redisUrl);
-        const workers = startWorkers({
-          db,
-          queues,
-          graph: new GraphClient({
-            baseUrl: config.whatsapp.graphBaseUrl,
-            version: config.whatsapp.graphVersion,
-            accessToken: config.whatsapp.accessToken,
-            timeoutMs: config.whatsapp.graphTimeoutMs,
-          }),
-          claude: new ClaudeClient({ ...config.anthropic }),
-          logger,
-          connection,
-          prefix,
-          historyMessages: config.anthropic.historyMessages,
-          replyDebounceMs: config.jobs.replyDebounceMs,
-          concurrency: { reply: config.jobs.replyConcurrency, inbound: config.jobs.inboundConcurrency },
-          lockMs: config.jobs.lockMs,
-          retry: { baseDelayMs: config.jobs.retryBaseDelayMs, maxDelayMs: config.jobs.retryMaxDelayMs },
-          metrics,
-        });
+        const workers = startConfiguredWorkers(config, { db, queues, logger, metrics, connection });
         running.push({ workers, connection });
       }
     },

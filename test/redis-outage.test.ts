@@ -1,0 +1,154 @@
+import { type ChildProcess, spawn } from "node:child_process";
+import { connect, createServer } from "node:net";
+import { tmpdir } from "node:os";
+import type { Queue } from "bullmq";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { eventually, type Harness, startHarness } from "./support/harness.ts";
+import { textWebhook } from "./support/webhook-bodies.ts";
+
+/**
+ * Law 2: 200 means safely enqueued. When Redis is gone the webhook must answer 5xx at once
+ * (so Meta delivers again), and once Redis is back the next delivery must succeed.
+ *
+ * The machine's shared Redis is used by every other test, so this file runs its own
+ * redis-server on a free port and stops and restarts that one.
+ */
+
+let port = 0;
+let redisServer: ChildProcess | undefined;
+let h: Harness | undefined;
+
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", resolve);
+  });
+  const address = server.address();
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  if (address === null || typeof address === "string") throw new Error("no port assigned");
+  return address.port;
+}
+
+/** True when something on the port answers PING with PONG. */
+function pings(onPort: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect({ host: "127.0.0.1", port: onPort });
+    let answer = "";
+    const done = (ok: boolean) => {
+      socket.destroy();
+      resolve(ok);
+    };
+    socket.setTimeout(500, () => done(false));
+    socket.once("error", () => done(false));
+    socket.once("connect", () => socket.write("PING\r\n"));
+    socket.on("data", (chunk) => {
+      answer += chunk.toString("utf8");
+      if (answer.includes("\r\n")) done(answer.startsWith("+PONG"));
+    });
+  });
+}
+
+const isRunning = (child: ChildProcess | undefined): child is ChildProcess =>
+  child !== undefined && child.exitCode === null && child.signalCode === null;
+
+async function startRedisServer(): Promise<void> {
+  const child = spawn(
+    "redis-server",
+    ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", tmpdir()],
+    { stdio: "ignore" },
+  );
+  redisServer = child;
+  let exited = false;
+  child.once("exit", () => {
+    exited = true;
+  });
+  await eventually(async () => {
+    if (exited) throw new Error(`redis-server on port ${port} exited at start-up`);
+    return pings(port);
+  }, `redis-server to accept connections on port ${port}`);
+}
+
+async function stopRedisServer(): Promise<void> {
+  const child = redisServer;
+  if (!isRunning(child)) return;
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  child.kill("SIGKILL");
+  await exited;
+}
+
+async function jobCount(queue: Queue): Promise<number> {
+  const counts = await queue.getJobCounts();
+  return Object.values(counts).reduce((sum, n) => sum + n, 0);
+}
+
+beforeAll(async () => {
+  port = await freePort();
+  await startRedisServer();
+  h = await startHarness({ workers: 0, env: { REDIS_URL: `redis://127.0.0.1:${port}` } });
+});
+
+afterAll(async () => {
+  try {
+    // Close while Redis is up, so nothing in close() waits on a connection that cannot come back.
+    if (h) {
+      if (!isRunning(redisServer)) await startRedisServer();
+      await eventually(() => h!.redis.status === "ready", "the app's Redis connection to be ready before closing");
+      await h.close();
+    }
+  } finally {
+    await stopRedisServer();
+  }
+});
+
+function harness(): Harness {
+  if (!h) throw new Error("harness not started");
+  return h;
+}
+
+describe("Redis outage on the web role (law 2)", () => {
+  it("Redis stopped → the webhook answers 503 quickly rather than hanging, and after Redis returns the next delivery is answered 200 and enqueued", async () => {
+    const h = harness();
+    expect(h.config.redisUrl).toBe(`redis://127.0.0.1:${port}`);
+
+    // Before the outage: a normal delivery.
+    const before = textWebhook({ text: "before the outage" });
+    expect((await h.deliver(before.body)).statusCode).toBe(200);
+    expect(await h.queues.inbound.getJob(`in.${before.wamids[0]}`)).toBeDefined();
+
+    // Redis dies. Meta delivers at once, perhaps before the app's connection has noticed:
+    // 503 (Meta will deliver again), promptly.
+    await stopRedisServer();
+    const during = textWebhook({ text: "during the outage" });
+    const started = Date.now();
+    const refused = await h.deliver(during.body);
+    const elapsedMs = Date.now() - started;
+    expect(refused.statusCode).toBe(503);
+    // It answers rather than hangs (the fail-fast connection: no offline queue).
+    expect(elapsedMs).toBeLessThan(10_000);
+
+    // Once the connection knows Redis is gone, deliveries are refused the same way.
+    await eventually(() => h.redis.status !== "ready", "the app to notice Redis is gone");
+    expect((await h.deliver(during.body)).statusCode).toBe(503);
+    expect((await h.deliver(textWebhook({ text: "still down" }).body)).statusCode).toBe(503);
+
+    // Redis comes back on the same address; the app reconnects by itself.
+    await startRedisServer();
+    await eventually(() => h.redis.status === "ready", "the app's Redis connection to be ready again", 15_000);
+
+    // Meta's redelivery of the refused message succeeds and its job is in the queue.
+    const redelivered = await h.deliver(during.body);
+    expect(redelivered.statusCode).toBe(200);
+    const job = await h.queues.inbound.getJob(`in.${during.wamids[0]}`);
+    expect(job?.data.message.text?.body).toBe("during the outage");
+    expect(await h.redis.get(`${h.prefix}:claim:msg:${during.wamids[0]}`)).toBe("done");
+
+    // And a brand-new message after the outage is enqueued as well.
+    const after = textWebhook({ text: "after the outage" });
+    expect((await h.deliver(after.body)).statusCode).toBe(200);
+    expect(await h.queues.inbound.getJob(`in.${after.wamids[0]}`)).toBeDefined();
+
+    // This Redis kept nothing across the restart (no persistence): exactly the two new jobs.
+    expect(await jobCount(h.queues.inbound)).toBe(2);
+  });
+});

@@ -1,0 +1,596 @@
+import { readFileSync } from "node:fs";
+import type { Queue } from "bullmq";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { WEBHOOK_BODY_LIMIT } from "../src/webhook/routes.ts";
+import { signMetaBody } from "../src/webhook/signature.ts";
+import {
+  eventually,
+  type Harness,
+  type HarnessOptions,
+  startHarness,
+  TEST_APP_SECRET,
+  TEST_VERIFY_TOKEN,
+} from "./support/harness.ts";
+import {
+  envelope,
+  messagesChange,
+  metaWire,
+  PHONE_NUMBER_ID,
+  statusChange,
+  statusWebhook,
+  textMessage,
+  textWebhook,
+  uniqueWamid,
+} from "./support/webhook-bodies.ts";
+
+/**
+ * The web role of DESIGN.md §2 through the real app, on real Redis and Postgres: laws 1, 2,
+ * 3, 9 and 11, and the GET verify handshake of WHATSAPP.md §1. Every harness here runs
+ * without workers, so whatever the webhook enqueues stays in the queue to be counted.
+ */
+
+const DAY_MS = 24 * 60 * 60 * 1000;
+const MB = 1024 * 1024;
+
+// ---------------------------------------------------------------------------------------------
+// helpers
+
+let harnesses: Harness[] = [];
+/** A web-only system (no workers): jobs stay where the webhook put them. */
+async function webOnly(options: Omit<HarnessOptions, "workers"> = {}): Promise<Harness> {
+  const h = await startHarness({ ...options, workers: 0 });
+  harnesses.push(h);
+  return h;
+}
+afterEach(async () => {
+  await Promise.all(harnesses.map((h) => h.close()));
+  harnesses = [];
+});
+
+async function jobCount(queue: Queue): Promise<number> {
+  const counts = await queue.getJobCounts();
+  return Object.values(counts).reduce((sum, n) => sum + n, 0);
+}
+
+/** Jobs in every queue of this system, by queue. */
+async function jobCounts(h: Harness): Promise<{ inbound: number; status: number; reply: number }> {
+  const [inbound, status, reply] = await Promise.all([jobCount(h.queues.inbound), jobCount(h.queues.status), jobCount(h.queues.reply)]);
+  return { inbound, status, reply };
+}
+
+async function jobIds(queue: Queue): Promise<string[]> {
+  const jobs = await queue.getJobs();
+  return jobs.map((job) => job.id ?? "").sort();
+}
+
+async function scanKeys(h: Harness, pattern: string): Promise<string[]> {
+  const found: string[] = [];
+  let cursor = "0";
+  do {
+    const [next, keys] = await h.redis.scan(cursor, "MATCH", pattern, "COUNT", 1000);
+    found.push(...keys);
+    cursor = next;
+  } while (cursor !== "0");
+  return found.sort();
+}
+
+const claimKeys = (h: Harness) => scanKeys(h, `${h.prefix}:claim:*`);
+/** Every key of this system except the ":meta" keys BullMQ writes on its own when a Queue is built. */
+const dataKeys = async (h: Harness) => (await scanKeys(h, `${h.prefix}*`)).filter((key) => !key.endsWith(":meta"));
+const messageClaimKey = (h: Harness, wamid: string) => `${h.prefix}:claim:msg:${wamid}`;
+const statusClaimKey = (h: Harness, wamid: string, status: string) => `${h.prefix}:claim:st:${wamid}:${status}`;
+
+/** A POST /webhook with exactly these headers (h.deliver always adds a signature). */
+function post(h: Harness, payload: string | Buffer, headers: Record<string, string>) {
+  return h.app.inject({ method: "POST", url: "/webhook", payload, headers });
+}
+
+function verifyGet(h: Harness, query: Record<string, string>) {
+  return h.app.inject({ method: "GET", url: "/webhook", query });
+}
+
+const statusItem = (id: string, status: string) => ({
+  id,
+  status,
+  timestamp: String(Math.floor(Date.now() / 1000)),
+  recipient_id: "16505551234",
+});
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// ---------------------------------------------------------------------------------------------
+// fixtures: Meta wire-format bodies with signatures committed beside them
+
+const FIXTURES = new URL("../fixtures/", import.meta.url);
+const fixtureSignatures = JSON.parse(readFileSync(new URL("signatures.json", FIXTURES), "utf8")) as {
+  appSecret: string;
+  signatures: Record<string, string>;
+};
+const FIXTURE_SECRET = fixtureSignatures.appSecret;
+function fixture(name: string): { raw: Buffer; signature: string } {
+  const signature = fixtureSignatures.signatures[name];
+  if (signature === undefined) throw new Error(`no committed signature for ${name}`);
+  return { raw: readFileSync(new URL(name, FIXTURES)), signature };
+}
+
+// ---------------------------------------------------------------------------------------------
+
+describe("GET /webhook: Meta's verify challenge", () => {
+  let h: Harness;
+  beforeAll(async () => {
+    h = await startHarness({ workers: 0 });
+  });
+  afterAll(async () => {
+    await h.close();
+  });
+
+  it("answers hub.mode=subscribe with the right token with 200 and the raw challenge as text/plain", async () => {
+    const res = await verifyGet(h, { "hub.mode": "subscribe", "hub.verify_token": TEST_VERIFY_TOKEN, "hub.challenge": "1158201444" });
+    expect(res.statusCode).toBe(200);
+    expect(res.headers["content-type"]).toMatch(/^text\/plain/);
+    expect(res.body).toBe("1158201444");
+  });
+
+  it("returns a non-numeric challenge byte for byte, never JSON-quoted", async () => {
+    const challenge = "abc-DEF_123.xyz";
+    const res = await verifyGet(h, { "hub.mode": "subscribe", "hub.verify_token": TEST_VERIFY_TOKEN, "hub.challenge": challenge });
+    expect(res.statusCode).toBe(200);
+    expect(res.headers["content-type"]).toMatch(/^text\/plain/);
+    expect(res.body).toBe(challenge);
+    expect(res.body).not.toContain('"');
+  });
+
+  it("refuses a wrong verify token with 403 and does not echo the challenge", async () => {
+    const res = await verifyGet(h, { "hub.mode": "subscribe", "hub.verify_token": "not-the-token", "hub.challenge": "1158201444" });
+    expect(res.statusCode).toBe(403);
+    expect(res.body).not.toContain("1158201444");
+  });
+
+  it("refuses the right token with a prefix or suffix added with 403", async () => {
+    for (const token of [`${TEST_VERIFY_TOKEN}x`, TEST_VERIFY_TOKEN.slice(0, -1), ` ${TEST_VERIFY_TOKEN}`]) {
+      const res = await verifyGet(h, { "hub.mode": "subscribe", "hub.verify_token": token, "hub.challenge": "42" });
+      expect(res.statusCode).toBe(403);
+    }
+  });
+
+  it("refuses a missing verify token with 403", async () => {
+    const res = await verifyGet(h, { "hub.mode": "subscribe", "hub.challenge": "1158201444" });
+    expect(res.statusCode).toBe(403);
+  });
+
+  it("refuses a missing hub.mode with 403", async () => {
+    const res = await verifyGet(h, { "hub.verify_token": TEST_VERIFY_TOKEN, "hub.challenge": "1158201444" });
+    expect(res.statusCode).toBe(403);
+    expect(res.body).not.toContain("1158201444");
+  });
+
+  it("refuses a hub.mode other than subscribe with 403", async () => {
+    const res = await verifyGet(h, { "hub.mode": "unsubscribe", "hub.verify_token": TEST_VERIFY_TOKEN, "hub.challenge": "1158201444" });
+    expect(res.statusCode).toBe(403);
+  });
+
+  it("refuses a missing hub.challenge with 403", async () => {
+    const res = await verifyGet(h, { "hub.mode": "subscribe", "hub.verify_token": TEST_VERIFY_TOKEN });
+    expect(res.statusCode).toBe(403);
+  });
+
+  it("refuses an empty hub.challenge with 403", async () => {
+    const res = await verifyGet(h, { "hub.mode": "subscribe", "hub.verify_token": TEST_VERIFY_TOKEN, "hub.challenge": "" });
+    expect(res.statusCode).toBe(403);
+  });
+});
+
+describe("POST /webhook: Meta's committed wire-format fixtures (law 1: verified on raw bytes)", () => {
+  it("the text fixture with \\uXXXX escapes, an emoji surrogate pair and \\/ is accepted with 200 and enqueued as one inbound job", async () => {
+    const h = await webOnly({ env: { WHATSAPP_APP_SECRET: FIXTURE_SECRET } });
+    const { raw, signature } = fixture("text-unicode-emoji-slash.json");
+    const res = await h.deliver(raw, { "x-hub-signature-256": signature });
+    expect(res.statusCode).toBe(200);
+
+    const wamid = "wamid.HBgNNTIxNTUxMjM0NTY3OBUCABIYFjNFQjBDNzE5QzU4RUVGRDRGMkU3QjcA";
+    expect(await jobCounts(h)).toEqual({ inbound: 1, status: 0, reply: 0 });
+    const job = await h.queues.inbound.getJob(`in.${wamid}`);
+    expect(job?.data).toMatchObject({
+      phoneNumberId: PHONE_NUMBER_ID,
+      contactName: "José Peña",
+      message: { id: wamid, from: "5215512345678", type: "text" },
+    });
+    // The job holds the decoded text: the escapes were Meta's wire format, not the message.
+    expect(job?.data.message.text?.body).toBe("Hola, quiero un café ☕😀 ¿envío a Ciudad/Estado? 50% off @tienda <3");
+  });
+
+  it("the image fixture with escaped URLs and base64 sha256 is accepted with 200 and enqueued as one inbound job", async () => {
+    const h = await webOnly({ env: { WHATSAPP_APP_SECRET: FIXTURE_SECRET } });
+    const { raw, signature } = fixture("image-with-urls.json");
+    const res = await h.deliver(raw, { "x-hub-signature-256": signature });
+    expect(res.statusCode).toBe(200);
+
+    const wamid = "wamid.HBgNNDkxNTExMjM0NTY3OBUCABIYFjNFQjA0QTc3QjE2QzE5QjU0RkI0MTUA";
+    expect(await jobCounts(h)).toEqual({ inbound: 1, status: 0, reply: 0 });
+    const job = await h.queues.inbound.getJob(`in.${wamid}`);
+    expect(job?.data).toMatchObject({
+      phoneNumberId: PHONE_NUMBER_ID,
+      contactName: "Zoë",
+      message: {
+        id: wamid,
+        type: "image",
+        image: {
+          caption: "Hola quiero un café",
+          mime_type: "image/jpeg",
+          url: "https://lookaside.fbsbx.com/whatsapp_business/attachments/?mid=1234567890123456&ext=1764470100&hash=ATsQ",
+        },
+      },
+    });
+  });
+
+  it("the batch fixture enqueues 3 inbound messages across 2 entries and 1 status, ignores the template-status change, and answers 200", async () => {
+    const h = await webOnly({ env: { WHATSAPP_APP_SECRET: FIXTURE_SECRET } });
+    const { raw, signature } = fixture("batch-entries-changes-statuses.json");
+    const res = await h.deliver(raw, { "x-hub-signature-256": signature });
+    expect(res.statusCode).toBe(200);
+
+    expect(await jobCounts(h)).toEqual({ inbound: 3, status: 1, reply: 0 });
+    expect(await jobIds(h.queues.inbound)).toEqual(["in.wamid.BATCH.A1", "in.wamid.BATCH.B1", "in.wamid.BATCH.C1"]);
+    expect(await jobIds(h.queues.status)).toEqual(["st.wamid.UNKNOWN.OUT1.delivered"]);
+
+    // Each message keeps the phone number id of its own change, and its sender's name.
+    expect((await h.queues.inbound.getJob("in.wamid.BATCH.A1"))?.data).toMatchObject({ phoneNumberId: "106540352242922", contactName: "Ana" });
+    expect((await h.queues.inbound.getJob("in.wamid.BATCH.B1"))?.data).toMatchObject({ phoneNumberId: "106540352242922", contactName: "Bo" });
+    expect((await h.queues.inbound.getJob("in.wamid.BATCH.C1"))?.data).toMatchObject({ phoneNumberId: "106540352249999", contactName: "Chloé" });
+    expect((await h.queues.status.getJob("st.wamid.UNKNOWN.OUT1.delivered"))?.data).toMatchObject({
+      phoneNumberId: "106540352242922",
+      status: { id: "wamid.UNKNOWN.OUT1", status: "delivered" },
+    });
+  });
+
+  it("a fixture body signed with the committed signature is refused with 401 when the app runs with another secret", async () => {
+    const h = await webOnly(); // the default test secret, not the fixture secret
+    const { raw, signature } = fixture("text-unicode-emoji-slash.json");
+    const res = await h.deliver(raw, { "x-hub-signature-256": signature });
+    expect(res.statusCode).toBe(401);
+    expect(await jobCounts(h)).toEqual({ inbound: 0, status: 0, reply: 0 });
+    expect(await claimKeys(h)).toEqual([]);
+  });
+
+  it("a fixture re-serialised with JSON.stringify(JSON.parse(raw)) is refused with 401 under the committed signature", async () => {
+    const h = await webOnly({ env: { WHATSAPP_APP_SECRET: FIXTURE_SECRET } });
+    const { raw, signature } = fixture("text-unicode-emoji-slash.json");
+    const reserialised = JSON.stringify(JSON.parse(raw.toString("utf8")) as unknown);
+    const res = await h.deliver(reserialised, { "x-hub-signature-256": signature });
+    expect(res.statusCode).toBe(401);
+    expect(await jobCounts(h)).toEqual({ inbound: 0, status: 0, reply: 0 });
+  });
+});
+
+describe("POST /webhook: signature and bad input (laws 1 and 11)", () => {
+  it("a changed byte is refused with 401 and nothing is enqueued or claimed", async () => {
+    const h = await webOnly();
+    const { body, wamids } = textWebhook({ text: "Pay 10 EUR to my account" });
+    const signature = signMetaBody(body, TEST_APP_SECRET);
+    const tampered = Buffer.from(body, "utf8");
+    const at = tampered.indexOf("10 EUR");
+    expect(at).toBeGreaterThan(0);
+    tampered[at] = "9".charCodeAt(0);
+
+    const res = await h.deliver(tampered, { "x-hub-signature-256": signature });
+    expect(res.statusCode).toBe(401);
+
+    expect(await jobCounts(h)).toEqual({ inbound: 0, status: 0, reply: 0 });
+    expect(await claimKeys(h)).toEqual([]);
+    expect(await h.redis.exists(messageClaimKey(h, wamids[0]!))).toBe(0);
+    // No side effect of any kind: this system has no key in Redis beyond BullMQ's own metadata.
+    expect(await dataKeys(h)).toEqual([]);
+  });
+
+  it("a missing X-Hub-Signature-256 header is refused with 401 and nothing is enqueued", async () => {
+    const h = await webOnly();
+    const { body } = textWebhook({ text: "hello" });
+    const res = await post(h, body, { "content-type": "application/json" });
+    expect(res.statusCode).toBe(401);
+    expect(await jobCounts(h)).toEqual({ inbound: 0, status: 0, reply: 0 });
+    expect(await claimKeys(h)).toEqual([]);
+  });
+
+  it('a signature header without the "sha256=" prefix is refused with 401', async () => {
+    const h = await webOnly();
+    const { body } = textWebhook({ text: "hello" });
+    const digest = signMetaBody(body, TEST_APP_SECRET).slice("sha256=".length);
+    const res = await h.deliver(body, { "x-hub-signature-256": digest });
+    expect(res.statusCode).toBe(401);
+    expect(await jobCounts(h)).toEqual({ inbound: 0, status: 0, reply: 0 });
+  });
+
+  it("a status delivery with a changed byte is refused with 401 and no status job is enqueued", async () => {
+    const h = await webOnly();
+    const body = statusWebhook({ id: uniqueWamid(), status: "delivered" });
+    const signature = signMetaBody(body, TEST_APP_SECRET);
+    const tampered = body.replace('"delivered"', '"read"');
+    expect(tampered).not.toBe(body);
+    const res = await h.deliver(tampered, { "x-hub-signature-256": signature });
+    expect(res.statusCode).toBe(401);
+    expect(await jobCounts(h)).toEqual({ inbound: 0, status: 0, reply: 0 });
+    expect(await claimKeys(h)).toEqual([]);
+  });
+
+  it("a valid signature over malformed JSON is answered 400 and nothing is enqueued", async () => {
+    const h = await webOnly();
+    const { body } = textWebhook({ text: "cut short" });
+    const truncated = body.slice(0, body.length - 5);
+    const res = await h.deliver(truncated);
+    expect(res.statusCode).toBe(400);
+    expect(await jobCounts(h)).toEqual({ inbound: 0, status: 0, reply: 0 });
+    expect(await claimKeys(h)).toEqual([]);
+  });
+
+  it("a valid signature over something that is not JSON at all is answered 400", async () => {
+    const h = await webOnly();
+    const res = await h.deliver("hello=world&object=whatsapp_business_account");
+    expect(res.statusCode).toBe(400);
+    expect(await jobCounts(h)).toEqual({ inbound: 0, status: 0, reply: 0 });
+  });
+
+  it.each([
+    ['{"object":"page","entry":[]}'],
+    ['{"foo":1}'],
+    ["[]"],
+    ["null"],
+    ["42"],
+    ['"whatsapp_business_account"'],
+    ['{"object":"whatsapp_business_account"}'],
+    ['{"object":"whatsapp_business_account","entry":[{"id":"1"}]}'],
+    ['{"object":"whatsapp_business_account","entry":[{"id":"1","changes":[{"field":"messages","value":{"messaging_product":"whatsapp"}}]}]}'],
+    ['{"object":"whatsapp_business_account","entry":[{"id":"1","changes":[{"field":"account_update","value":{"event":"VERIFIED_ACCOUNT"}}]}]}'],
+  ])("a validly signed unknown payload shape %s is answered 200 and nothing is enqueued", async (body) => {
+    const h = await webOnly();
+    const res = await h.deliver(body);
+    expect(res.statusCode).toBe(200);
+    expect(await jobCounts(h)).toEqual({ inbound: 0, status: 0, reply: 0 });
+    expect(await claimKeys(h)).toEqual([]);
+  });
+});
+
+describe("POST /webhook: body size (Meta sends up to 3 MB)", () => {
+  it("a 2 MB signed text message is accepted with 200 and enqueued", async () => {
+    const h = await webOnly();
+    const text = "Hola, quiero un café / ".repeat(Math.ceil((2 * MB) / 23)).slice(0, 2 * MB);
+    const { body, wamids } = textWebhook({ text });
+    expect(Buffer.byteLength(body)).toBeGreaterThan(2 * MB);
+    expect(Buffer.byteLength(body)).toBeLessThan(WEBHOOK_BODY_LIMIT);
+
+    const res = await h.deliver(body);
+    expect(res.statusCode).toBe(200);
+    expect(await jobCounts(h)).toEqual({ inbound: 1, status: 0, reply: 0 });
+    const job = await h.queues.inbound.getJob(`in.${wamids[0]}`);
+    expect(job?.data.message.text?.body).toBe(text);
+  });
+
+  it("a body of 3 MB, Meta's documented maximum, is accepted with 200 and enqueued", async () => {
+    const h = await webOnly();
+    const { body } = textWebhook({ text: "x".repeat(3 * MB) });
+    expect(Buffer.byteLength(body)).toBeGreaterThan(3 * MB);
+
+    const res = await h.deliver(body);
+    expect(res.statusCode).toBe(200);
+    expect(await jobCounts(h)).toEqual({ inbound: 1, status: 0, reply: 0 });
+  });
+
+  it("a signed body over 4 MB is refused with 413 and nothing is enqueued or claimed", async () => {
+    const h = await webOnly();
+    const { body, wamids } = textWebhook({ text: "y".repeat(4 * MB + 64 * 1024) });
+    expect(Buffer.byteLength(body)).toBeGreaterThan(4 * MB);
+
+    const res = await h.deliver(body);
+    expect(res.statusCode).toBe(413);
+    expect(await jobCounts(h)).toEqual({ inbound: 0, status: 0, reply: 0 });
+    expect(await h.redis.exists(messageClaimKey(h, wamids[0]!))).toBe(0);
+    expect(await claimKeys(h)).toEqual([]);
+    expect(await dataKeys(h)).toEqual([]);
+  });
+});
+
+describe("POST /webhook: batches are normal (law 9)", () => {
+  it("every message and status of several entries and changes is enqueued", async () => {
+    const h = await webOnly();
+    const messageIds: string[] = [];
+    const statusIds: string[] = [];
+    const entries: unknown[][] = [];
+    for (let e = 0; e < 3; e++) {
+      const changes: unknown[] = [];
+      for (let c = 0; c < 2; c++) {
+        const messages = [0, 1, 2].map((m) => textMessage({ text: `entry ${e} change ${c} message ${m}`, from: `1650555${e}${c}${m}00` }));
+        messageIds.push(...messages.map((m) => m.id));
+        changes.push(messagesChange(messages, `10654035224${e}${c}`));
+        const statuses = [statusItem(uniqueWamid(), "sent"), statusItem(uniqueWamid(), "delivered")];
+        statusIds.push(...statuses.map((s) => `st.${s.id}.${s.status}`));
+        changes.push(statusChange(statuses, `10654035224${e}${c}`));
+      }
+      entries.push(changes);
+    }
+    const res = await h.deliver(metaWire(envelope(...entries)));
+    expect(res.statusCode).toBe(200);
+
+    expect(await jobCounts(h)).toEqual({ inbound: 18, status: 12, reply: 0 });
+    expect(await jobIds(h.queues.inbound)).toEqual(messageIds.map((id) => `in.${id}`).sort());
+    expect(await jobIds(h.queues.status)).toEqual(statusIds.sort());
+    // Every message and status is claimed "done".
+    expect(await claimKeys(h)).toHaveLength(30);
+  });
+
+  it("one message without an id does not sink the other messages and statuses of the POST", async () => {
+    const h = await webOnly();
+    const good1 = textMessage({ text: "first" });
+    const good2 = textMessage({ text: "third" });
+    const good3 = textMessage({ text: "other entry" });
+    const { id: _dropped, ...withoutId } = textMessage({ text: "second, malformed" });
+    const status = statusItem(uniqueWamid(), "read");
+    const badStatus = { ...statusItem(uniqueWamid(), "exploded") };
+    const body = metaWire(
+      envelope(
+        [messagesChange([good1, withoutId as ReturnType<typeof textMessage>, good2]), statusChange([badStatus, status])],
+        [messagesChange([good3])],
+      ),
+    );
+    const res = await h.deliver(body);
+    expect(res.statusCode).toBe(200);
+
+    expect(await jobCounts(h)).toEqual({ inbound: 3, status: 1, reply: 0 });
+    expect(await jobIds(h.queues.inbound)).toEqual([`in.${good1.id}`, `in.${good2.id}`, `in.${good3.id}`].sort());
+    expect(await jobIds(h.queues.status)).toEqual([`st.${status.id}.read`]);
+  });
+
+  it("a batch of 1000 updates, Meta's maximum, is enqueued in full", async () => {
+    const h = await webOnly();
+    const messages = Array.from({ length: 500 }, (_, i) => textMessage({ text: `message ${i}`, from: `1650555${String(i % 50).padStart(4, "0")}` }));
+    const statuses = Array.from({ length: 500 }, (_, i) => statusItem(uniqueWamid(), i % 2 === 0 ? "delivered" : "read"));
+    const res = await h.deliver(metaWire(envelope([messagesChange(messages), statusChange(statuses)])));
+    expect(res.statusCode).toBe(200);
+    expect(await jobCounts(h)).toEqual({ inbound: 500, status: 500, reply: 0 });
+  });
+});
+
+describe("POST /webhook: duplicates (at-least-once delivery)", () => {
+  it("the same wamid delivered twice in a row gives one inbound job, and both deliveries are answered 200", async () => {
+    const h = await webOnly();
+    const { body, wamids } = textWebhook({ text: "hello twice" });
+    expect((await h.deliver(body)).statusCode).toBe(200);
+    expect((await h.deliver(body)).statusCode).toBe(200);
+    expect(await jobCounts(h)).toEqual({ inbound: 1, status: 0, reply: 0 });
+    expect(await jobIds(h.queues.inbound)).toEqual([`in.${wamids[0]}`]);
+  });
+
+  it("the same wamid in a different body (a redelivery re-batched by Meta) is still one inbound job", async () => {
+    const h = await webOnly();
+    const message = textMessage({ text: "re-batched" });
+    const other = textMessage({ text: "a new one" });
+    expect((await h.deliver(metaWire(envelope([messagesChange([message])])))).statusCode).toBe(200);
+    expect((await h.deliver(metaWire(envelope([messagesChange([other, message])])))).statusCode).toBe(200);
+    expect(await jobIds(h.queues.inbound)).toEqual([`in.${message.id}`, `in.${other.id}`].sort());
+  });
+
+  it("the same body delivered 5 times concurrently is answered 200 every time and gives exactly one inbound job", async () => {
+    const h = await webOnly();
+    const { body, wamids } = textWebhook({ text: "five at once" });
+    const responses = await Promise.all(Array.from({ length: 5 }, () => h.deliver(body)));
+    expect(responses.map((r) => r.statusCode)).toEqual([200, 200, 200, 200, 200]);
+    expect(await jobCounts(h)).toEqual({ inbound: 1, status: 0, reply: 0 });
+    expect(await jobIds(h.queues.inbound)).toEqual([`in.${wamids[0]}`]);
+    expect(await h.redis.get(messageClaimKey(h, wamids[0]!))).toBe("done");
+  });
+
+  it("the same wamid twice within one POST gives one inbound job and 200", async () => {
+    const h = await webOnly();
+    const message = textMessage({ text: "listed twice" });
+    const res = await h.deliver(metaWire(envelope([messagesChange([message, message])])));
+    expect(res.statusCode).toBe(200);
+    expect(await jobIds(h.queues.inbound)).toEqual([`in.${message.id}`]);
+  });
+
+  it("the same (wamid, status) delivered twice gives one status job", async () => {
+    const h = await webOnly();
+    const wamid = uniqueWamid();
+    const body = statusWebhook({ id: wamid, status: "delivered" });
+    expect((await h.deliver(body)).statusCode).toBe(200);
+    expect((await h.deliver(body)).statusCode).toBe(200);
+    expect(await jobCounts(h)).toEqual({ inbound: 0, status: 1, reply: 0 });
+    expect(await jobIds(h.queues.status)).toEqual([`st.${wamid}.delivered`]);
+  });
+
+  it("the same wamid with a different status gives a second status job", async () => {
+    const h = await webOnly();
+    const wamid = uniqueWamid();
+    expect((await h.deliver(statusWebhook({ id: wamid, status: "delivered" }))).statusCode).toBe(200);
+    expect((await h.deliver(statusWebhook({ id: wamid, status: "read" }))).statusCode).toBe(200);
+    expect(await jobCounts(h)).toEqual({ inbound: 0, status: 2, reply: 0 });
+    expect(await jobIds(h.queues.status)).toEqual([`st.${wamid}.delivered`, `st.${wamid}.read`]);
+  });
+});
+
+describe("POST /webhook: a claim never swallows a message (law 3)", () => {
+  it("after an enqueue the claim key is \"done\" with a TTL close to 24 h", async () => {
+    const h = await webOnly();
+    const { body, wamids } = textWebhook({ text: "claim me" });
+    expect((await h.deliver(body)).statusCode).toBe(200);
+    const key = messageClaimKey(h, wamids[0]!);
+    expect(await h.redis.get(key)).toBe("done");
+    const ttl = await h.redis.pttl(key);
+    expect(ttl).toBeGreaterThan(DAY_MS - 60_000);
+    expect(ttl).toBeLessThanOrEqual(DAY_MS);
+  });
+
+  it("after a status enqueue its (wamid, status) claim key is \"done\" with a TTL close to 24 h", async () => {
+    const h = await webOnly();
+    const wamid = uniqueWamid();
+    expect((await h.deliver(statusWebhook({ id: wamid, status: "sent" }))).statusCode).toBe(200);
+    const key = statusClaimKey(h, wamid, "sent");
+    expect(await h.redis.get(key)).toBe("done");
+    expect(await h.redis.pttl(key)).toBeGreaterThan(DAY_MS - 60_000);
+  });
+
+  it("a process dying between claim and enqueue: the redelivery is answered 503 while the claim is pending, then processed once it expires", async () => {
+    const h = await webOnly({ env: { CLAIM_PENDING_TTL_MS: "400", CLAIM_WAIT_MS: "50" } });
+    const { body, wamids } = textWebhook({ text: "claimed by a process that died" });
+    const key = messageClaimKey(h, wamids[0]!);
+    // What the dying process left behind: its short-lived "pending" claim, and no job.
+    expect(await h.redis.set(key, "pending", "PX", h.config.claim.pendingTtlMs, "NX")).toBe("OK");
+
+    // Meta's redelivery while the claim is still pending: not 200 (that would swallow it).
+    const whilePending = await h.deliver(body);
+    expect(whilePending.statusCode).toBe(503);
+    expect(await jobCounts(h)).toEqual({ inbound: 0, status: 0, reply: 0 });
+    expect(await h.redis.get(key)).toBe("pending"); // not ours to delete or promote
+
+    // The pending claim expires on its own...
+    await eventually(async () => (await h.redis.exists(key)) === 0, "the pending claim to expire", 5000);
+
+    // ...and Meta's next redelivery is processed, exactly once.
+    const afterExpiry = await h.deliver(body);
+    expect(afterExpiry.statusCode).toBe(200);
+    expect(await jobCounts(h)).toEqual({ inbound: 1, status: 0, reply: 0 });
+    expect(await jobIds(h.queues.inbound)).toEqual([`in.${wamids[0]}`]);
+    expect(await h.redis.get(key)).toBe("done");
+  });
+
+  it("a redelivery that finds the claim pending, and sees it turn \"done\" within the wait window, is answered 200 without a second job", async () => {
+    const h = await webOnly({ env: { CLAIM_WAIT_MS: "1000" } });
+    const { body, wamids } = textWebhook({ text: "being enqueued by another request" });
+    const key = messageClaimKey(h, wamids[0]!);
+    expect(await h.redis.set(key, "pending", "PX", h.config.claim.pendingTtlMs, "NX")).toBe("OK");
+
+    let markedDone = false;
+    const delivery = h.deliver(body).then((res) => ({ res, markedDoneBeforeAnswer: markedDone }));
+    // The other request finishes its enqueue a moment later (well inside the 1 s wait window)
+    // and promotes its claim; long enough that the delivery has surely found "pending".
+    await sleep(100);
+    await h.redis.set(key, "done", "PX", DAY_MS);
+    markedDone = true;
+
+    const { res, markedDoneBeforeAnswer } = await delivery;
+    expect(res.statusCode).toBe(200);
+    expect(markedDoneBeforeAnswer).toBe(true); // it waited for "done" rather than answering for the other request
+    expect(await jobCounts(h)).toEqual({ inbound: 0, status: 0, reply: 0 }); // the other request's job, not ours
+    expect(await h.redis.get(key)).toBe("done");
+  });
+
+  it("a claim key holding a value we never write is treated as in flight: 503 after the wait, never a hung request", async () => {
+    const h = await webOnly({ env: { CLAIM_WAIT_MS: "50" } });
+    const { body, wamids } = textWebhook({ text: "hello" });
+    await h.redis.set(messageClaimKey(h, wamids[0]!), "1", "PX", 60_000); // e.g. left by an older key format
+    expect((await h.deliver(body)).statusCode).toBe(503);
+    expect(await jobCounts(h)).toEqual({ inbound: 0, status: 0, reply: 0 });
+  });
+
+  it("a pending claim on one message of a batch answers 503 for the POST, while the other messages are enqueued and not lost", async () => {
+    const h = await webOnly({ env: { CLAIM_PENDING_TTL_MS: "400", CLAIM_WAIT_MS: "50" } });
+    const stuck = textMessage({ text: "claimed by a process that died" });
+    const fresh = textMessage({ text: "never seen before" });
+    const body = metaWire(envelope([messagesChange([stuck, fresh])]));
+    await h.redis.set(messageClaimKey(h, stuck.id), "pending", "PX", h.config.claim.pendingTtlMs);
+
+    expect((await h.deliver(body)).statusCode).toBe(503);
+    expect(await jobIds(h.queues.inbound)).toEqual([`in.${fresh.id}`]);
+
+    await eventually(async () => (await h.redis.exists(messageClaimKey(h, stuck.id))) === 0, "the pending claim to expire", 5000);
+    expect((await h.deliver(body)).statusCode).toBe(200);
+    expect(await jobIds(h.queues.inbound)).toEqual([`in.${fresh.id}`, `in.${stuck.id}`].sort());
+  });
+});
