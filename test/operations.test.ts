@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildApp } from "../src/app.ts";
 import { createDb } from "../src/db/client.ts";
 import { createMetrics } from "../src/http/metrics.ts";
+import { redisPersistenceWarnings } from "../src/queue/redis.ts";
 import { graphError } from "./support/fake-graph.ts";
 import { eventually, type Harness, startHarness } from "./support/harness.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
@@ -56,5 +57,15 @@ describe("/metrics", () => {
     expect(res.body).toContain('wa_jobs_total{queue="inbound",outcome="done"} 1');
     expect(res.body).toContain("wa_dead_letters_open 1");
     expect(res.body).toMatch(/wa_queue_jobs\{queue="reply",state="completed"\} \d+/);
+  });
+});
+
+describe("Redis settings", () => {
+  it("the worker's start-up check names what BullMQ needs when Redis runs without AOF or noeviction", async () => {
+    const [, aof] = (await h.redis.config("GET", "appendonly")) as [string, string];
+    const [, policy] = (await h.redis.config("GET", "maxmemory-policy")) as [string, string];
+    const warnings = await redisPersistenceWarnings(h.redis);
+    expect(warnings.some((w) => w.includes("appendonly"))).toBe(aof !== "yes");
+    expect(warnings.some((w) => w.includes("noeviction"))).toBe(policy !== "noeviction");
   });
 });
