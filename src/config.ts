@@ -54,6 +54,7 @@ const envSchema = z.object({
     .default("v24.0")
     .refine((v) => /^v\d+\.\d+$/.test(v), { error: 'GRAPH_API_VERSION must look like "v24.0"' }),
   GRAPH_TIMEOUT_MS: int("GRAPH_TIMEOUT_MS", 15_000, 100, 120_000),
+  SEND_RECONCILE_WAIT_MS: int("SEND_RECONCILE_WAIT_MS", 15_000, 0, 3_600_000),
   ANTHROPIC_API_KEY: required("ANTHROPIC_API_KEY"),
   ANTHROPIC_BASE_URL: url("ANTHROPIC_BASE_URL", "https://api.anthropic.com"),
   ANTHROPIC_MODEL: z.string().optional().default("claude-haiku-4-5"),
@@ -70,6 +71,7 @@ const envSchema = z.object({
     .optional()
     .default("{wa}")
     .refine((v) => /^\{[^{}]+\}$/.test(v), { error: 'QUEUE_PREFIX must be a Redis hash tag such as "{wa}"' }),
+  DATABASE_POOL_SIZE: int("DATABASE_POOL_SIZE", 30, 1, 1000),
   DATABASE_URL: required("DATABASE_URL").refine((v) => /^postgres(ql)?:\/\//.test(v), {
     error: "DATABASE_URL must be a postgres:// connection string",
   }),
@@ -102,6 +104,8 @@ export interface Config {
     readonly graphBaseUrl: string;
     readonly graphVersion: string;
     readonly graphTimeoutMs: number;
+    /** After a send whose answer never came, how long to wait for a status webhook to confirm it before sending again. */
+    readonly sendReconcileWaitMs: number;
   };
   readonly anthropic: {
     readonly apiKey: string;
@@ -115,6 +119,7 @@ export interface Config {
   readonly redisUrl: string;
   readonly queuePrefix: string;
   readonly databaseUrl: string;
+  readonly databasePoolSize: number;
   readonly adminToken: string;
   readonly logLevel: string;
   readonly jobs: {
@@ -171,6 +176,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
       graphBaseUrl: e.GRAPH_API_BASE_URL,
       graphVersion: e.GRAPH_API_VERSION,
       graphTimeoutMs: e.GRAPH_TIMEOUT_MS,
+      sendReconcileWaitMs: e.SEND_RECONCILE_WAIT_MS,
     },
     anthropic: {
       apiKey: e.ANTHROPIC_API_KEY,
@@ -184,6 +190,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     redisUrl: e.REDIS_URL,
     queuePrefix: e.QUEUE_PREFIX,
     databaseUrl: e.DATABASE_URL,
+    databasePoolSize: e.DATABASE_POOL_SIZE,
     adminToken: e.ADMIN_TOKEN,
     logLevel: e.LOG_LEVEL,
     jobs: {

@@ -49,10 +49,10 @@ async function main(): Promise<void> {
 }
 
 async function run(role: Exclude<Role, "migrate">, config: Config, logger: Logger): Promise<void> {
-  const db = createDb(config.databaseUrl);
+  const db = createDb(config.databaseUrl, { poolSize: config.databasePoolSize });
   const redis = createFailFastRedis(config.redisUrl);
   redis.on("error", (error) => logger.warn({ event: "redis.error", err: error }, "redis connection error"));
-  const queues = createQueues(redis, { prefix: config.queuePrefix, attempts: config.jobs.attempts, replyDebounceMs: config.jobs.replyDebounceMs });
+  const queues = createQueues(redis, { prefix: config.queuePrefix, attempts: config.jobs.attempts });
 
   const metrics = createMetrics({ defaultMetrics: true });
   const app = role !== "worker" ? buildApp({ config, logger, redis, queues, db, metrics }) : undefined;

@@ -27,7 +27,7 @@ describe("health", () => {
   });
 
   it("/readyz answers 503 naming Postgres when the database is unreachable", async () => {
-    const db = createDb("postgresql://postgres@127.0.0.1:1/none");
+    const db = createDb("postgresql://postgres@127.0.0.1:1/none", { poolSize: 1 });
     const app = buildApp({ config: h.config, logger: pino({ level: "silent" }), redis: h.redis, queues: h.queues, db, metrics: createMetrics() });
     try {
       const res = await app.inject({ method: "GET", url: "/readyz" });

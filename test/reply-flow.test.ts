@@ -127,7 +127,7 @@ describe("one AI call per answer (law 4) and one send per reply (law 5)", () => 
   }, 90_000);
 
   it("a send whose answer was lost is reconciled from the status webhook and not sent again", async () => {
-    const h = await harness({ env: { GRAPH_TIMEOUT_MS: "300", RETRY_BASE_DELAY_MS: "1500", RETRY_MAX_DELAY_MS: "1500" } });
+    const h = await harness({ env: { GRAPH_TIMEOUT_MS: "300", SEND_RECONCILE_WAIT_MS: "1500" } });
     h.graph.answerSends({ hang: true });
     const { body } = textWebhook({ text: "hello" });
     await h.deliver(body);

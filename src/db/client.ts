@@ -15,10 +15,11 @@ export function splitSchema(databaseUrl: string): { connectionString: string; sc
   return { connectionString: url.toString(), schema };
 }
 
-export function createDb(databaseUrl: string, options: { poolSize?: number } = {}): Db {
+export function createDb(databaseUrl: string, options: { poolSize: number }): Db {
   const { connectionString, schema } = splitSchema(databaseUrl);
-  const adapter = new PrismaPg({ connectionString, max: options.poolSize ?? 20 }, schema ? { schema } : undefined);
-  return new PrismaClient({ adapter });
+  const adapter = new PrismaPg({ connectionString, max: options.poolSize }, schema ? { schema } : undefined);
+  // Under load a transaction may wait for a pooled connection longer than Prisma's 2 s default.
+  return new PrismaClient({ adapter, transactionOptions: { maxWait: 10_000, timeout: 15_000 } });
 }
 
 /** A unique-constraint violation: the row is already there (e.g. a wamid seen before). */

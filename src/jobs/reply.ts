@@ -18,7 +18,6 @@ export interface ReplyDeps {
   claude: ClaudeClient;
   logger: Logger;
   historyMessages: number;
-  replyDebounceMs: number;
 }
 
 type ConversationWithContact = Conversation & { contact: Contact };
@@ -112,7 +111,7 @@ async function generate(deps: ReplyDeps, reply: Reply, log: Logger): Promise<voi
   if (turns.length === 0) throw new Error(`reply ${reply.id} has no messages to answer`);
   const generated = await deps.claude.generate(turns);
   const parts = splitForWhatsApp(generated.text);
-  await deps.db.$transaction(async (tx) => {
+  await keepTrying(log, () => deps.db.$transaction(async (tx) => {
     const updated = await tx.reply.updateMany({
       where: { id: reply.id, state: "generating" },
       data: {
@@ -123,13 +122,33 @@ async function generate(deps: ReplyDeps, reply: Reply, log: Logger): Promise<voi
         outputTokens: generated.outputTokens,
       },
     });
-    if (updated.count !== 1) throw new Error(`reply ${reply.id} left "generating" while Claude was writing it`);
+    if (updated.count !== 1) throw new DraftConflict(`reply ${reply.id} left "generating" while Claude was writing it`);
     await tx.outboundMessage.createMany({ data: parts.map((text, seq) => ({ replyId: reply.id, seq, text })) });
-  });
+  }));
   log.info(
     { event: "reply.generated", model: generated.model, inputTokens: generated.inputTokens, outputTokens: generated.outputTokens, parts: parts.length },
     "reply generated",
   );
+}
+
+class DraftConflict extends Error {
+  override readonly name = "DraftConflict";
+}
+
+/**
+ * Storing a paid-for draft is worth waiting for: if a busy database made the job fail here,
+ * its retry would call Claude again (law 4). So the write is retried in process first.
+ */
+async function keepTrying<T>(log: Logger, write: () => Promise<T>, attempts = 5): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await write();
+    } catch (error) {
+      if (error instanceof DraftConflict || attempt >= attempts) throw error;
+      log.warn({ event: "reply.store_retry", attempt, err: error }, "could not store the draft yet; trying again");
+      await new Promise((resolve) => setTimeout(resolve, 200 * 2 ** attempt));
+    }
+  }
 }
 
 /** Recent history (our sent replies and the user's messages) followed by the messages to answer. */

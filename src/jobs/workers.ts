@@ -39,6 +39,7 @@ export function startConfiguredWorkers(
       version: config.whatsapp.graphVersion,
       accessToken: config.whatsapp.accessToken,
       timeoutMs: config.whatsapp.graphTimeoutMs,
+      reconcileWaitMs: config.whatsapp.sendReconcileWaitMs,
     }),
     claude: new ClaudeClient({ ...config.anthropic }),
     prefix: config.queuePrefix,

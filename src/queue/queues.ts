@@ -21,7 +21,6 @@ export interface Queues {
 export interface QueueSettings {
   prefix: string;
   attempts: number;
-  replyDebounceMs: number;
 }
 
 /** Kept briefly for operators to inspect; the durable record is Postgres. */

@@ -52,6 +52,11 @@ const valueSchema = z
   })
   .passthrough();
 
+// Built once: zod compiles a schema on its first parse, which costs far more than parsing.
+const envelopeSchema = z.object({ object: z.string(), entry: z.array(z.unknown()) });
+const entrySchema = z.object({ changes: z.array(z.unknown()) });
+const changeSchema = z.object({ field: z.string(), value: z.unknown() });
+
 export interface InboundItem {
   kind: "message";
   phoneNumberId: string;
@@ -77,20 +82,20 @@ export type WebhookItem = InboundItem | StatusItem | IgnoredItem;
 /** Every entry × change × item of a delivery, in order. Never throws on shape. */
 export function walkWebhook(body: unknown): WebhookItem[] {
   const items: WebhookItem[] = [];
-  const root = z.object({ object: z.string(), entry: z.array(z.unknown()) }).safeParse(body);
+  const root = envelopeSchema.safeParse(body);
   if (!root.success) return [{ kind: "ignored", reason: "not a WhatsApp webhook envelope", where: "body" }];
   if (root.data.object !== "whatsapp_business_account") {
     return [{ kind: "ignored", reason: `object "${root.data.object}" is not whatsapp_business_account`, where: "body" }];
   }
   root.data.entry.forEach((entry, e) => {
-    const changes = z.object({ changes: z.array(z.unknown()) }).safeParse(entry);
+    const changes = entrySchema.safeParse(entry);
     if (!changes.success) {
       items.push({ kind: "ignored", reason: "entry without changes", where: `entry[${e}]` });
       return;
     }
     changes.data.changes.forEach((change, c) => {
       const where = `entry[${e}].changes[${c}]`;
-      const parsed = z.object({ field: z.string(), value: z.unknown() }).safeParse(change);
+      const parsed = changeSchema.safeParse(change);
       if (!parsed.success) {
         items.push({ kind: "ignored", reason: "change without field/value", where });
         return;

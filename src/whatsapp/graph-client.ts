@@ -24,6 +24,8 @@ export interface GraphClientOptions {
   version: string;
   accessToken: string;
   timeoutMs: number;
+  /** The retry floor after an ambiguous send: time for a status webhook to reconcile it (law 5). */
+  reconcileWaitMs: number;
 }
 
 export interface SendTextInput {
@@ -81,6 +83,7 @@ export class GraphClient {
         code: timedOut ? "timeout" : "network",
         reason: timedOut ? `Meta did not answer within ${this.options.timeoutMs} ms` : "Could not reach Meta's Graph API",
         ambiguous: true,
+        minDelayMs: this.options.reconcileWaitMs,
         cause: error,
       });
     }

@@ -44,6 +44,9 @@ export function testEnv(overrides: Record<string, string> = {}): Record<string, 
     JOB_ATTEMPTS: "4",
     GRAPH_TIMEOUT_MS: "2000",
     ANTHROPIC_TIMEOUT_MS: "5000",
+    // Two test files run at once, some with a worker process beside them: stay well under
+    // Postgres's 100 connections.
+    DATABASE_POOL_SIZE: "10",
     ...overrides,
   };
 }
@@ -89,12 +92,12 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
   });
   const config = loadConfig(env);
   await migrate(config.databaseUrl);
-  const db = createDb(config.databaseUrl, { poolSize: 10 });
+  const db = createDb(config.databaseUrl, { poolSize: config.databasePoolSize });
   const logger = options.logger ?? pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" });
   const redis = createFailFastRedis(config.redisUrl);
   redis.on("error", () => undefined);
   await waitForReady(redis);
-  const queues = createQueues(redis, { prefix, attempts: config.jobs.attempts, replyDebounceMs: config.jobs.replyDebounceMs });
+  const queues = createQueues(redis, { prefix, attempts: config.jobs.attempts });
   const metrics = createMetrics();
   const app = buildApp({ config, logger, redis, queues, db, metrics });
   await app.ready();
