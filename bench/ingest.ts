@@ -1,0 +1,357 @@
+import { performance } from "node:perf_hooks";
+import Fastify, { type FastifyInstance } from "fastify";
+import { Redis } from "ioredis";
+import pino from "pino";
+import { createLogger } from "../src/logger.ts";
+import { closeQueues, createQueues, enqueueInbound, type Queues } from "../src/queue/queues.ts";
+import { claimAndEnqueue } from "../src/webhook/claim.ts";
+import { type InboundItem, walkWebhook } from "../src/webhook/payload.ts";
+import { WEBHOOK_BODY_LIMIT } from "../src/webhook/routes.ts";
+import { signMetaBody, verifyMetaSignature } from "../src/webhook/signature.ts";
+import { type Harness, startHarness } from "../test/support/harness.ts";
+import { textWebhook } from "../test/support/webhook-bodies.ts";
+import type { LoadGenerator, LoadResult } from "./load.ts";
+import { CommandCounter, ServerProbe, type WindowCost } from "./probe.ts";
+import { fmt, median, percentile, sleep, sum, table } from "./stats.ts";
+
+/**
+ * Benchmark 1: POST /webhook of the real app over real HTTP, against a bare Fastify route
+ * (the price of HTTP + Fastify alone) and against the route's Redis work done directly (the
+ * price of claim + enqueue alone). The app's workers are off, so every job stays queued and
+ * can be counted against the 200s.
+ */
+
+export interface IngestSettings {
+  rounds: number;
+  connections: number;
+  warmupMs: number;
+  durationMs: number;
+  /** Fixed open-loop rate; a second rate at 80% of the app's measured capacity is added. */
+  openRate: number;
+  openConnections: number;
+}
+
+type TargetName = "baseline" | "app" | "app+info-log" | "redis-only";
+
+const TARGETS: { name: TargetName; description: string }[] = [
+  { name: "baseline", description: "bare Fastify 5, one POST route that reads the body (buffer) and answers 200" },
+  { name: "app", description: "the real app from the harness (LOG_LEVEL silent, as in the tests)" },
+  { name: "app+info-log", description: "a second harness, the same but LOG_LEVEL=info (production's default), logs to /dev/null" },
+  { name: "redis-only", description: "the route's Redis work alone: claimAndEnqueue + enqueueInbound, no HTTP (in process)" },
+];
+
+interface ClosedRun {
+  target: TargetName;
+  round: number;
+  reqPerSec: number;
+  p50: number;
+  p99: number;
+  non200: number;
+  cost: WindowCost;
+  requests: number;
+  generatorBusy: number;
+}
+
+interface OpenRun {
+  target: TargetName;
+  rate: number;
+  achieved: number;
+  p50: number;
+  p99: number;
+  max: number;
+  non200: number;
+}
+
+export interface IngestReport {
+  settings: IngestSettings;
+  closed: ClosedRun[];
+  open: OpenRun[];
+  pieces: { name: string; micros: number }[];
+  check: {
+    /** Non-200 answers over every run of every target, warm-ups included. */
+    non200: number;
+    /** 200s (claims + enqueues for redis-only) over every run, and the jobs then found in that target's queue. */
+    targets: { target: Exclude<TargetName, "baseline">; ok: number }[];
+    jobs: Record<Exclude<TargetName, "baseline">, number>;
+  };
+}
+
+export async function runIngestBench(load: LoadGenerator, settings: IngestSettings): Promise<IngestReport> {
+  // Closed in reverse order of opening, whatever fails on the way.
+  const closers: (() => Promise<unknown>)[] = [];
+  try {
+    const h = await startHarness({ workers: 0 });
+    closers.push(() => h.close()); // closes its app too, and deletes every key under its prefix
+    // A second system, identical but for production's default log level (to /dev/null, so the
+    // cost measured is pino's formatting and redaction, not a terminal's).
+    const hInfo = await startHarness({
+      workers: 0,
+      logger: createLogger({ level: "info", destination: pino.destination({ dest: "/dev/null", sync: true }) }),
+    });
+    closers.push(() => hInfo.close());
+    const probeRedis = new Redis(h.config.redisUrl);
+    closers.push(() => probeRedis.quit());
+    // A queue set of its own for the redis-only runs, so each job count stays exact. The
+    // prefix keeps the harness's hash tag, so the harness's clean-up deletes its keys too.
+    const redisOnlyPrefix = `${h.prefix}:ro`;
+    const redisOnlyQueues = createQueues(h.redis, { prefix: redisOnlyPrefix, attempts: h.config.jobs.attempts });
+    closers.push(() => closeQueues(redisOnlyQueues));
+    const baseline = await startBaseline();
+    closers.push(() => baseline.app.close());
+
+    const appUrl = await h.app.listen({ host: "127.0.0.1", port: 0 });
+    const infoUrl = await hInfo.app.listen({ host: "127.0.0.1", port: 0 });
+    const urls: Record<Exclude<TargetName, "redis-only">, string> = {
+      baseline: `${baseline.url}/webhook`,
+      app: `${appUrl}/webhook`,
+      "app+info-log": `${infoUrl}/webhook`,
+    };
+
+    const counters = [new CommandCounter(h.redis), new CommandCounter(hInfo.redis)];
+    const probe = new ServerProbe(probeRedis, () => sum(counters.map((c) => c.count)));
+    const appSecret = h.config.whatsapp.appSecret;
+    const okByTarget = new Map<TargetName, number>();
+    const addOk = (target: TargetName, n: number) => okByTarget.set(target, (okByTarget.get(target) ?? 0) + n);
+    let non200 = 0;
+    const countNon200 = (result: LoadResult) => {
+      non200 += sum(Object.entries(result.statuses).flatMap(([status, n]) => (status === "200" ? [] : [n])));
+    };
+
+    const closed: ClosedRun[] = [];
+    for (let round = 1; round <= settings.rounds; round++) {
+      for (const { name: target } of TARGETS) {
+        const label = `C${round}${target.replace(/[^a-z]/g, "")}`;
+        const spec = { label, connections: settings.connections, warmupMs: settings.warmupMs, durationMs: settings.durationMs };
+        const result =
+          target === "redis-only"
+            ? await redisOnlyLoop(h, redisOnlyQueues, redisOnlyPrefix, spec, probe)
+            : await load.run({ ...spec, url: urls[target], appSecret }, { onMeasureStart: probe.open, onMeasureEnd: probe.close });
+        addOk(target, result.totalOk);
+        countNon200(result);
+        closed.push(closedRun(target, round, result, probe.result()));
+        await sleep(200); // let the previous target's sockets close before the next one starts
+      }
+    }
+
+    // Open loop: a fixed moderate rate, then 80% of what the app sustained closed-loop (where
+    // queueing starts to show), unless that is about the same rate.
+    const appCapacity = median(closed.filter((r) => r.target === "app").map((r) => r.reqPerSec));
+    const nearCapacity = Math.max(50, Math.round((appCapacity * 0.8) / 50) * 50);
+    const rates = Math.abs(nearCapacity - settings.openRate) > 50 ? [settings.openRate, nearCapacity] : [settings.openRate];
+    const open: OpenRun[] = [];
+    for (const rate of rates) {
+      for (const target of ["baseline", "app", "app+info-log"] as const) {
+        const result = await load.run({
+          url: urls[target],
+          appSecret,
+          label: `O${rate}${target.replace(/[^a-z]/g, "")}`,
+          connections: settings.openConnections,
+          warmupMs: settings.warmupMs,
+          durationMs: settings.durationMs,
+          rate,
+        });
+        addOk(target, result.totalOk);
+        countNon200(result);
+        open.push({
+          target,
+          rate,
+          achieved: result.sent / (result.windowMs / 1000),
+          p50: percentile(result.latenciesMs, 50),
+          p99: percentile(result.latenciesMs, 99),
+          max: percentile(result.latenciesMs, 100),
+          non200: result.non200,
+        });
+        await sleep(200);
+      }
+    }
+
+    // The correctness check: every 200 an app gave is a job in its queue (law 2), no more, no less.
+    const jobs = async (queues: Queues) => sum(Object.values(await queues.inbound.getJobCounts()));
+    return {
+      settings,
+      closed,
+      open,
+      pieces: routeCpuPieces(appSecret),
+      check: {
+        non200,
+        targets: (["app", "app+info-log", "redis-only"] as const).map((target) => ({ target, ok: okByTarget.get(target) ?? 0 })),
+        jobs: { app: await jobs(h.queues), "app+info-log": await jobs(hInfo.queues), "redis-only": await jobs(redisOnlyQueues) },
+      },
+    };
+  } finally {
+    for (const close of closers.reverse()) await close();
+  }
+}
+
+/** The reference point: Fastify 5 with the app's own raw-body parser and nothing behind it. */
+async function startBaseline(): Promise<{ app: FastifyInstance; url: string }> {
+  const app = Fastify({ logger: false });
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser("*", { parseAs: "buffer", bodyLimit: WEBHOOK_BODY_LIMIT }, (_req, body, done) => done(null, body));
+  app.post("/webhook", async (request, reply) => {
+    if (!Buffer.isBuffer(request.body) || request.body.length === 0) return reply.code(400).send({ error: "no body" });
+    return reply.code(200).send({ ok: true });
+  });
+  const url = await app.listen({ host: "127.0.0.1", port: 0 });
+  return { app, url };
+}
+
+/**
+ * The same claim + enqueue the route does for a one-message webhook, on the same Redis
+ * connection, with `connections` concurrent callers: the floor under the route's cost.
+ */
+async function redisOnlyLoop(
+  h: Harness,
+  queues: Queues,
+  prefix: string,
+  spec: { label: string; connections: number; warmupMs: number; durationMs: number },
+  probe: ServerProbe,
+): Promise<LoadResult> {
+  const [template] = walkWebhook(JSON.parse(textWebhook({ text: "Benchmark message: hello, is the shop open on Sunday?" }).body));
+  if (template?.kind !== "message") throw new Error("the sample webhook did not parse as a message");
+  const statuses: Record<string, number> = {};
+  const latencies: number[] = [];
+  let seq = 0;
+  let totalOk = 0;
+  let sent = 0;
+  let ok = 0;
+
+  const opensAt = performance.now() + spec.warmupMs;
+  const closesAt = opensAt + spec.durationMs;
+  const windowDone = Promise.all([
+    sleep(spec.warmupMs).then(probe.open),
+    sleep(spec.warmupMs + spec.durationMs).then(probe.close),
+  ]);
+  const caller = async () => {
+    for (;;) {
+      const id = `wamid.BENCH${spec.label}x${++seq}`;
+      const item: InboundItem = { ...template, message: { ...template.message, id } };
+      const start = performance.now();
+      if (start >= closesAt) return;
+      const outcome = await claimAndEnqueue(h.redis, `${prefix}:claim:msg:${id}`, h.config.claim, () => enqueueInbound(queues, item)).then(
+        () => "200",
+        () => "error",
+      );
+      const measured = start >= opensAt;
+      statuses[outcome] = (statuses[outcome] ?? 0) + 1;
+      if (outcome === "200") totalOk++;
+      if (measured) {
+        sent++;
+        if (outcome === "200") ok++;
+        latencies.push(performance.now() - start);
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: spec.connections }, caller));
+  await windowDone;
+  return {
+    sent,
+    ok,
+    non200: sent - ok,
+    statuses,
+    totalOk,
+    latenciesMs: Float64Array.from(latencies),
+    windowMs: spec.durationMs,
+    generatorBusy: Number.NaN,
+  };
+}
+
+function closedRun(target: TargetName, round: number, result: LoadResult, cost: WindowCost): ClosedRun {
+  const reqPerSec = result.sent / (result.windowMs / 1000);
+  return {
+    target,
+    round,
+    reqPerSec,
+    p50: percentile(result.latenciesMs, 50),
+    p99: percentile(result.latenciesMs, 99),
+    non200: result.non200,
+    cost,
+    requests: result.sent,
+    generatorBusy: result.generatorBusy,
+  };
+}
+
+/** Where the route's own CPU goes, per one-message webhook, measured in isolation (µs/call). */
+function routeCpuPieces(appSecret: string): { name: string; micros: number }[] {
+  const raw = Buffer.from(textWebhook({ text: "Benchmark message: hello, is the shop open on Sunday?" }).body, "utf8");
+  const signature = signMetaBody(raw, appSecret);
+  const parsed: unknown = JSON.parse(raw.toString("utf8"));
+  const time = (fn: () => unknown, iterations = 20_000) => {
+    for (let i = 0; i < 2_000; i++) fn(); // let the JIT settle first
+    const start = performance.now();
+    for (let i = 0; i < iterations; i++) fn();
+    return ((performance.now() - start) * 1000) / iterations;
+  };
+  return [
+    { name: "verifyMetaSignature (HMAC-SHA256 + timingSafeEqual)", micros: time(() => verifyMetaSignature(raw, signature, appSecret)) },
+    { name: "JSON.parse of the raw body", micros: time(() => JSON.parse(raw.toString("utf8"))) },
+    { name: "walkWebhook (zod validation of the envelope and items)", micros: time(() => walkWebhook(parsed)) },
+  ];
+}
+
+export function formatIngest(report: IngestReport): string {
+  const { settings, closed, open, pieces, check } = report;
+  const out: string[] = [];
+  out.push(
+    `Closed loop: ${settings.connections} keep-alive connections, ${settings.warmupMs / 1000} s warm-up + ${settings.durationMs / 1000} s measured, ` +
+      `${settings.rounds} rounds alternating targets; medians over rounds.`,
+  );
+  out.push(...TARGETS.map((t) => `  ${t.name.padEnd(13)} ${t.description}`), "");
+
+  const byTarget = (target: TargetName) => closed.filter((r) => r.target === target);
+  const med = (target: TargetName, pick: (r: ClosedRun) => number) => median(byTarget(target).map(pick));
+  const perReq = (r: ClosedRun, value: number) => (value * 1000) / r.requests; // ms → µs per request
+  out.push(
+    table(
+      ["target", "req/s", "p50 ms", "p99 ms", "non-200", "node busy", "node CPU µs/req", "redis cmds/req", "redis CPU µs/req*", "generator busy"],
+      TARGETS.map(({ name }) => [
+        name,
+        fmt(med(name, (r) => r.reqPerSec)),
+        fmt(med(name, (r) => r.p50), 2),
+        fmt(med(name, (r) => r.p99), 2),
+        fmt(sum(byTarget(name).map((r) => r.non200))),
+        `${fmt(med(name, (r) => r.cost.busy * 100))}%`,
+        fmt(med(name, (r) => perReq(r, r.cost.nodeCpuMs))),
+        fmt(med(name, (r) => r.cost.redisCommands / r.requests), 1),
+        fmt(med(name, (r) => perReq(r, r.cost.redisCpuMs))),
+        name === "redis-only" ? "-" : `${fmt(med(name, (r) => r.generatorBusy * 100))}%`,
+      ]),
+    ),
+  );
+  out.push(
+    "  node busy: main-thread event-loop utilisation of the process under test; node CPU: all its threads.",
+    "  redis cmds: sent by the app's Redis client; * redis CPU is server-wide (includes other clients of that Redis).",
+    "  generator busy: the load generator's own event-loop utilisation (near 100% = generator-bound).",
+    "",
+  );
+  for (const { name } of TARGETS) {
+    out.push(`  ${name.padEnd(13)} req/s by round: ${byTarget(name).map((r) => fmt(r.reqPerSec)).join(" / ")}`);
+  }
+  const ratio = (target: TargetName, pick: (r: ClosedRun) => number) => med(target, pick) / med("baseline", pick);
+  out.push(
+    "",
+    `app / baseline:           throughput ${fmt(ratio("app", (r) => r.reqPerSec), 2)}x, p99 ${fmt(ratio("app", (r) => r.p99), 2)}x`,
+    `app+info-log / baseline:  throughput ${fmt(ratio("app+info-log", (r) => r.reqPerSec), 2)}x, p99 ${fmt(ratio("app+info-log", (r) => r.p99), 2)}x`,
+    `app / redis-only:         throughput ${fmt(med("app", (r) => r.reqPerSec) / med("redis-only", (r) => r.reqPerSec), 2)}x`,
+    "",
+    `Open loop: fixed request rate, ${settings.openConnections}-socket pool, ${settings.warmupMs / 1000} s warm-up + ${settings.durationMs / 1000} s measured; ` +
+      "latency from each request's scheduled send time.",
+    table(
+      ["target", "rate/s", "achieved/s", "p50 ms", "p99 ms", "max ms", "non-200", "p99 < 10 ms"],
+      open.map((r) => [r.target, fmt(r.rate), fmt(r.achieved), fmt(r.p50, 2), fmt(r.p99, 2), fmt(r.max, 2), fmt(r.non200), r.p99 < 10 ? "yes" : "NO"]),
+    ),
+    "",
+    "Route CPU pieces, one-message webhook, in isolation:",
+    table(["piece", "µs/call"], pieces.map((p) => [p.name, fmt(p.micros, 1)])),
+    "",
+  );
+  for (const { target, ok } of check.targets) {
+    const jobs = check.jobs[target];
+    out.push(
+      `Check ${target.padEnd(13)} ${fmt(ok).padStart(7)} x ${target === "redis-only" ? "claim+enqueue" : "200"}, ${fmt(jobs).padStart(7)} inbound jobs in its queue -> ` +
+        (ok === jobs ? "MATCH" : "MISMATCH"),
+    );
+  }
+  out.push(`Check all targets: ${fmt(check.non200)} answers other than 200 -> ${check.non200 === 0 ? "OK" : "FAIL"}`);
+  return out.join("\n");
+}
