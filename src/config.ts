@@ -41,6 +41,21 @@ const url = (name: string, fallback: string) =>
       }
     });
 
+/** A comma-separated list, matched case-insensitively against a whole message. */
+const keywords = (fallback: string) =>
+  z
+    .string()
+    .optional()
+    .transform((value) =>
+      (value ?? fallback)
+        .split(",")
+        .map((k) => k.trim().toLocaleLowerCase())
+        .filter(Boolean),
+    );
+
+/** Free text; set it empty to say nothing. */
+const sayOrNothing = (fallback: string) => z.string().optional().transform((value) => (value ?? fallback).trim());
+
 const envSchema = z.object({
   PORT: int("PORT", 3000, 0, 65535),
   HOST: z.string().optional().default("0.0.0.0"),
@@ -89,6 +104,16 @@ const envSchema = z.object({
   CLAIM_PENDING_TTL_MS: int("CLAIM_PENDING_TTL_MS", 30_000, 100, 600_000),
   CLAIM_WAIT_MS: int("CLAIM_WAIT_MS", 1000, 0, 10_000),
   SHUTDOWN_TIMEOUT_MS: int("SHUTDOWN_TIMEOUT_MS", 25_000, 0, 600_000),
+  MEDIA_REPLY: sayOrNothing(
+    "Thanks! I can only read text messages for now. Could you write your question in a message?",
+  ),
+  FALLBACK_REPLY: sayOrNothing("Sorry, I can't open this kind of message. Could you write it as text?"),
+  OPT_OUT_KEYWORDS: keywords("stop,unsubscribe,parar,sair,baja,cancelar"),
+  OPT_IN_KEYWORDS: keywords("start,unstop,iniciar,voltar,alta"),
+  OPT_OUT_REPLY: sayOrNothing("You won't get more automatic replies. Send START to turn them back on."),
+  OPT_IN_REPLY: sayOrNothing("Welcome back! Automatic replies are on again."),
+  HANDOFF_KEYWORDS: keywords("human,agent,person,humano,atendente,agente,persona"),
+  HANDOFF_REPLY: sayOrNothing("Got it: a person from our team will answer you here."),
 });
 
 /** Every variable the configuration reads, for keeping .env.example in step. */
@@ -133,6 +158,17 @@ export interface Config {
     readonly lockMs: number;
   };
   readonly claim: { readonly pendingTtlMs: number; readonly waitMs: number };
+  /** How the bot treats what is not a plain question (see src/messages/). */
+  readonly conversation: {
+    readonly mediaReply: string;
+    readonly fallbackReply: string;
+    readonly optOutKeywords: readonly string[];
+    readonly optInKeywords: readonly string[];
+    readonly optOutReply: string;
+    readonly optInReply: string;
+    readonly handoffKeywords: readonly string[];
+    readonly handoffReply: string;
+  };
   readonly shutdownTimeoutMs: number;
 }
 
@@ -204,5 +240,15 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     },
     claim: { pendingTtlMs: e.CLAIM_PENDING_TTL_MS, waitMs: e.CLAIM_WAIT_MS },
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
+    conversation: {
+      mediaReply: e.MEDIA_REPLY,
+      fallbackReply: e.FALLBACK_REPLY,
+      optOutKeywords: e.OPT_OUT_KEYWORDS,
+      optInKeywords: e.OPT_IN_KEYWORDS,
+      optOutReply: e.OPT_OUT_REPLY,
+      optInReply: e.OPT_IN_REPLY,
+      handoffKeywords: e.HANDOFF_KEYWORDS,
+      handoffReply: e.HANDOFF_REPLY,
+    },
   });
 }

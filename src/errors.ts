@@ -3,7 +3,7 @@
  * `jobs/fate.ts` alone turns them into "retry" or "dead letter" (law 7).
  */
 
-export type FailureSource = "graph" | "anthropic" | "status" | "internal";
+export type FailureSource = "graph" | "anthropic" | "status" | "window" | "internal";
 
 interface FailureInit {
   source: FailureSource;

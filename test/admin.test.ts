@@ -403,7 +403,7 @@ describe("staff API over the dead-letter queue", () => {
   });
 
   it("discard with a note answers 200, stores state, note and who acted, removes the item from the open list and sends nothing", async () => {
-    const letter = await deadLetterFromGraph(h, { text: "Unsubscribe", draft: "You are unsubscribed." });
+    const letter = await deadLetterFromGraph(h, { text: "Please close my account", draft: "Your account is closed." });
     const sendsBefore = h.graph.sends.length;
 
     const res = await discard(h, letter.id, { note: "Customer called; handled by phone." });

@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { cp, mkdtemp, readFile, writeFile } from "node:fs/promises";
+import { cp, mkdtemp, readdir, readFile, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import pg from "pg";
@@ -7,6 +7,8 @@ import { afterAll, describe, expect, it } from "vitest";
 import { createDb } from "../src/db/client.ts";
 import { MIGRATIONS_DIR, migrate } from "../src/db/migrate.ts";
 import { dropSchema, TEST_DATABASE_URL, withSchema } from "./support/harness.ts";
+
+const ALL = (await readdir(MIGRATIONS_DIR, { withFileTypes: true })).filter((e) => e.isDirectory()).map((e) => e.name).sort();
 
 const schemas: string[] = [];
 function freshSchema(): string {
@@ -33,9 +35,10 @@ describe("migrations", () => {
   it("apply once, then a second run changes nothing", async () => {
     const url = withSchema(TEST_DATABASE_URL, freshSchema());
     const first = await migrate(url);
-    expect(first.applied).toEqual(["20261130000000_init"]);
+    expect(first.applied).toEqual(ALL);
+    expect(ALL[0]).toBe("20261130000000_init");
     const second = await migrate(url);
-    expect(second).toEqual({ applied: [], alreadyApplied: ["20261130000000_init"] });
+    expect(second).toEqual({ applied: [], alreadyApplied: ALL });
   });
 
   it("are recorded in Prisma's _prisma_migrations table with Prisma's checksum", async () => {
@@ -43,23 +46,23 @@ describe("migrations", () => {
     await migrate(withSchema(TEST_DATABASE_URL, schema));
     const rows = await query<{ migration_name: string; checksum: string; finished_at: Date | null; applied_steps_count: number }>(
       schema,
-      `SELECT migration_name, checksum, finished_at, applied_steps_count FROM "_prisma_migrations"`,
+      `SELECT migration_name, checksum, finished_at, applied_steps_count FROM "_prisma_migrations" ORDER BY migration_name`,
     );
-    const sql = await readFile(join(MIGRATIONS_DIR, "20261130000000_init", "migration.sql"));
-    expect(rows).toEqual([
-      {
-        migration_name: "20261130000000_init",
-        checksum: createHash("sha256").update(sql).digest("hex"),
+    const expected = await Promise.all(
+      ALL.map(async (name) => ({
+        migration_name: name,
+        checksum: createHash("sha256").update(await readFile(join(MIGRATIONS_DIR, name, "migration.sql"))).digest("hex"),
         finished_at: expect.any(Date),
         applied_steps_count: 1,
-      },
-    ]);
+      })),
+    );
+    expect(rows).toEqual(expected);
   });
 
   it("two processes migrating at once apply each migration exactly once", async () => {
     const url = withSchema(TEST_DATABASE_URL, freshSchema());
     const results = await Promise.all([migrate(url), migrate(url), migrate(url)]);
-    expect(results.flatMap((r) => r.applied)).toEqual(["20261130000000_init"]);
+    expect(results.flatMap((r) => r.applied).sort()).toEqual(ALL);
   });
 
   it("refuse to run when an applied migration was edited afterwards", async () => {
@@ -90,12 +93,23 @@ describe("migrations", () => {
     await migrate(url);
     const db = createDb(url, { poolSize: 2 });
     try {
-      const contact = await db.contact.create({ data: { waId: "15550001111", name: "Ana" } });
+      const contact = await db.contact.create({ data: { waId: "15550001111", name: "Ana", optedOutAt: new Date() } });
       const conversation = await db.conversation.create({
-        data: { phoneNumberId: "106540352242922", contactId: contact.id, lastInboundAt: new Date() },
+        data: { phoneNumberId: "106540352242922", contactId: contact.id, lastInboundAt: new Date(), pausedUntil: new Date(), pausedBy: "api" },
       });
       const reply = await db.reply.create({
-        data: { conversationId: conversation.id, state: "ready", text: "hola", model: "claude-haiku-4-5", inputTokens: 10, outputTokens: 5, sentAt: new Date() },
+        data: {
+          conversationId: conversation.id,
+          state: "ready",
+          kind: "canned",
+          text: "hola",
+          model: "claude-haiku-4-5",
+          inputTokens: 10,
+          outputTokens: 5,
+          cacheReadTokens: 7,
+          cacheCreationTokens: 3,
+          sentAt: new Date(),
+        },
       });
       await db.inboundMessage.create({
         data: { wamid: "wamid.M1", conversationId: conversation.id, type: "text", text: "hi", sentAt: new Date(), payload: { a: [1, "é"] }, replyId: reply.id, skipReason: null },
@@ -110,7 +124,9 @@ describe("migrations", () => {
         where: { phoneNumberId_contactId: { phoneNumberId: "106540352242922", contactId: contact.id } },
         include: { contact: true, messages: true, replies: { include: { parts: true, deadLetters: true, messages: true } }, deadLetters: true },
       });
-      expect(loaded.contact.name).toBe("Ana");
+      expect(loaded.contact).toMatchObject({ name: "Ana", optedOutAt: expect.any(Date) });
+      expect(loaded).toMatchObject({ pausedUntil: expect.any(Date), pausedBy: "api" });
+      expect(loaded.replies[0]).toMatchObject({ kind: "canned", cacheReadTokens: 7, cacheCreationTokens: 3 });
       expect(loaded.messages[0]).toMatchObject({ wamid: "wamid.M1", payload: { a: [1, "é"] }, replyId: reply.id });
       expect(loaded.replies[0]!.parts[0]).toMatchObject({ wamid: "wamid.O1", sendState: "accepted", statusRank: 3 });
       expect(loaded.replies[0]!.deadLetters[0]).toMatchObject({ code: "131047", state: "open", detail: { x: 1 } });

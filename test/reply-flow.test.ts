@@ -113,7 +113,8 @@ describe("one AI call per answer (law 4) and one send per reply (law 5)", () => 
     });
     try {
       await h.deliver(textWebhook({ text: "hello" }).body);
-      await eventually(async () => h.db.outboundMessage.findFirst({ where: { sendState: "sending" } }), "the worker process to start and begin the send", 60_000);
+      // Meta has the request in hand (not merely our "sending" mark): the worker dies mid-send.
+      await eventually(() => h.graph.sends.length === 1, "the worker process to start and reach Meta with the send", 60_000);
     } finally {
       child.kill("SIGKILL");
     }

@@ -2,6 +2,7 @@ import type { FastifyInstance, FastifyPluginAsync } from "fastify";
 import { z } from "zod";
 import type { Db } from "../db/client.ts";
 import { discardDeadLetter, listOpenDeadLetters, reopenDeadLetter, resendDeadLetter } from "../dlq/dead-letters.ts";
+import { PAUSED_INDEFINITELY } from "../jobs/inbound.ts";
 import { scheduleReply, type Queues } from "../queue/queues.ts";
 import { safeEqual } from "../webhook/signature.ts";
 
@@ -13,6 +14,7 @@ export interface AdminDeps {
 
 const retryBody = z.object({ text: z.string().trim().min(1).max(40_000).optional() }).strict();
 const discardBody = z.object({ note: z.string().max(2000).optional() }).strict();
+const pauseBody = z.object({ minutes: z.number().int().min(1).max(525_600).optional() }).strict();
 const idParams = z.object({ id: z.uuid() });
 
 /** The staff API. The bearer token is attributed as "api" (people get their own sign-in later). */
@@ -68,6 +70,28 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
       if (!result.ok) return reply.code(result.status).send({ error: result.error });
       request.log.info({ event: "dlq.discarded", deadLetter: params.data.id }, "dead letter discarded");
       return reply.code(200).send({ ok: true, state: "discarded" });
+    });
+
+    // Human handoff: while paused, the conversation's messages are stored but not answered.
+    app.post("/admin/conversations/:id/pause", async (request, reply) => {
+      const params = idParams.safeParse(request.params);
+      if (!params.success) return reply.code(404).send({ error: "conversation not found" });
+      const body = pauseBody.safeParse(request.body ?? {});
+      if (!body.success) return reply.code(400).send({ error: "body must be { minutes?: whole number from 1 to 525600 }" });
+      const until = body.data.minutes ? new Date(Date.now() + body.data.minutes * 60_000) : PAUSED_INDEFINITELY;
+      const paused = await deps.db.conversation.updateMany({ where: { id: params.data.id }, data: { pausedUntil: until, pausedBy: API_ACTOR } });
+      if (paused.count === 0) return reply.code(404).send({ error: "conversation not found" });
+      request.log.info({ event: "conversation.paused", conversation: params.data.id, until }, "bot paused for a person");
+      return { ok: true, pausedUntil: until === PAUSED_INDEFINITELY ? null : until, indefinitely: until === PAUSED_INDEFINITELY };
+    });
+
+    app.post("/admin/conversations/:id/resume", async (request, reply) => {
+      const params = idParams.safeParse(request.params);
+      if (!params.success) return reply.code(404).send({ error: "conversation not found" });
+      const resumed = await deps.db.conversation.updateMany({ where: { id: params.data.id }, data: { pausedUntil: null, pausedBy: null } });
+      if (resumed.count === 0) return reply.code(404).send({ error: "conversation not found" });
+      request.log.info({ event: "conversation.resumed", conversation: params.data.id }, "bot resumed");
+      return { ok: true };
     });
   };
 }

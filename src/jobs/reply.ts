@@ -3,7 +3,7 @@ import type { Job } from "bullmq";
 import type { ChatTurn, ClaudeClient } from "../ai/claude.ts";
 import type { Db } from "../db/client.ts";
 import { recordDeadLetter } from "../dlq/dead-letters.ts";
-import { RetryableError } from "../errors.ts";
+import { PermanentError, RetryableError } from "../errors.ts";
 import type { Conversation, Contact, Reply } from "../generated/prisma/client.ts";
 import type { Logger } from "../logger.ts";
 import { scheduleReply, type Queues, type ReplyJobData } from "../queue/queues.ts";
@@ -98,6 +98,8 @@ async function claimUnanswered(db: Db, conversationId: string): Promise<Reply | 
 }
 
 async function completeReply(deps: ReplyDeps, conversation: ConversationWithContact, reply: Reply, log: Logger): Promise<void> {
+  // Checked before Claude is paid for a reply that could not be sent anyway, and again before sending.
+  await assertWindowOpen(deps.db, conversation.id);
   if (reply.state === "generating") await generate(deps, reply, log);
   await sendParts(deps, conversation, reply.id, log);
   // Conditional: a "failed" status webhook may already have dead-lettered it.
@@ -178,11 +180,31 @@ async function conversationTurns(deps: ReplyDeps, reply: Reply): Promise<ChatTur
   return question.length > 0 ? [...history, ...question] : [];
 }
 
+/** Meta accepts free-form messages only within 24 h of the customer's last message (WHATSAPP.md §7). */
+export const SERVICE_WINDOW_MS = 24 * 60 * 60 * 1000;
+
+/** Read at the moment of use: a message that arrived meanwhile extends the window. */
+async function assertWindowOpen(db: Db, conversationId: string): Promise<void> {
+  const { lastInboundAt } = await db.conversation.findUniqueOrThrow({ where: { id: conversationId }, select: { lastInboundAt: true } });
+  if (lastInboundAt && Date.now() - lastInboundAt.getTime() < SERVICE_WINDOW_MS) return;
+  throw new PermanentError({
+    source: "window",
+    code: "window_closed",
+    reason: "The 24-hour customer-service window closed before this reply went out: only an approved template can reach the customer now",
+    detail: { lastInboundAt: lastInboundAt?.toISOString() },
+  });
+}
+
 async function sendParts(deps: ReplyDeps, conversation: ConversationWithContact, replyId: string, log: Logger): Promise<void> {
   const parts = await deps.db.outboundMessage.findMany({
     where: { replyId, sendState: { not: "accepted" } },
     orderBy: { seq: "asc" },
   });
+  if (parts.length === 0) return;
+  await assertWindowOpen(deps.db, conversation.id);
+  const replyTo = await quoteTarget(deps.db, conversation.id, replyId);
+  const firstSeq = (await deps.db.outboundMessage.findFirst({ where: { replyId }, orderBy: { seq: "asc" }, select: { seq: true } }))?.seq;
+
   for (const part of parts) {
     if (part.sendState === "sending") {
       if (part.wamid) {
@@ -202,6 +224,7 @@ async function sendParts(deps: ReplyDeps, conversation: ConversationWithContact,
         to: conversation.contact.waId,
         text: part.text,
         bizOpaqueCallbackData: part.id,
+        replyTo: part.seq === firstSeq ? replyTo : undefined,
       }));
     } catch (error) {
       // Meta answered with an error, so it did not take the message: safe to send again later.
@@ -215,4 +238,16 @@ async function sendParts(deps: ReplyDeps, conversation: ConversationWithContact,
       data: { sendState: "accepted", wamid, acceptedAt: new Date() },
     });
   }
+}
+
+/**
+ * When the customer has written again since the messages this reply answers, quote the
+ * newest of them, so it is clear what the answer is about. Otherwise quote nothing.
+ */
+async function quoteTarget(db: Db, conversationId: string, replyId: string): Promise<string | undefined> {
+  // By storage order: Meta's timestamps have one-second resolution, too coarse for a burst.
+  const answered = await db.inboundMessage.findFirst({ where: { replyId }, orderBy: { createdAt: "desc" }, select: { wamid: true, createdAt: true } });
+  if (!answered) return undefined;
+  const newer = await db.inboundMessage.count({ where: { conversationId, createdAt: { gt: answered.createdAt } } });
+  return newer > 0 ? answered.wamid : undefined;
 }

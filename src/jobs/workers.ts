@@ -45,6 +45,7 @@ export function startConfiguredWorkers(
     prefix: config.queuePrefix,
     historyMessages: config.anthropic.historyMessages,
     replyDebounceMs: config.jobs.replyDebounceMs,
+    conversation: config.conversation,
     concurrency: { reply: config.jobs.replyConcurrency, inbound: config.jobs.inboundConcurrency },
     lockMs: config.jobs.lockMs,
     retry: { baseDelayMs: config.jobs.retryBaseDelayMs, maxDelayMs: config.jobs.retryMaxDelayMs },

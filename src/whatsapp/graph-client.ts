@@ -34,6 +34,8 @@ export interface SendTextInput {
   text: string;
   /** Comes back in status webhooks: how we reconcile a send whose answer we never saw (law 5). */
   bizOpaqueCallbackData: string;
+  /** Quote this message (the customer's) above ours. */
+  replyTo?: string | undefined;
 }
 
 export class GraphClient {
@@ -47,6 +49,7 @@ export class GraphClient {
       type: "text",
       text: { preview_url: false, body: input.text },
       biz_opaque_callback_data: input.bizOpaqueCallbackData,
+      ...(input.replyTo ? { context: { message_id: input.replyTo } } : {}),
     });
     const parsed = sendResponseSchema.safeParse(body);
     if (!parsed.success) {

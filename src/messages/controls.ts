@@ -1,0 +1,21 @@
+/**
+ * Words from the customer that steer the bot rather than ask it something: opting out of
+ * automatic replies, opting back in, and asking for a person (human handoff).
+ */
+export type Control = "opt_out" | "opt_in" | "handoff";
+
+export interface ControlKeywords {
+  optOutKeywords: readonly string[];
+  optInKeywords: readonly string[];
+  handoffKeywords: readonly string[];
+}
+
+/** A control is a whole message equal to a keyword (ignoring case, spaces and end punctuation). */
+export function controlOf(text: string | undefined, keywords: ControlKeywords): Control | undefined {
+  if (!text) return undefined;
+  const word = text.trim().replace(/[.!?¡¿]+$/u, "").trim().toLocaleLowerCase();
+  if (keywords.optOutKeywords.includes(word)) return "opt_out";
+  if (keywords.optInKeywords.includes(word)) return "opt_in";
+  if (keywords.handoffKeywords.includes(word)) return "handoff";
+  return undefined;
+}

@@ -1,0 +1,118 @@
+import { z } from "zod";
+import type { InboundMessagePayload } from "../webhook/payload.ts";
+
+/**
+ * Every inbound message type gets a deliberate outcome (law 6): words for Claude to answer,
+ * a configured answer that costs no Claude call, or no answer with a logged reason.
+ */
+
+export type InboundOutcome =
+  | { kind: "answer"; text: string }
+  | { kind: "canned"; text: string; reason: string }
+  | { kind: "skip"; reason: string };
+
+export interface DescribeSettings {
+  /** Said to a voice note, video, image or document the bot cannot read; empty = no reply. */
+  mediaReply: string;
+  /** Said to a message type we do not know; empty = no reply. */
+  fallbackReply: string;
+}
+
+// Each payload shape, lenient where Meta adds fields (WHATSAPP.md §3).
+const interactive = z.object({
+  type: z.string(),
+  button_reply: z.object({ id: z.string(), title: z.string() }).optional(),
+  list_reply: z.object({ id: z.string(), title: z.string(), description: z.string().optional() }).optional(),
+});
+const button = z.object({ text: z.string(), payload: z.string().optional() });
+const location = z.object({
+  latitude: z.number(),
+  longitude: z.number(),
+  name: z.string().optional(),
+  address: z.string().optional(),
+  url: z.string().optional(),
+});
+const contactCard = z.object({
+  name: z.object({ formatted_name: z.string().optional() }).optional(),
+  phones: z.array(z.object({ phone: z.string().optional(), type: z.string().optional() })).optional(),
+  emails: z.array(z.object({ email: z.string().optional() })).optional(),
+  org: z.object({ company: z.string().optional() }).optional(),
+});
+const order = z.object({
+  catalog_id: z.string().optional(),
+  text: z.string().optional(),
+  product_items: z.array(
+    z.object({ product_retailer_id: z.string(), quantity: z.coerce.number(), item_price: z.coerce.number(), currency: z.string() }),
+  ),
+});
+const caption = z.object({ caption: z.string().optional() });
+
+const MEDIA_TYPES = new Set(["audio", "video", "image", "sticker", "document"]);
+
+export function describeInbound(message: InboundMessagePayload, settings: DescribeSettings): InboundOutcome {
+  const raw = message as Record<string, unknown>;
+  switch (message.type) {
+    case "text":
+      return message.text?.body.trim() ? { kind: "answer", text: message.text.body } : { kind: "skip", reason: "empty text" };
+    case "interactive": {
+      const parsed = interactive.safeParse(raw.interactive);
+      const choice = parsed.success ? (parsed.data.button_reply ?? parsed.data.list_reply) : undefined;
+      if (!choice) return fallback(settings, `interactive reply of type "${parsed.data?.type ?? "unknown"}"`);
+      const description = "description" in choice && choice.description ? ` — ${choice.description}` : "";
+      return { kind: "answer", text: `[Chose the option "${choice.title}"${description} (id ${choice.id})]` };
+    }
+    case "button": {
+      const parsed = button.safeParse(raw.button);
+      if (!parsed.success) return fallback(settings, "template button without text");
+      const payload = parsed.data.payload && parsed.data.payload !== parsed.data.text ? ` (payload ${parsed.data.payload})` : "";
+      return { kind: "answer", text: `[Tapped the button "${parsed.data.text}"${payload}]` };
+    }
+    case "location": {
+      const parsed = location.safeParse(raw.location);
+      if (!parsed.success) return fallback(settings, "location without coordinates");
+      const { latitude, longitude, name, address, url } = parsed.data;
+      const place = [name, address].filter(Boolean).join(", ");
+      return { kind: "answer", text: `[Shared a location: ${place ? `${place}, ` : ""}latitude ${latitude}, longitude ${longitude}${url ? `, ${url}` : ""}]` };
+    }
+    case "contacts": {
+      const parsed = z.array(contactCard).safeParse(raw.contacts);
+      if (!parsed.success || parsed.data.length === 0) return fallback(settings, "contacts message without cards");
+      const cards = parsed.data.map((c) =>
+        [
+          c.name?.formatted_name ?? "(no name)",
+          c.org?.company,
+          ...(c.phones ?? []).map((p) => `${p.type ? `${p.type} ` : ""}${p.phone ?? ""}`.trim()),
+          ...(c.emails ?? []).map((e) => e.email),
+        ]
+          .filter(Boolean)
+          .join(", "),
+      );
+      return { kind: "answer", text: `[Shared ${cards.length === 1 ? "a contact" : "contacts"}: ${cards.join("; ")}]` };
+    }
+    case "order": {
+      const parsed = order.safeParse(raw.order);
+      if (!parsed.success) return fallback(settings, "order without items");
+      const items = parsed.data.product_items.map((i) => `${i.quantity} × ${i.product_retailer_id} at ${i.item_price} ${i.currency}`);
+      return { kind: "answer", text: `[Sent an order: ${items.join("; ")}]${parsed.data.text ? `\n${parsed.data.text}` : ""}` };
+    }
+    case "reaction":
+      // A reaction is not a question: answering it would be noise.
+      return { kind: "skip", reason: "reaction" };
+    case "system":
+      return { kind: "skip", reason: "system notice (e.g. the customer changed number)" };
+    case "request_welcome":
+      return { kind: "skip", reason: "chat opened without a message" };
+    default:
+      if (MEDIA_TYPES.has(message.type)) {
+        const text = caption.safeParse(raw[message.type]);
+        const why = `${message.type}${text.success && text.data.caption ? " with a caption" : ""}: the bot reads text only`;
+        return settings.mediaReply ? { kind: "canned", text: settings.mediaReply, reason: why } : { kind: "skip", reason: why };
+      }
+      return fallback(settings, `message type "${message.type}"`);
+  }
+}
+
+function fallback(settings: DescribeSettings, what: string): InboundOutcome {
+  const reason = `${what} is not supported`;
+  return settings.fallbackReply ? { kind: "canned", text: settings.fallbackReply, reason } : { kind: "skip", reason };
+}

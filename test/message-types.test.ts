@@ -1,0 +1,145 @@
+import { readFileSync } from "node:fs";
+import { afterEach, describe, expect, it } from "vitest";
+import { eventually, type Harness, type HarnessOptions, settle, startHarness } from "./support/harness.ts";
+import { textWebhook } from "./support/webhook-bodies.ts";
+
+/** Issue 3: every inbound type Meta sends gets a deliberate outcome (law 6), from fixtures in Meta's wire format. */
+
+let harnesses: Harness[] = [];
+async function harness(options?: HarnessOptions): Promise<Harness> {
+  const h = await startHarness(options);
+  harnesses.push(h);
+  return h;
+}
+afterEach(async () => {
+  await Promise.all(harnesses.map((h) => h.close()));
+  harnesses = [];
+});
+
+const MEDIA_REPLY = "I read text only: please write your question.";
+const FALLBACK_REPLY = "I can't open that kind of message.";
+const env = { MEDIA_REPLY, FALLBACK_REPLY };
+
+/** A fixture as Meta would send it now (the 24-hour window counts from the message's timestamp). */
+function fixture(name: string): string {
+  const now = String(Math.floor(Date.now() / 1000));
+  return readFileSync(`fixtures/messages/${name}.json`, "utf8").replaceAll('"timestamp":"1764470000"', `"timestamp":"${now}"`);
+}
+
+const repliedTo = async (h: Harness, wamid: string) =>
+  (await h.db.inboundMessage.findUniqueOrThrow({ where: { wamid }, include: { reply: true } })).reply;
+
+describe("answered by Claude, as readable text", () => {
+  it.each([
+    ["interactive-button-reply", 'Chose the option "Track my order"', "id track-order"],
+    ["interactive-list-reply", 'Chose the option "Size M" — Chest 96–101 cm', "id size-m"],
+    ["button", 'Tapped the button "Yes, confirm"', "payload CONFIRM_APPOINTMENT"],
+    ["location", "Shared a location: Café Tacuba, Tacuba 28, Centro, CDMX, latitude 19.4326, longitude -99.1332", "maps.example"],
+    ["contacts", "Shared a contact: Lucía Gómez, Flores Lucía, CELL +52 55 1234 5678, lucia@example.com", "Lucía"],
+    ["order", "Sent an order: 6 × sku-croissant at 35 MXN; 2 × sku-cafe at 48.5 MXN", "Para el sábado"],
+  ])("%s", async (name, expected, alsoExpected) => {
+    const h = await harness({ env });
+    expect((await h.deliver(fixture(name))).statusCode).toBe(200);
+    await eventually(() => h.graph.sends.length === 1, "the reply");
+    expect(h.claude.requests).toHaveLength(1);
+    expect(h.claude.userText(0)).toContain(expected);
+    expect(h.claude.userText(0)).toContain(alsoExpected);
+    expect(h.graph.sentTexts).toEqual(["Reply #1"]);
+  });
+
+  it("a reply to an earlier message carries that message's text to Claude", async () => {
+    const h = await harness({ env });
+    const earlier = textWebhook({ id: "wamid.FIXTURE.EARLIER", text: "I'd like the blue jacket", from: "5215512345678" });
+    await h.deliver(earlier.body);
+    await eventually(() => h.graph.sends.length === 1, "the first reply");
+    await h.deliver(fixture("text-replying-to-earlier"));
+    await eventually(() => h.graph.sends.length === 2, "the second reply");
+    expect(h.claude.userText(1)).toContain(`[Replying to their earlier message: "I'd like the blue jacket"]\n¿Y eso cuánto cuesta?`);
+  });
+});
+
+describe("answered honestly without Claude", () => {
+  it.each(["audio-voice", "video", "image", "sticker", "document"])("%s gets the configured media reply, and Claude is not paid", async (name) => {
+    const h = await harness({ env });
+    await h.deliver(fixture(name));
+    await eventually(() => h.graph.sends.length === 1, "the media reply");
+    expect(h.graph.sentTexts).toEqual([MEDIA_REPLY]);
+    expect(h.claude.requests).toHaveLength(0);
+    const wamid = JSON.parse(fixture(name)).entry[0].changes[0].value.messages[0].id as string;
+    expect(await repliedTo(h, wamid)).toMatchObject({ kind: "canned", state: "sent", text: MEDIA_REPLY });
+  });
+
+  it("an unsupported message gets the fallback reply, once, and is not retried", async () => {
+    const h = await harness({ env });
+    await h.deliver(fixture("unsupported"));
+    await eventually(() => h.graph.sends.length === 1, "the fallback reply");
+    await settle();
+    expect(h.graph.sentTexts).toEqual([FALLBACK_REPLY]);
+    expect(h.claude.requests).toHaveLength(0);
+    expect(await h.queues.inbound.getJobCounts("failed")).toEqual({ failed: 0 });
+  });
+
+  it("with the fallback reply configured empty, an unsupported message is stored and deliberately left unanswered", async () => {
+    const h = await harness({ env: { ...env, FALLBACK_REPLY: "" } });
+    await h.deliver(fixture("unsupported"));
+    const stored = await eventually(() => h.db.inboundMessage.findUnique({ where: { wamid: "wamid.FIXTURE.UNSUP" } }), "the message to be stored");
+    expect(stored).toMatchObject({ type: "unsupported", replyId: null, skipReason: 'message type "unsupported" is not supported' });
+    await settle();
+    expect(h.graph.sends).toHaveLength(0);
+  });
+});
+
+describe("not answered, with a logged reason", () => {
+  it.each([
+    ["reaction", "reaction"],
+    ["system-number-changed", "system notice (e.g. the customer changed number)"],
+  ])("%s is stored and skipped", async (name, reason) => {
+    const h = await harness({ env });
+    await h.deliver(fixture(name));
+    const wamid = JSON.parse(fixture(name)).entry[0].changes[0].value.messages[0].id as string;
+    const stored = await eventually(() => h.db.inboundMessage.findUnique({ where: { wamid } }), "the message to be stored");
+    expect(stored.skipReason).toBe(reason);
+    await settle();
+    expect(h.graph.sends).toHaveLength(0);
+    expect(h.graph.readReceipts).toHaveLength(0); // no typing indicator for a message we will not answer
+    expect(h.claude.requests).toHaveLength(0);
+  });
+});
+
+describe("our reply", () => {
+  it("quotes the message it answers when the customer has written again since", async () => {
+    const h = await harness({ env: { REPLY_DEBOUNCE_MS: "0" } });
+    h.claude.latencyMs = 600;
+    const first = textWebhook({ text: "Do you deliver on Sundays?" });
+    await h.deliver(first.body);
+    await eventually(() => h.claude.inFlight === 1, "Claude to be writing the first reply");
+    await h.deliver(textWebhook({ text: "And what about holidays?" }).body);
+    await eventually(() => h.graph.sends.length === 2, "both replies");
+    expect(h.graph.sends[0]!.body.context).toEqual({ message_id: first.wamids[0] });
+    expect(h.graph.sends[1]!.body.context).toBeUndefined(); // it answers the latest message
+  });
+});
+
+describe("the 24-hour customer-service window", () => {
+  it("a reply that would go out after the window closed is not sent, and Claude is not paid: a dead letter says why", async () => {
+    const h = await harness();
+    const dayAndAnHourAgo = Math.floor(Date.now() / 1000) - 25 * 3600;
+    await h.deliver(textWebhook({ text: "late delivery of an old message", timestamp: dayAndAnHourAgo }).body);
+    const letter = await eventually(() => h.db.deadLetter.findFirst({ where: { state: "open" } }), "a dead letter");
+    expect(letter).toMatchObject({ source: "window", code: "window_closed" });
+    expect(letter.reason).toMatch(/24-hour customer-service window closed/);
+    await settle();
+    expect(h.graph.sends).toHaveLength(0);
+    expect(h.claude.requests).toHaveLength(0);
+  });
+
+  it("counts from the customer's newest message by Meta's timestamp, not from when we process it", async () => {
+    const h = await harness();
+    const now = Math.floor(Date.now() / 1000);
+    await h.deliver(textWebhook({ text: "new", timestamp: now - 60 }).body);
+    await h.deliver(textWebhook({ text: "old, delivered late", timestamp: now - 30 * 3600 }).body);
+    await eventually(async () => (await h.db.reply.count({ where: { state: "sent" } })) >= 1, "a reply");
+    const conversation = await h.db.conversation.findFirstOrThrow();
+    expect(conversation.lastInboundAt?.getTime()).toBe((now - 60) * 1000);
+  });
+});
