@@ -26,8 +26,9 @@ export interface EndToEndResult {
   scenario: EndToEndScenario;
   deliveryMs: number;
   elapsedMs: number;
-  /** Median webhook → send latency of the idle samples. */
+  /** Webhook → send latency of the idle samples: median and 99th percentile. */
   idleP50: number;
+  idleP99: number;
   repliesPerSec: number;
   p50: number;
   p99: number;
@@ -123,6 +124,7 @@ export async function runEndToEnd(scenario: EndToEndScenario): Promise<EndToEndR
       deliveryMs,
       elapsedMs,
       idleP50: percentile(idle, 50),
+      idleP99: percentile(idle, 99),
       repliesPerSec: replied.length / (elapsedMs / 1000),
       p50: percentile(latencies, 50),
       p99: percentile(latencies, 99),
@@ -177,7 +179,7 @@ export function formatEndToEnd(results: EndToEndResult[]): string {
   const out: string[] = [];
   out.push(
     table(
-      ["scenario", "messages", "replies/s", "elapsed s", "delivery s", "p50 ms", "p99 ms", "max ms", "idle p50 ms", "Claude max in flight", "node busy", "node CPU"],
+      ["scenario", "messages", "replies/s", "elapsed s", "delivery s", "p50 ms", "p99 ms", "max ms", "idle p50 ms", "idle p99 ms", "Claude max in flight", "node busy", "node CPU"],
       results.map((r) => [
         r.scenario.name,
         fmt(r.scenario.messages),
@@ -188,6 +190,7 @@ export function formatEndToEnd(results: EndToEndResult[]): string {
         fmt(r.p99),
         fmt(r.max),
         fmt(r.idleP50),
+        fmt(r.idleP99),
         fmt(r.claudeMaxInFlight),
         `${fmt(r.nodeBusy * 100)}%`,
         `${fmt(r.nodeCpuPercent)}%`,

@@ -1,6 +1,7 @@
 import { execFileSync } from "node:child_process";
 import { availableParallelism, cpus, loadavg } from "node:os";
 import { formatEndToEnd, runEndToEnd, type EndToEndResult, type EndToEndScenario } from "./e2e.ts";
+import { runCacheBench } from "./cache.ts";
 import { formatIngest, runIngestBench, type IngestSettings } from "./ingest.ts";
 import { LoadGenerator } from "./load.ts";
 
@@ -29,7 +30,7 @@ const endToEnd: EndToEndScenario[] = [
     claudeLatencyMs: 0,
     replyConcurrency: 50,
     deliveryConcurrency: 16,
-    idleSamples: quick ? 3 : 10,
+    idleSamples: quick ? 3 : 200,
     timeoutMs: 120_000,
   },
   {
@@ -81,6 +82,9 @@ async function main(): Promise<void> {
   const results: EndToEndResult[] = [];
   for (const scenario of endToEnd) results.push(await runEndToEnd(scenario));
   console.log(formatEndToEnd(results));
+
+  console.log("\n## Benchmark 3: Claude input tokens per reply, with and without prompt caching\n");
+  console.log(await runCacheBench());
 
   console.log(`\n${machineLoad()} at the end; total bench time ${((Date.now() - started) / 1000).toFixed(0)} s`);
 }

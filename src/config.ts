@@ -78,6 +78,7 @@ const envSchema = z.object({
   SYSTEM_PROMPT: z.string().optional(),
   SYSTEM_PROMPT_FILE: z.string().optional(),
   HISTORY_MESSAGES: int("HISTORY_MESSAGES", 20, 0, 200),
+  HISTORY_TOKEN_BUDGET: int("HISTORY_TOKEN_BUDGET", 4000, 0, 150_000),
   REDIS_URL: url("REDIS_URL", "redis://127.0.0.1:6379").refine((v) => /^rediss?:/.test(v), {
     error: "REDIS_URL must start with redis:// or rediss://",
   }),
@@ -140,6 +141,7 @@ export interface Config {
     readonly timeoutMs: number;
     readonly systemPrompt: string;
     readonly historyMessages: number;
+    readonly historyTokenBudget: number;
   };
   readonly redisUrl: string;
   readonly queuePrefix: string;
@@ -222,6 +224,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
       timeoutMs: e.ANTHROPIC_TIMEOUT_MS,
       systemPrompt,
       historyMessages: e.HISTORY_MESSAGES,
+      historyTokenBudget: e.HISTORY_TOKEN_BUDGET,
     },
     redisUrl: e.REDIS_URL,
     queuePrefix: e.QUEUE_PREFIX,

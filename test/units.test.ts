@@ -106,9 +106,9 @@ describe("conversation history for Claude", () => {
         { role: "user", text: "price?" },
       ]),
     ).toEqual([
-      { role: "user", content: "hi\nanyone?" },
-      { role: "assistant", content: "Yes" },
-      { role: "user", content: "price?" },
+      { role: "user", content: [{ type: "text", text: "hi" }, { type: "text", text: "anyone?" }] },
+      { role: "assistant", content: [{ type: "text", text: "Yes" }] },
+      { role: "user", content: [{ type: "text", text: "price?" }] },
     ]);
   });
 });

@@ -6,6 +6,8 @@ import { PermanentError, RetryableError } from "../errors.ts";
 export interface ChatTurn {
   role: "user" | "assistant";
   text: string;
+  /** The end of the stable prefix (system prompt + history): cached by Anthropic for the next reply. */
+  cacheBreakpoint?: boolean;
 }
 
 export interface GeneratedReply {
@@ -13,6 +15,8 @@ export interface GeneratedReply {
   model: string;
   inputTokens: number;
   outputTokens: number;
+  cacheReadTokens: number;
+  cacheCreationTokens: number;
 }
 
 export interface ClaudeOptions {
@@ -47,7 +51,9 @@ export class ClaudeClient {
       message = await this.client.messages.create({
         model: this.options.model,
         max_tokens: this.options.maxTokens,
-        system: this.options.systemPrompt,
+        // The system prompt and the history repeat from one reply to the next: prompt caching
+        // bills them at a tenth of the price when they are read back.
+        system: [{ type: "text", text: this.options.systemPrompt, cache_control: { type: "ephemeral" } }],
         messages: toAlternatingMessages(turns),
       });
     } catch (error) {
@@ -65,20 +71,25 @@ export class ClaudeClient {
       model: message.model,
       inputTokens: message.usage.input_tokens,
       outputTokens: message.usage.output_tokens,
+      cacheReadTokens: message.usage.cache_read_input_tokens ?? 0,
+      cacheCreationTokens: message.usage.cache_creation_input_tokens ?? 0,
     };
   }
 }
 
 /**
- * Claude wants alternating roles starting with the user: consecutive turns of one role are
- * joined, and history that opens with our own reply drops it.
+ * Claude wants alternating roles starting with the user: consecutive turns of one role
+ * become text blocks of one message, and history that opens with our own reply drops it.
  */
 export function toAlternatingMessages(turns: ChatTurn[]): Anthropic.MessageParam[] {
-  const out: { role: "user" | "assistant"; content: string }[] = [];
+  const out: { role: "user" | "assistant"; content: Anthropic.TextBlockParam[] }[] = [];
   for (const turn of turns) {
+    const block: Anthropic.TextBlockParam = turn.cacheBreakpoint
+      ? { type: "text", text: turn.text, cache_control: { type: "ephemeral" } }
+      : { type: "text", text: turn.text };
     const last = out.at(-1);
-    if (last && last.role === turn.role) last.content += `\n${turn.text}`;
-    else if (out.length > 0 || turn.role === "user") out.push({ role: turn.role, content: turn.text });
+    if (last && last.role === turn.role) last.content.push(block);
+    else if (out.length > 0 || turn.role === "user") out.push({ role: turn.role, content: [block] });
   }
   return out;
 }

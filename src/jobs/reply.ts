@@ -18,6 +18,7 @@ export interface ReplyDeps {
   claude: ClaudeClient;
   logger: Logger;
   historyMessages: number;
+  historyTokenBudget: number;
 }
 
 type ConversationWithContact = Conversation & { contact: Contact };
@@ -122,13 +123,22 @@ async function generate(deps: ReplyDeps, reply: Reply, log: Logger): Promise<voi
         model: generated.model,
         inputTokens: generated.inputTokens,
         outputTokens: generated.outputTokens,
+        cacheReadTokens: generated.cacheReadTokens,
+        cacheCreationTokens: generated.cacheCreationTokens,
       },
     });
     if (updated.count !== 1) throw new DraftConflict(`reply ${reply.id} left "generating" while Claude was writing it`);
     await tx.outboundMessage.createMany({ data: parts.map((text, seq) => ({ replyId: reply.id, seq, text })) });
   }));
   log.info(
-    { event: "reply.generated", model: generated.model, inputTokens: generated.inputTokens, outputTokens: generated.outputTokens, parts: parts.length },
+    {
+      event: "reply.generated",
+      model: generated.model,
+      inputTokens: generated.inputTokens,
+      outputTokens: generated.outputTokens,
+      cacheReadTokens: generated.cacheReadTokens,
+      parts: parts.length,
+    },
     "reply generated",
   );
 }
@@ -160,7 +170,7 @@ async function conversationTurns(deps: ReplyDeps, reply: Reply): Promise<ChatTur
     db.inboundMessage.findMany({ where: { replyId: reply.id }, orderBy: { sentAt: "asc" } }),
     db.inboundMessage.findMany({
       where: { conversationId: reply.conversationId, text: { not: null }, NOT: { replyId: reply.id } },
-      orderBy: { sentAt: "desc" },
+      orderBy: { createdAt: "desc" },
       take: historyMessages,
     }),
     db.reply.findMany({
@@ -169,15 +179,33 @@ async function conversationTurns(deps: ReplyDeps, reply: Reply): Promise<ChatTur
       take: historyMessages,
     }),
   ]);
-  const history = [
-    ...earlier.map((m) => ({ at: m.sentAt.getTime(), turn: { role: "user" as const, text: m.text ?? "" } })),
-    ...replies.map((r) => ({ at: (r.sentAt ?? r.createdAt).getTime(), turn: { role: "assistant" as const, text: r.text ?? "" } })),
-  ]
-    .sort((a, b) => a.at - b.at)
-    .slice(-historyMessages)
-    .map((h) => h.turn);
+  const history: ChatTurn[] = withinBudget(
+    [
+      // Our clock on both sides (storage and send times): Meta's timestamps have one-second resolution.
+      ...earlier.map((m) => ({ at: m.createdAt.getTime(), turn: { role: "user" as const, text: m.text ?? "" } })),
+      ...replies.map((r) => ({ at: (r.sentAt ?? r.createdAt).getTime(), turn: { role: "assistant" as const, text: r.text ?? "" } })),
+    ]
+      .sort((a, b) => a.at - b.at)
+      .slice(-historyMessages)
+      .map((h) => h.turn),
+    deps.historyTokenBudget,
+  );
   const question = current.flatMap((m) => (m.text ? [{ role: "user" as const, text: m.text }] : []));
-  return question.length > 0 ? [...history, ...question] : [];
+  if (question.length === 0) return [];
+  const last = history.at(-1);
+  if (last) history[history.length - 1] = { ...last, cacheBreakpoint: true };
+  return [...history, ...question];
+}
+
+/** Rough but safe: English averages ~4 characters a token; other scripts use fewer per token. */
+export const estimateTokens = (text: string) => Math.ceil(text.length / 3);
+
+/** Keeps the newest turns that fit the budget: old context is worth less than room to answer. */
+function withinBudget(turns: ChatTurn[], budget: number): ChatTurn[] {
+  let used = 0;
+  let first = turns.length;
+  while (first > 0 && used + estimateTokens(turns[first - 1]!.text) <= budget) used += estimateTokens(turns[--first]!.text);
+  return turns.slice(first);
 }
 
 /** Meta accepts free-form messages only within 24 h of the customer's last message (WHATSAPP.md §7). */

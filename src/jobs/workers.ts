@@ -44,6 +44,7 @@ export function startConfiguredWorkers(
     claude: new ClaudeClient({ ...config.anthropic }),
     prefix: config.queuePrefix,
     historyMessages: config.anthropic.historyMessages,
+    historyTokenBudget: config.anthropic.historyTokenBudget,
     replyDebounceMs: config.jobs.replyDebounceMs,
     conversation: config.conversation,
     concurrency: { reply: config.jobs.replyConcurrency, inbound: config.jobs.inboundConcurrency },

@@ -47,8 +47,31 @@ export class FakeAnthropic {
     if (!request) return "";
     return request.messages
       .filter((m) => m.role === "user")
-      .map((m) => (typeof m.content === "string" ? m.content : JSON.stringify(m.content)))
+      .flatMap((m) => blocksOf(m.content).map((b) => b.text))
       .join("\n");
+  }
+
+  private readonly cachedPrefixes = new Set<string>();
+
+  /**
+   * Token usage the way Anthropic reports it, at ~4 characters a token. The prompt up to its
+   * last cache_control breakpoint is cached; a later prompt that starts with a cached prefix
+   * reads that much back, writes the rest of its own prefix, and pays plain input after it.
+   */
+  private usage(request: ClaudeRequest) {
+    const blocks = [...blocksOf(request.system), ...request.messages.flatMap((m) => blocksOf(m.content))];
+    const tokens = (bs: Block[]) => Math.ceil(bs.reduce((n, b) => n + b.text.length, 0) / 4);
+    const key = (bs: Block[]) => bs.map((b) => b.text).join("\u0000");
+    const breakpoint = blocks.findLastIndex((b) => b.cache_control);
+    let read = 0; // blocks read back from the cache
+    for (let i = breakpoint; i >= 0 && read === 0; i--) if (this.cachedPrefixes.has(key(blocks.slice(0, i + 1)))) read = i + 1;
+    for (let i = 0; i <= breakpoint; i++) if (blocks[i]!.cache_control) this.cachedPrefixes.add(key(blocks.slice(0, i + 1)));
+    return {
+      input_tokens: tokens(blocks.slice(breakpoint + 1)),
+      cache_read_input_tokens: tokens(blocks.slice(0, read)),
+      cache_creation_input_tokens: tokens(blocks.slice(read, breakpoint + 1)),
+      output_tokens: 20,
+    };
   }
 
   private async handle(raw: Buffer, res: ServerResponse): Promise<void> {
@@ -75,7 +98,7 @@ export class FakeAnthropic {
           content: [{ type: "text", text }],
           stop_reason: "end_turn",
           stop_sequence: null,
-          usage: { input_tokens: 100, output_tokens: 20 },
+          usage: this.usage(request),
         },
         { "request-id": "req_fake" },
       );
@@ -83,6 +106,16 @@ export class FakeAnthropic {
       this.inFlight--;
     }
   }
+}
+
+interface Block {
+  text: string;
+  cache_control?: unknown;
+}
+
+function blocksOf(content: unknown): Block[] {
+  if (typeof content === "string") return [{ text: content }];
+  return Array.isArray(content) ? (content as Block[]).filter((b) => typeof b.text === "string") : [];
 }
 
 export function anthropicError(status: number): unknown {

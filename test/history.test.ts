@@ -1,0 +1,65 @@
+import { afterEach, describe, expect, it } from "vitest";
+import { eventually, type Harness, startHarness } from "./support/harness.ts";
+import { textWebhook } from "./support/webhook-bodies.ts";
+
+/** Issue 3, history and cost: what Claude sees, and what it costs. */
+
+let h: Harness;
+afterEach(async () => h?.close());
+
+interface Block {
+  type: string;
+  text: string;
+  cache_control?: { type: string };
+}
+
+/** A conversation of `n` question/answer pairs, one after the other. */
+async function converse(n: number): Promise<void> {
+  for (let i = 1; i <= n; i++) {
+    await h.deliver(textWebhook({ text: `question ${i}` }).body);
+    await eventually(() => h.graph.sends.length === i, `reply ${i}`);
+  }
+}
+
+describe("conversation history for Claude", () => {
+  it("Claude sees the recent history in order, then the new message, with the stable prefix marked for caching", async () => {
+    h = await startHarness({ env: { HISTORY_MESSAGES: "4", REPLY_DEBOUNCE_MS: "0" } });
+    await converse(4);
+    const request = h.claude.requests[3]!;
+    const turns = request.messages.map((m) => ({ role: m.role, texts: (m.content as Block[]).map((b) => b.text) }));
+    expect(turns).toEqual([
+      { role: "user", texts: ["question 2"] },
+      { role: "assistant", texts: ["Reply #2"] },
+      { role: "user", texts: ["question 3"] },
+      { role: "assistant", texts: ["Reply #3"] },
+      { role: "user", texts: ["question 4"] },
+    ]);
+    const system = request.system as Block[];
+    expect(system[0]!.cache_control).toEqual({ type: "ephemeral" });
+    const blocks = request.messages.flatMap((m) => m.content as Block[]);
+    expect(blocks.map((b) => b.cache_control !== undefined)).toEqual([false, false, false, true, false]); // the end of the history
+  });
+
+  it("keeps only the newest history that fits HISTORY_TOKEN_BUDGET", async () => {
+    h = await startHarness({ env: { HISTORY_MESSAGES: "20", HISTORY_TOKEN_BUDGET: "10", REPLY_DEBOUNCE_MS: "0" } });
+    await converse(4);
+    const texts = h.claude.requests[3]!.messages.flatMap((m) => (m.content as Block[]).map((b) => b.text));
+    // ~3 characters a token: "Reply #3" (3) + "question 3" (4) fit in 10; "Reply #2" would not.
+    expect(texts).toEqual(["question 3", "Reply #3", "question 4"]);
+  });
+
+  it("stores the model and token usage of every reply, including what the cache saved", async () => {
+    h = await startHarness({ env: { REPLY_DEBOUNCE_MS: "0" } });
+    await converse(3);
+    await eventually(async () => (await h.db.reply.count({ where: { state: "sent" } })) === 3, "three sent replies");
+    const replies = await h.db.reply.findMany({ orderBy: { createdAt: "asc" } });
+    for (const reply of replies) {
+      expect(reply.model).toBe("claude-haiku-4-5");
+      expect(reply.inputTokens).toBeGreaterThan(0);
+      expect(reply.outputTokens).toBe(20);
+    }
+    expect(replies[0]).toMatchObject({ cacheReadTokens: 0 });
+    expect(replies[0]!.cacheCreationTokens).toBeGreaterThan(0); // the system prompt is written once...
+    expect(replies[2]!.cacheReadTokens).toBeGreaterThan(replies[1]!.cacheReadTokens!); // ...and the growing history read back
+  });
+});
