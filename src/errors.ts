@@ -40,11 +40,14 @@ export class RetryableError extends ReplyFailure {
    * for a send, Meta may have accepted the message (law 5).
    */
   readonly ambiguous: boolean;
+  /** The limit is on the whole sender (Meta's 130429, 80007, 4): every send should wait, not only this one. */
+  readonly throttle: boolean;
 
-  constructor(init: FailureInit & { minDelayMs?: number | undefined; ambiguous?: boolean }) {
+  constructor(init: FailureInit & { minDelayMs?: number | undefined; ambiguous?: boolean; throttle?: boolean }) {
     super(init);
     this.minDelayMs = init.minDelayMs;
     this.ambiguous = init.ambiguous ?? false;
+    this.throttle = init.throttle ?? false;
   }
 }
 

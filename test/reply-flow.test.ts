@@ -177,14 +177,32 @@ describe("errors decide their fate (law 7)", () => {
     expect(h.claude.requests).toHaveLength(1);
   });
 
-  it("Meta's pair rate limit (131056) is retried, not dead-lettered", async () => {
+  it("Meta's pair rate limit (131056) delays only that conversation (≥ 6 s), never the others, and is not dead-lettered", async () => {
     const h = await harness();
     h.graph.answerSends({ status: 400, body: graphError(131056, "(Business Account, Consumer Account) pair rate limit hit") });
-    await h.deliver(textWebhook({ text: "hello" }).body);
-    // Meta asks for ≥ 6 s between messages to one user; the retry honours it.
-    await eventually(async () => (await h.db.reply.count({ where: { state: "sent" } })) === 1, "the retried reply", 15_000);
-    expect(h.graph.sends).toHaveLength(2);
+    await h.deliver(textWebhook({ text: "hello", from: "111" }).body);
+    await eventually(() => h.graph.sends.length === 1, "the refused send");
+    await h.deliver(textWebhook({ text: "hello", from: "222" }).body);
+    await eventually(async () => (await h.db.reply.count({ where: { state: "sent" } })) === 2, "both replies", 15_000);
+    expect(h.graph.sends.map((s) => s.body.to)).toEqual(["111", "222", "111"]); // the other customer did not wait
+    expect(h.graph.sends[2]!.at - h.graph.sends[0]!.at).toBeGreaterThanOrEqual(6000); // Meta asks for ≥ 6 s per pair
     expect(await openDeadLetters(h)).toHaveLength(0);
+  });
+
+  it("Meta's throughput limit (130429) slows every reply down, spends no attempt and loses nothing", async () => {
+    const h = await harness({ env: { JOB_ATTEMPTS: "1" } }); // one attempt: a retry would have dead-lettered it
+    h.graph.answerSends({ status: 400, body: graphError(130429, "Rate limit hit") });
+    await h.deliver(textWebhook({ text: "hello", from: "111" }).body);
+    await eventually(() => h.graph.sends.length === 1, "the throttled send");
+    const ttl = await eventually(async () => h.queues.reply.getRateLimitTtl(), "the reply queue to be rate-limited");
+    const limitedUntil = Date.now() + ttl;
+    await h.deliver(textWebhook({ text: "hello", from: "222" }).body); // another customer waits too
+    await eventually(async () => (await h.db.reply.count({ where: { state: "sent" } })) === 2, "both replies after the pause", 20_000);
+    // Nothing went out to anyone while Meta's limit held (a lower bound on a designed pause, with 50 ms of clock slack).
+    for (const send of h.graph.sends.slice(1)) expect(send.at).toBeGreaterThanOrEqual(limitedUntil - 50);
+    expect(await openDeadLetters(h)).toHaveLength(0);
+    expect(h.claude.requests).toHaveLength(2);
+    expect(h.graph.sends.map((s) => s.body.to)).toEqual(["111", "111", "222"]);
   });
 
   it("Anthropic 529 twice, then OK → one reply", async () => {

@@ -82,6 +82,8 @@ describe("which errors are retried (law 7)", () => {
     expect(decideFate(failure, { attemptsMade: 2, opts: { attempts: 3 } }).action).toBe("dead_letter");
     expect(decideFate(new PermanentError({ source: "graph", reason: "x" }), { attemptsMade: 0, opts: { attempts: 3 } }).action).toBe("dead_letter");
     expect(decideFate(new Error("db down"), { attemptsMade: 0, opts: { attempts: 3 } }).action).toBe("retry");
+    const throughput = new RetryableError({ source: "graph", code: "130429", reason: "x", throttle: true });
+    expect(decideFate(throughput, { attemptsMade: 2, opts: { attempts: 3 } }).action).toBe("throttle"); // costs no attempt
   });
 
   it("backoff grows exponentially with jitter, is capped, and honours a failure's minimum", () => {

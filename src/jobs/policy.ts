@@ -7,7 +7,10 @@ import { asFailure, type Failure, PermanentError, RetryableError } from "../erro
  * BullMQ, which waits `retryDelayMs` before the next attempt.
  */
 
-export type Fate = { action: "retry"; failure: RetryableError } | { action: "dead_letter"; failure: Failure };
+export type Fate =
+  | { action: "retry"; failure: RetryableError }
+  | { action: "throttle"; failure: RetryableError }
+  | { action: "dead_letter"; failure: Failure };
 
 export function isLastAttempt(job: Pick<Job, "attemptsMade" | "opts">): boolean {
   return job.attemptsMade + 1 >= (job.opts.attempts ?? 1);
@@ -15,7 +18,10 @@ export function isLastAttempt(job: Pick<Job, "attemptsMade" | "opts">): boolean 
 
 export function decideFate(error: unknown, job: Pick<Job, "attemptsMade" | "opts">): Fate {
   const failure = asFailure(error);
-  if (failure instanceof PermanentError || isLastAttempt(job)) return { action: "dead_letter", failure };
+  if (failure instanceof PermanentError) return { action: "dead_letter", failure };
+  // A sender-wide limit is nobody's fault and costs no attempt: the whole queue waits instead.
+  if (failure.throttle) return { action: "throttle", failure };
+  if (isLastAttempt(job)) return { action: "dead_letter", failure };
   return { action: "retry", failure };
 }
 

@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import type { Job } from "bullmq";
+import { type Job, RateLimitError } from "bullmq";
 import type { ChatTurn, ClaudeClient } from "../ai/claude.ts";
 import type { Db } from "../db/client.ts";
 import { recordDeadLetter } from "../dlq/dead-letters.ts";
@@ -9,7 +9,7 @@ import type { Logger } from "../logger.ts";
 import { scheduleReply, type Queues, type ReplyJobData } from "../queue/queues.ts";
 import { splitForWhatsApp } from "../replies/split.ts";
 import type { GraphClient } from "../whatsapp/graph-client.ts";
-import { decideFate } from "./policy.ts";
+import { decideFate, type RetryDelaySettings, retryDelayMs } from "./policy.ts";
 
 export interface ReplyDeps {
   db: Db;
@@ -19,6 +19,7 @@ export interface ReplyDeps {
   logger: Logger;
   historyMessages: number;
   historyTokenBudget: number;
+  retry: RetryDelaySettings;
 }
 
 type ConversationWithContact = Conversation & { contact: Contact };
@@ -47,6 +48,14 @@ export async function processReply(deps: ReplyDeps, job: Job<ReplyJobData>): Pro
     outcome = "sent";
   } catch (error) {
     const fate = decideFate(error, job);
+    if (fate.action === "throttle") {
+      // BullMQ's queue-wide rate limit: every worker holds off every reply, and this job goes
+      // back to waiting without spending an attempt.
+      const delayMs = retryDelayMs(job.attemptsMade + 1, fate.failure, deps.retry);
+      log.warn({ event: "reply.throttled", code: fate.failure.code, reason: fate.failure.reason, delayMs }, "Meta limits the sender; every reply waits");
+      await deps.queues.reply.rateLimit(delayMs);
+      throw new RateLimitError();
+    }
     if (fate.action === "retry") {
       log.warn({ event: "reply.retry", reply: reply.id, code: fate.failure.code, reason: fate.failure.reason, attempt: job.attemptsMade + 1 }, "reply failed; will retry");
       throw fate.failure;

@@ -67,6 +67,9 @@ export function startWorkers(deps: WorkerDeps): Workers {
     new Worker<ReplyJobData>(QUEUE_NAMES.reply, (job: Job<ReplyJobData>) => processReply(deps, job), {
       ...common,
       concurrency: deps.concurrency.reply,
+      // BullMQ honours a manual queue.rateLimit() (Meta's sender-wide limits, see
+      // processReply) only for workers with a limiter; this one is far above any real rate.
+      limiter: { max: 10_000, duration: 1000 },
     }),
     new Worker<StatusJobData>(QUEUE_NAMES.status, (job: Job<StatusJobData>) => processStatus(deps, job.data), {
       ...common,

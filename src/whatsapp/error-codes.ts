@@ -8,19 +8,21 @@ export interface CodeRule {
   reason: string;
   /** The earliest sensible retry, when Meta's rule implies one. */
   minDelayMs?: number;
+  /** A limit on the whole business account or app: slow every send down, not just this one. */
+  throttle?: boolean;
 }
 
 const RULES: Record<number, CodeRule> = {
   0: { retry: false, reason: "Meta could not authenticate the access token" },
   1: { retry: true, reason: "Meta reported an unknown error (may be temporary)" },
   2: { retry: true, reason: "Meta's service is temporarily down or overloaded" },
-  4: { retry: true, reason: "Meta's app-level rate limit was hit" },
+  4: { retry: true, reason: "Meta's app-level rate limit was hit", minDelayMs: 60_000, throttle: true },
   10: { retry: false, reason: "The app lacks permission for this action" },
   100: { retry: false, reason: "Meta rejected a parameter of the request" },
   190: { retry: false, reason: "The WhatsApp access token has expired or is invalid" },
   368: { retry: false, reason: "The business number is temporarily blocked for policy violations" },
-  80007: { retry: true, reason: "The WhatsApp Business Account rate limit was hit" },
-  130429: { retry: true, reason: "Cloud API throughput limit reached" },
+  80007: { retry: true, reason: "The WhatsApp Business Account rate limit was hit", minDelayMs: 60_000, throttle: true },
+  130429: { retry: true, reason: "Cloud API throughput limit reached", minDelayMs: 2000, throttle: true },
   131000: { retry: true, reason: "Meta reported that something went wrong" },
   131008: { retry: false, reason: "A required parameter is missing" },
   131009: { retry: false, reason: "A parameter value is invalid" },

@@ -127,6 +127,7 @@ function graphFailure(response: Response, body: unknown): RetryableError | Perma
       fbtraceId: error.fbtrace_id,
     },
     minDelayMs: Math.max(rule.minDelayMs ?? 0, retryAfterMs(response) ?? 0) || undefined,
+    throttle: rule.throttle,
   };
   return rule.retry ? new RetryableError(init) : new PermanentError(init);
 }

@@ -11,6 +11,8 @@ export interface RecordedRequest {
   path: string;
   authorization: string | undefined;
   body: Record<string, unknown>;
+  /** When it arrived (ms since the epoch). */
+  at: number;
 }
 
 export type ScriptedAnswer =
@@ -59,7 +61,7 @@ export class FakeGraph {
   private async handle(req: IncomingMessage, raw: Buffer, res: ServerResponse): Promise<void> {
     const text = raw.toString("utf8");
     const body = (text ? JSON.parse(text) : {}) as Record<string, unknown>;
-    this.requests.push({ method: req.method ?? "", path: req.url ?? "", authorization: req.headers.authorization, body });
+    this.requests.push({ method: req.method ?? "", path: req.url ?? "", authorization: req.headers.authorization, body, at: Date.now() });
 
     if (body.status === "read") {
       return this.failReadReceipts ? json(res, 500, graphError(131000, "Something went wrong")) : json(res, 200, { success: true });
