@@ -1,4 +1,5 @@
 import { readFileSync } from "node:fs";
+import { dirname, resolve } from "node:path";
 import { z } from "zod";
 
 /**
@@ -77,6 +78,7 @@ const envSchema = z.object({
   ANTHROPIC_TIMEOUT_MS: int("ANTHROPIC_TIMEOUT_MS", 60_000, 100, 600_000),
   SYSTEM_PROMPT: z.string().optional(),
   SYSTEM_PROMPT_FILE: z.string().optional(),
+  PHONE_NUMBERS_FILE: z.string().optional(),
   HISTORY_MESSAGES: int("HISTORY_MESSAGES", 20, 0, 200),
   HISTORY_TOKEN_BUDGET: int("HISTORY_TOKEN_BUDGET", 4000, 0, 150_000),
   REDIS_URL: url("REDIS_URL", "redis://127.0.0.1:6379").refine((v) => /^rediss?:/.test(v), {
@@ -117,6 +119,56 @@ const envSchema = z.object({
   HANDOFF_REPLY: sayOrNothing("Got it: a person from our team will answer you here."),
 });
 
+/** Per business number (`phone_number_id`): its own system prompt, and a template for when the window has closed. */
+const numberSettingsSchema = z
+  .object({
+    systemPrompt: z.string().trim().min(1).optional(),
+    systemPromptFile: z.string().min(1).optional(),
+    windowClosedTemplate: z.object({ name: z.string().min(1), language: z.string().min(2) }).strict().optional(),
+  })
+  .strict();
+const numbersFileSchema = z.record(z.string(), numberSettingsSchema);
+
+export interface NumberSettings {
+  readonly systemPrompt?: string;
+  readonly windowClosedTemplate?: { readonly name: string; readonly language: string };
+}
+
+function loadNumbers(path: string, problems: string[]): ReadonlyMap<string, NumberSettings> {
+  const numbers = new Map<string, NumberSettings>();
+  let raw: unknown;
+  try {
+    raw = JSON.parse(readFileSync(path, "utf8"));
+  } catch (error) {
+    problems.push(`PHONE_NUMBERS_FILE cannot be read as JSON: ${(error as Error).message}`);
+    return numbers;
+  }
+  const parsed = numbersFileSchema.safeParse(raw);
+  if (!parsed.success) {
+    for (const issue of parsed.error.issues) problems.push(`PHONE_NUMBERS_FILE ${issue.path.join(".") || "(root)"}: ${issue.message}`);
+    return numbers;
+  }
+  for (const [id, settings] of Object.entries(parsed.data)) {
+    if (!/^\d+$/.test(id)) {
+      problems.push(`PHONE_NUMBERS_FILE ${id}: keys must be phone_number_id digits`);
+      continue;
+    }
+    let systemPrompt = settings.systemPrompt;
+    if (settings.systemPromptFile) {
+      try {
+        systemPrompt = readFileSync(resolve(dirname(path), settings.systemPromptFile), "utf8").trim();
+      } catch (error) {
+        problems.push(`PHONE_NUMBERS_FILE ${id}.systemPromptFile cannot be read: ${(error as Error).message}`);
+      }
+    }
+    numbers.set(id, {
+      ...(systemPrompt ? { systemPrompt } : {}),
+      ...(settings.windowClosedTemplate ? { windowClosedTemplate: settings.windowClosedTemplate } : {}),
+    });
+  }
+  return numbers;
+}
+
 /** Every variable the configuration reads, for keeping .env.example in step. */
 export const ENV_VARIABLES: readonly string[] = Object.keys(envSchema.shape);
 
@@ -143,6 +195,8 @@ export interface Config {
     readonly historyMessages: number;
     readonly historyTokenBudget: number;
   };
+  /** Settings of individual business numbers; a number not listed uses the defaults. */
+  readonly numbers: ReadonlyMap<string, NumberSettings>;
   readonly redisUrl: string;
   readonly queuePrefix: string;
   readonly databaseUrl: string;
@@ -202,6 +256,8 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     systemPrompt = env.SYSTEM_PROMPT.trim();
   }
 
+  const numbers = env.PHONE_NUMBERS_FILE ? loadNumbers(env.PHONE_NUMBERS_FILE, problems) : new Map<string, NumberSettings>();
+
   if (problems.length > 0 || !parsed.success) throw new ConfigError(problems);
   const e = parsed.data;
   return Object.freeze({
@@ -226,6 +282,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
       historyMessages: e.HISTORY_MESSAGES,
       historyTokenBudget: e.HISTORY_TOKEN_BUDGET,
     },
+    numbers,
     redisUrl: e.REDIS_URL,
     queuePrefix: e.QUEUE_PREFIX,
     databaseUrl: e.DATABASE_URL,

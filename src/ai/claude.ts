@@ -45,7 +45,8 @@ export class ClaudeClient {
     });
   }
 
-  async generate(turns: ChatTurn[]): Promise<GeneratedReply> {
+  /** `systemPrompt` overrides the configured one (a business number's own prompt). */
+  async generate(turns: ChatTurn[], systemPrompt = this.options.systemPrompt): Promise<GeneratedReply> {
     let message: Anthropic.Message;
     try {
       message = await this.client.messages.create({
@@ -53,7 +54,7 @@ export class ClaudeClient {
         max_tokens: this.options.maxTokens,
         // The system prompt and the history repeat from one reply to the next: prompt caching
         // bills them at a tenth of the price when they are read back.
-        system: [{ type: "text", text: this.options.systemPrompt, cache_control: { type: "ephemeral" } }],
+        system: [{ type: "text", text: systemPrompt, cache_control: { type: "ephemeral" } }],
         messages: toAlternatingMessages(turns),
       });
     } catch (error) {

@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { type Job, RateLimitError } from "bullmq";
 import type { ChatTurn, ClaudeClient } from "../ai/claude.ts";
+import type { Config, NumberSettings } from "../config.ts";
 import type { Db } from "../db/client.ts";
 import { recordDeadLetter } from "../dlq/dead-letters.ts";
 import { PermanentError, RetryableError } from "../errors.ts";
@@ -20,6 +21,7 @@ export interface ReplyDeps {
   historyMessages: number;
   historyTokenBudget: number;
   retry: RetryDelaySettings;
+  numbers: Config["numbers"];
 }
 
 type ConversationWithContact = Conversation & { contact: Contact };
@@ -108,9 +110,12 @@ async function claimUnanswered(db: Db, conversationId: string): Promise<Reply | 
 }
 
 async function completeReply(deps: ReplyDeps, conversation: ConversationWithContact, reply: Reply, log: Logger): Promise<void> {
-  // Checked before Claude is paid for a reply that could not be sent anyway, and again before sending.
-  await assertWindowOpen(deps.db, conversation.id);
-  if (reply.state === "generating") await generate(deps, reply, log);
+  // Checked before Claude is paid for a reply that could not be sent anyway, and again after.
+  if (!(await windowOpen(deps.db, conversation.id))) await templateInstead(deps, conversation, reply.id, log);
+  else if (reply.state === "generating") {
+    await generate(deps, conversation, reply, log);
+    if (!(await windowOpen(deps.db, conversation.id))) await templateInstead(deps, conversation, reply.id, log);
+  }
   await sendParts(deps, conversation, reply.id, log);
   // Conditional: a "failed" status webhook may already have dead-lettered it.
   await deps.db.reply.updateMany({ where: { id: reply.id, state: "ready" }, data: { state: "sent", sentAt: new Date() } });
@@ -118,10 +123,10 @@ async function completeReply(deps: ReplyDeps, conversation: ConversationWithCont
 }
 
 /** The one Claude call for these messages; its result is stored before anything is sent (law 4). */
-async function generate(deps: ReplyDeps, reply: Reply, log: Logger): Promise<void> {
+async function generate(deps: ReplyDeps, conversation: Conversation, reply: Reply, log: Logger): Promise<void> {
   const turns = await conversationTurns(deps, reply);
   if (turns.length === 0) throw new Error(`reply ${reply.id} has no messages to answer`);
-  const generated = await deps.claude.generate(turns);
+  const generated = await deps.claude.generate(turns, deps.numbers.get(conversation.phoneNumberId)?.systemPrompt);
   const parts = splitForWhatsApp(generated.text);
   await keepTrying(log, () => deps.db.$transaction(async (tx) => {
     const updated = await tx.reply.updateMany({
@@ -221,15 +226,34 @@ function withinBudget(turns: ChatTurn[], budget: number): ChatTurn[] {
 export const SERVICE_WINDOW_MS = 24 * 60 * 60 * 1000;
 
 /** Read at the moment of use: a message that arrived meanwhile extends the window. */
-async function assertWindowOpen(db: Db, conversationId: string): Promise<void> {
+async function windowOpen(db: Db, conversationId: string): Promise<boolean> {
   const { lastInboundAt } = await db.conversation.findUniqueOrThrow({ where: { id: conversationId }, select: { lastInboundAt: true } });
-  if (lastInboundAt && Date.now() - lastInboundAt.getTime() < SERVICE_WINDOW_MS) return;
-  throw new PermanentError({
-    source: "window",
-    code: "window_closed",
-    reason: "The 24-hour customer-service window closed before this reply went out: only an approved template can reach the customer now",
-    detail: { lastInboundAt: lastInboundAt?.toISOString() },
+  return lastInboundAt !== null && Date.now() - lastInboundAt.getTime() < SERVICE_WINDOW_MS;
+}
+
+/**
+ * Past the window only an approved template reaches the customer (WHATSAPP.md §7): when the
+ * business number has one configured, it replaces whatever was still unsent, recorded as a
+ * template; otherwise the reply is a dead letter saying so.
+ */
+async function templateInstead(deps: ReplyDeps, conversation: Conversation, replyId: string, log: Logger): Promise<void> {
+  const template: NumberSettings["windowClosedTemplate"] = deps.numbers.get(conversation.phoneNumberId)?.windowClosedTemplate;
+  if (!template) {
+    throw new PermanentError({
+      source: "window",
+      code: "window_closed",
+      reason: "The 24-hour customer-service window closed before this reply went out: only an approved template can reach the customer now",
+      detail: { lastInboundAt: conversation.lastInboundAt?.toISOString() },
+    });
+  }
+  await deps.db.$transaction(async (tx) => {
+    const sent = await tx.outboundMessage.findMany({ where: { replyId }, select: { seq: true } });
+    await tx.outboundMessage.deleteMany({ where: { replyId, sendState: { not: "accepted" } } });
+    const text = `[Template "${template.name}" (${template.language}): the 24-hour window had closed]`;
+    await tx.outboundMessage.create({ data: { replyId, seq: Math.max(-1, ...sent.map((p) => p.seq)) + 1, text, template: template.name } });
+    await tx.reply.update({ where: { id: replyId }, data: { state: "ready", text } });
   });
+  log.info({ event: "reply.template_instead", template: template.name }, "window closed: sending the number's template instead");
 }
 
 async function sendParts(deps: ReplyDeps, conversation: ConversationWithContact, replyId: string, log: Logger): Promise<void> {
@@ -238,7 +262,6 @@ async function sendParts(deps: ReplyDeps, conversation: ConversationWithContact,
     orderBy: { seq: "asc" },
   });
   if (parts.length === 0) return;
-  await assertWindowOpen(deps.db, conversation.id);
   const replyTo = await quoteTarget(deps.db, conversation.id, replyId);
   const firstSeq = (await deps.db.outboundMessage.findFirst({ where: { replyId }, orderBy: { seq: "asc" }, select: { seq: true } }))?.seq;
 
@@ -254,15 +277,28 @@ async function sendParts(deps: ReplyDeps, conversation: ConversationWithContact,
     } else {
       await deps.db.outboundMessage.update({ where: { id: part.id }, data: { sendState: "sending" } });
     }
+    const template = part.template ? deps.numbers.get(conversation.phoneNumberId)?.windowClosedTemplate : undefined;
+    if (part.template && template?.name !== part.template) {
+      // Never send a template's stand-in text as a free-form message.
+      throw new PermanentError({ source: "window", code: "template_missing", reason: `Template "${part.template}" is no longer configured for this number` });
+    }
     let wamid: string;
     try {
-      ({ wamid } = await deps.graph.sendText({
-        phoneNumberId: conversation.phoneNumberId,
-        to: conversation.contact.waId,
-        text: part.text,
-        bizOpaqueCallbackData: part.id,
-        replyTo: part.seq === firstSeq ? replyTo : undefined,
-      }));
+      ({ wamid } = template
+        ? await deps.graph.sendTemplate({
+            phoneNumberId: conversation.phoneNumberId,
+            to: conversation.contact.waId,
+            name: template.name,
+            language: template.language,
+            bizOpaqueCallbackData: part.id,
+          })
+        : await deps.graph.sendText({
+            phoneNumberId: conversation.phoneNumberId,
+            to: conversation.contact.waId,
+            text: part.text,
+            bizOpaqueCallbackData: part.id,
+            replyTo: part.seq === firstSeq ? replyTo : undefined,
+          }));
     } catch (error) {
       // Meta answered with an error, so it did not take the message: safe to send again later.
       if (!(error instanceof RetryableError && error.ambiguous)) {

@@ -45,6 +45,7 @@ export function startConfiguredWorkers(
     prefix: config.queuePrefix,
     historyMessages: config.anthropic.historyMessages,
     historyTokenBudget: config.anthropic.historyTokenBudget,
+    numbers: config.numbers,
     replyDebounceMs: config.jobs.replyDebounceMs,
     conversation: config.conversation,
     concurrency: { reply: config.jobs.replyConcurrency, inbound: config.jobs.inboundConcurrency },

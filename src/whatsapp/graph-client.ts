@@ -51,12 +51,20 @@ export class GraphClient {
       biz_opaque_callback_data: input.bizOpaqueCallbackData,
       ...(input.replyTo ? { context: { message_id: input.replyTo } } : {}),
     });
-    const parsed = sendResponseSchema.safeParse(body);
-    if (!parsed.success) {
-      // Meta answered 2xx, so the message was probably accepted: retrying could send it twice.
-      throw new PermanentError({ source: "graph", reason: "Meta accepted the send but returned no message id", detail: { body } });
-    }
-    return { wamid: parsed.data.messages[0]!.id };
+    return acceptedWamid(body);
+  }
+
+  /** An approved template: the only thing Meta delivers once the 24-hour window has closed. */
+  async sendTemplate(input: { phoneNumberId: string; to: string; name: string; language: string; bizOpaqueCallbackData: string }): Promise<{ wamid: string }> {
+    const body = await this.post(`${input.phoneNumberId}/messages`, {
+      messaging_product: "whatsapp",
+      recipient_type: "individual",
+      to: input.to,
+      type: "template",
+      template: { name: input.name, language: { code: input.language } },
+      biz_opaque_callback_data: input.bizOpaqueCallbackData,
+    });
+    return acceptedWamid(body);
   }
 
   /** Marks the message read and shows "typing…" until we reply (or 25 s pass). */
@@ -100,6 +108,15 @@ export class GraphClient {
     if (response.ok) return body;
     throw graphFailure(response, body);
   }
+}
+
+function acceptedWamid(body: unknown): { wamid: string } {
+  const parsed = sendResponseSchema.safeParse(body);
+  if (!parsed.success) {
+    // Meta answered 2xx, so the message was probably accepted: retrying could send it twice.
+    throw new PermanentError({ source: "graph", reason: "Meta accepted the send but returned no message id", detail: { body } });
+  }
+  return { wamid: parsed.data.messages[0]!.id };
 }
 
 function graphFailure(response: Response, body: unknown): RetryableError | PermanentError {

@@ -1,0 +1,2 @@
+-- AlterTable
+ALTER TABLE "outbound_messages" ADD COLUMN "template" TEXT;

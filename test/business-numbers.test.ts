@@ -1,0 +1,84 @@
+import { mkdtemp, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
+import { ConfigError, loadConfig } from "../src/config.ts";
+import { eventually, type Harness, startHarness, testEnv } from "./support/harness.ts";
+import { envelope, messagesChange, metaWire, textMessage, textWebhook } from "./support/webhook-bodies.ts";
+
+/** Issue 3: several business numbers on one deployment, and the 24-hour window's template. */
+
+const SHOP = "106540352242922";
+const CLINIC = "106540352249999";
+
+let h: Harness;
+afterEach(async () => h?.close());
+
+async function numbersFile(content: unknown): Promise<string> {
+  const dir = await mkdtemp(join(tmpdir(), "numbers-"));
+  await writeFile(join(dir, "clinic-prompt.txt"), "You book appointments for Clínica Norte.\n");
+  const path = join(dir, "numbers.json");
+  await writeFile(path, typeof content === "string" ? content : JSON.stringify(content));
+  return path;
+}
+
+interface Block {
+  text: string;
+}
+
+describe("several business numbers", () => {
+  it("each number keeps its own conversation with a user, answers from that number, with its own system prompt", async () => {
+    const file = await numbersFile({ [CLINIC]: { systemPromptFile: "clinic-prompt.txt" } });
+    h = await startHarness({ env: { PHONE_NUMBERS_FILE: file, SYSTEM_PROMPT: "You sell shoes.", REPLY_DEBOUNCE_MS: "0" } });
+    const same = "34600111222";
+    await h.deliver(metaWire(envelope([messagesChange([textMessage({ from: same, text: "shoes?" })], SHOP)])));
+    await eventually(() => h.graph.sends.length === 1, "the shop's reply");
+    await h.deliver(metaWire(envelope([messagesChange([textMessage({ from: same, text: "appointment?" })], CLINIC)])));
+    await eventually(() => h.graph.sends.length === 2, "the clinic's reply");
+
+    expect(await h.db.conversation.count()).toBe(2);
+    expect(h.graph.sends.map((s) => s.path)).toEqual([`/v24.0/${SHOP}/messages`, `/v24.0/${CLINIC}/messages`]);
+    const systems = h.claude.requests.map((r) => (r.system as Block[])[0]!.text);
+    expect(systems).toEqual(["You sell shoes.", "You book appointments for Clínica Norte."]);
+    expect(h.claude.userText(1)).not.toContain("shoes?"); // one number's history never leaks into another's
+  });
+});
+
+describe("the 24-hour window with a template configured", () => {
+  it("a reply past the window goes out as the number's template, recorded as such, and Claude is not paid", async () => {
+    const file = await numbersFile({ [SHOP]: { windowClosedTemplate: { name: "follow_up", language: "es_MX" } } });
+    h = await startHarness({ env: { PHONE_NUMBERS_FILE: file } });
+    const longAgo = Math.floor(Date.now() / 1000) - 25 * 3600;
+    await h.deliver(textWebhook({ text: "¿siguen abiertos?", timestamp: longAgo }).body);
+    await eventually(async () => (await h.db.reply.count({ where: { state: "sent" } })) === 1, "the template to be sent");
+    expect(h.graph.requests.filter((r) => r.body.type === "template").map((r) => r.body.template)).toEqual([
+      { name: "follow_up", language: { code: "es_MX" } },
+    ]);
+    expect(h.graph.sends).toHaveLength(0); // no free-form text
+    expect(h.claude.requests).toHaveLength(0);
+    expect(await h.db.outboundMessage.findFirstOrThrow()).toMatchObject({ template: "follow_up", sendState: "accepted" });
+    expect(await h.db.deadLetter.count()).toBe(0);
+  });
+});
+
+describe("PHONE_NUMBERS_FILE", () => {
+  const problemsOf = (env: Record<string, string>) => {
+    try {
+      loadConfig(testEnv(env));
+      return [];
+    } catch (error) {
+      return (error as ConfigError).problems;
+    }
+  };
+
+  it("a malformed file stops start-up, naming the file and what is wrong", async () => {
+    expect(problemsOf({ PHONE_NUMBERS_FILE: await numbersFile("{not json") })[0]).toMatch(/^PHONE_NUMBERS_FILE cannot be read as JSON/);
+    expect(problemsOf({ PHONE_NUMBERS_FILE: await numbersFile({ abc: {} }) })[0]).toMatch(/^PHONE_NUMBERS_FILE abc: keys must be phone_number_id digits/);
+    expect(problemsOf({ PHONE_NUMBERS_FILE: await numbersFile({ [SHOP]: { windowClosedTemplate: { name: "x" } } }) })[0]).toMatch(
+      new RegExp(`^PHONE_NUMBERS_FILE ${SHOP}.windowClosedTemplate.language`),
+    );
+    expect(problemsOf({ PHONE_NUMBERS_FILE: await numbersFile({ [SHOP]: { systemPromptFile: "missing.txt" } }) })[0]).toMatch(
+      new RegExp(`^PHONE_NUMBERS_FILE ${SHOP}.systemPromptFile cannot be read`),
+    );
+  });
+});
