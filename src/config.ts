@@ -107,9 +107,9 @@ const envSchema = z.object({
   CLAIM_PENDING_TTL_MS: int("CLAIM_PENDING_TTL_MS", 30_000, 100, 600_000),
   CLAIM_WAIT_MS: int("CLAIM_WAIT_MS", 1000, 0, 10_000),
   SHUTDOWN_TIMEOUT_MS: int("SHUTDOWN_TIMEOUT_MS", 25_000, 0, 600_000),
-  MEDIA_REPLY: sayOrNothing(
-    "Thanks! I can only read text messages for now. Could you write your question in a message?",
-  ),
+  MEDIA_REPLY: sayOrNothing("Thanks! I can read text, images and PDFs, but not voice notes or videos. Could you write your question?"),
+  DOCUMENT_REPLY: sayOrNothing("I can read PDFs and images, but not this kind of file. Could you send it as a PDF, or write the question?"),
+  MEDIA_MAX_BYTES: int("MEDIA_MAX_BYTES", 5 * 1024 * 1024, 1024, 32 * 1024 * 1024),
   FALLBACK_REPLY: sayOrNothing("Sorry, I can't open this kind of message. Could you write it as text?"),
   OPT_OUT_KEYWORDS: keywords("stop,unsubscribe,parar,sair,baja,cancelar"),
   OPT_IN_KEYWORDS: keywords("start,unstop,iniciar,voltar,alta"),
@@ -217,6 +217,9 @@ export interface Config {
   /** How the bot treats what is not a plain question (see src/messages/). */
   readonly conversation: {
     readonly mediaReply: string;
+    readonly documentReply: string;
+    /** The largest image or PDF passed to Claude (Meta's image limit and Claude's are both 5 MB). */
+    readonly mediaMaxBytes: number;
     readonly fallbackReply: string;
     readonly optOutKeywords: readonly string[];
     readonly optInKeywords: readonly string[];
@@ -302,6 +305,8 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
     conversation: {
       mediaReply: e.MEDIA_REPLY,
+      documentReply: e.DOCUMENT_REPLY,
+      mediaMaxBytes: e.MEDIA_MAX_BYTES,
       fallbackReply: e.FALLBACK_REPLY,
       optOutKeywords: e.OPT_OUT_KEYWORDS,
       optInKeywords: e.OPT_IN_KEYWORDS,

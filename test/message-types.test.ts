@@ -16,9 +16,10 @@ afterEach(async () => {
   harnesses = [];
 });
 
-const MEDIA_REPLY = "I read text only: please write your question.";
+const MEDIA_REPLY = "I read text, images and PDFs: please write your question.";
+const DOCUMENT_REPLY = "Please send it as a PDF.";
 const FALLBACK_REPLY = "I can't open that kind of message.";
-const env = { MEDIA_REPLY, FALLBACK_REPLY };
+const env = { MEDIA_REPLY, DOCUMENT_REPLY, FALLBACK_REPLY };
 
 /** A fixture as Meta would send it now (the 24-hour window counts from the message's timestamp). */
 function fixture(name: string): string {
@@ -58,8 +59,64 @@ describe("answered by Claude, as readable text", () => {
   });
 });
 
+interface Block {
+  type: string;
+  text?: string;
+  source?: { type: string; media_type: string; data: string };
+}
+const blocksOf = (h: Harness, i: number) => h.claude.requests[i]!.messages.flatMap((m) => m.content as Block[]);
+
+describe("images and PDFs are shown to Claude", () => {
+  const PNG = Buffer.from("89504e470d0a1a0a0000000d4948445200000001000000010806000000", "hex");
+  const WEBP = Buffer.from("524946461a000000574542505650384c0d0000002f0000001007101111888808", "hex");
+  const PDF = Buffer.from("%PDF-1.4\n1 0 obj<</Type/Catalog>>endobj\ntrailer<</Root 1 0 R>>\n%%EOF\n");
+
+  it.each([
+    ["image", "1234567890123456", "image/png", PNG, "image", "[Sent an image]\n¿Tienen este modelo?"],
+    ["sticker", "9876543210", "image/webp", WEBP, "image", "[Sent a sticker]"],
+    ["document", "1122334455", "application/pdf", PDF, "document", '[Sent a PDF "factura-0042.pdf"]\nFactura'],
+  ] as const)("%s: downloaded through Meta's media flow and passed to Claude with its caption", async (name, id, mimeType, bytes, block, text) => {
+    const h = await harness({ env });
+    h.graph.media.set(id, { mimeType, bytes });
+    await h.deliver(fixture(name));
+    await eventually(() => h.graph.sends.length === 1, "the reply");
+    const blocks = blocksOf(h, 0);
+    expect(blocks.map((b) => b.type)).toEqual([block, "text"]);
+    expect(blocks[0]!.source).toEqual({ type: "base64", media_type: mimeType, data: bytes.toString("base64") });
+    expect(blocks[1]!.text).toBe(text);
+    // Both steps carried the token: the metadata GET, then the short-lived URL.
+    expect(h.graph.requests.filter((r) => r.method === "GET").map((r) => r.authorization)).toEqual(["Bearer test-access-token", "Bearer test-access-token"]);
+  });
+
+  it("an image over MEDIA_MAX_BYTES is not downloaded; Claude is told, and the customer still gets an answer", async () => {
+    const h = await harness({ env: { ...env, MEDIA_MAX_BYTES: "1024" } });
+    h.graph.media.set("1234567890123456", { mimeType: "image/jpeg", bytes: Buffer.alloc(4096) });
+    await h.deliver(fixture("image"));
+    await eventually(() => h.graph.sends.length === 1, "the reply");
+    expect(blocksOf(h, 0).map((b) => b.type)).toEqual(["text"]);
+    expect(h.claude.userText(0)).toMatch(/\[The file could not be opened: The file is 4096 bytes; the limit is 1024\]/);
+    expect(h.graph.requests.filter((r) => r.path.startsWith("/download/"))).toHaveLength(0);
+  });
+
+  it("an expired media id leaves a note for Claude instead of failing the reply", async () => {
+    const h = await harness({ env });
+    await h.deliver(fixture("image")); // nothing stored under its id: Meta answers (#100)
+    await eventually(() => h.graph.sends.length === 1, "the reply");
+    expect(h.claude.userText(0)).toContain("[The file could not be opened:");
+    expect(await h.db.deadLetter.count()).toBe(0);
+  });
+});
+
 describe("answered honestly without Claude", () => {
-  it.each(["audio-voice", "video", "image", "sticker", "document"])("%s gets the configured media reply, and Claude is not paid", async (name) => {
+  it("a document that is not a PDF gets the configured document reply", async () => {
+    const h = await harness({ env });
+    await h.deliver(fixture("document").replace("application\\/pdf", "application\\/vnd.ms-excel"));
+    await eventually(() => h.graph.sends.length === 1, "the document reply");
+    expect(h.graph.sentTexts).toEqual([DOCUMENT_REPLY]);
+    expect(h.claude.requests).toHaveLength(0);
+  });
+
+  it.each(["audio-voice", "video"])("%s gets the configured media reply, and Claude is not paid", async (name) => {
     const h = await harness({ env });
     await h.deliver(fixture(name));
     await eventually(() => h.graph.sends.length === 1, "the media reply");

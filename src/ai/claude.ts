@@ -8,6 +8,18 @@ export interface ChatTurn {
   text: string;
   /** The end of the stable prefix (system prompt + history): cached by Anthropic for the next reply. */
   cacheBreakpoint?: boolean;
+  /** An image or PDF the customer sent, shown to Claude before the turn's text. */
+  media?: { kind: "image" | "pdf"; mimeType: string; data: Buffer };
+}
+
+const IMAGE_TYPES = new Set(["image/jpeg", "image/png", "image/gif", "image/webp"]);
+
+function mediaBlock(media: NonNullable<ChatTurn["media"]>): Anthropic.ContentBlockParam | undefined {
+  const data = media.data.toString("base64");
+  if (media.kind === "pdf") return { type: "document", source: { type: "base64", media_type: "application/pdf", data } };
+  const mimeType = media.mimeType.split(";")[0]!.trim();
+  if (!IMAGE_TYPES.has(mimeType)) return undefined;
+  return { type: "image", source: { type: "base64", media_type: mimeType as "image/jpeg" | "image/png" | "image/gif" | "image/webp", data } };
 }
 
 export interface GeneratedReply {
@@ -83,14 +95,16 @@ export class ClaudeClient {
  * become text blocks of one message, and history that opens with our own reply drops it.
  */
 export function toAlternatingMessages(turns: ChatTurn[]): Anthropic.MessageParam[] {
-  const out: { role: "user" | "assistant"; content: Anthropic.TextBlockParam[] }[] = [];
+  const out: { role: "user" | "assistant"; content: Anthropic.ContentBlockParam[] }[] = [];
   for (const turn of turns) {
-    const block: Anthropic.TextBlockParam = turn.cacheBreakpoint
+    const text: Anthropic.TextBlockParam = turn.cacheBreakpoint
       ? { type: "text", text: turn.text, cache_control: { type: "ephemeral" } }
       : { type: "text", text: turn.text };
+    const media = turn.media ? mediaBlock(turn.media) : undefined;
+    const blocks = media ? [media, text] : [text];
     const last = out.at(-1);
-    if (last && last.role === turn.role) last.content.push(block);
-    else if (out.length > 0 || turn.role === "user") out.push({ role: turn.role, content: [block] });
+    if (last && last.role === turn.role) last.content.push(...blocks);
+    else if (out.length > 0 || turn.role === "user") out.push({ role: turn.role, content: blocks });
   }
   return out;
 }

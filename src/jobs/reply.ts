@@ -8,6 +8,7 @@ import { PermanentError, RetryableError } from "../errors.ts";
 import type { Conversation, Contact, Reply } from "../generated/prisma/client.ts";
 import type { Logger } from "../logger.ts";
 import { scheduleReply, type Queues, type ReplyJobData } from "../queue/queues.ts";
+import { readableMedia } from "../messages/describe.ts";
 import { splitForWhatsApp } from "../replies/split.ts";
 import type { GraphClient } from "../whatsapp/graph-client.ts";
 import { decideFate, type RetryDelaySettings, retryDelayMs } from "./policy.ts";
@@ -22,6 +23,7 @@ export interface ReplyDeps {
   historyTokenBudget: number;
   retry: RetryDelaySettings;
   numbers: Config["numbers"];
+  mediaMaxBytes: number;
 }
 
 type ConversationWithContact = Conversation & { contact: Contact };
@@ -204,11 +206,29 @@ async function conversationTurns(deps: ReplyDeps, reply: Reply): Promise<ChatTur
       .map((h) => h.turn),
     deps.historyTokenBudget,
   );
-  const question = current.flatMap((m) => (m.text ? [{ role: "user" as const, text: m.text }] : []));
+  const question: ChatTurn[] = [];
+  for (const m of current) if (m.text) question.push(await withMedia(deps, m.payload as Parameters<typeof readableMedia>[0], m.text));
   if (question.length === 0) return [];
   const last = history.at(-1);
   if (last) history[history.length - 1] = { ...last, cacheBreakpoint: true };
   return [...history, ...question];
+}
+
+/**
+ * The image or PDF a message carries, fetched now (Meta's URLs last 5 minutes). A file that
+ * cannot be had (too large, expired) leaves a note instead, so the customer still gets an
+ * answer; a passing failure retries the job before Claude is paid.
+ */
+async function withMedia(deps: ReplyDeps, payload: Parameters<typeof readableMedia>[0], text: string): Promise<ChatTurn> {
+  const readable = readableMedia(payload);
+  if (!readable) return { role: "user", text };
+  try {
+    const media = await deps.graph.downloadMedia(readable.id, deps.mediaMaxBytes);
+    return { role: "user", text, media: { kind: readable.kind, ...media } };
+  } catch (error) {
+    if (!(error instanceof PermanentError)) throw error;
+    return { role: "user", text: `${text}\n[The file could not be opened: ${error.reason}]` };
+  }
 }
 
 /** Rough but safe: English averages ~4 characters a token; other scripts use fewer per token. */

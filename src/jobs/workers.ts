@@ -46,6 +46,7 @@ export function startConfiguredWorkers(
     historyMessages: config.anthropic.historyMessages,
     historyTokenBudget: config.anthropic.historyTokenBudget,
     numbers: config.numbers,
+    mediaMaxBytes: config.conversation.mediaMaxBytes,
     replyDebounceMs: config.jobs.replyDebounceMs,
     conversation: config.conversation,
     concurrency: { reply: config.jobs.replyConcurrency, inbound: config.jobs.inboundConcurrency },

@@ -12,8 +12,10 @@ export type InboundOutcome =
   | { kind: "skip"; reason: string };
 
 export interface DescribeSettings {
-  /** Said to a voice note, video, image or document the bot cannot read; empty = no reply. */
+  /** Said to a voice note or video, which the bot cannot read; empty = no reply. */
   mediaReply: string;
+  /** Said to a document that is not a PDF; empty = no reply. */
+  documentReply: string;
   /** Said to a message type we do not know; empty = no reply. */
   fallbackReply: string;
 }
@@ -45,9 +47,21 @@ const order = z.object({
     z.object({ product_retailer_id: z.string(), quantity: z.coerce.number(), item_price: z.coerce.number(), currency: z.string() }),
   ),
 });
-const caption = z.object({ caption: z.string().optional() });
+const visual = z.object({ id: z.string(), caption: z.string().optional(), mime_type: z.string().optional(), filename: z.string().optional() });
 
-const MEDIA_TYPES = new Set(["audio", "video", "image", "sticker", "document"]);
+/** What Claude can look at itself: images (stickers are webp images) and PDFs. */
+export interface ReadableMedia {
+  id: string;
+  kind: "image" | "pdf";
+}
+
+export function readableMedia(message: { type: string } & Record<string, unknown>): ReadableMedia | undefined {
+  if (message.type !== "image" && message.type !== "sticker" && message.type !== "document") return undefined;
+  const media = visual.safeParse(message[message.type]);
+  if (!media.success) return undefined;
+  if (message.type !== "document") return { id: media.data.id, kind: "image" };
+  return media.data.mime_type === "application/pdf" ? { id: media.data.id, kind: "pdf" } : undefined;
+}
 
 export function describeInbound(message: InboundMessagePayload, settings: DescribeSettings): InboundOutcome {
   const raw = message as Record<string, unknown>;
@@ -102,17 +116,31 @@ export function describeInbound(message: InboundMessagePayload, settings: Descri
       return { kind: "skip", reason: "system notice (e.g. the customer changed number)" };
     case "request_welcome":
       return { kind: "skip", reason: "chat opened without a message" };
+    case "image":
+    case "sticker":
+    case "document": {
+      const media = visual.safeParse(raw[message.type]);
+      const readable = readableMedia(raw as { type: string });
+      if (!media.success) return fallback(settings, `${message.type} without a media id`);
+      if (!readable) return say(settings.documentReply, `document of type ${media.data.mime_type ?? "unknown"}: the bot reads PDFs and images`);
+      // The file itself is fetched when the reply is written (Meta's URLs expire in 5 minutes).
+      const what =
+        message.type === "document" ? `a PDF${media.data.filename ? ` "${media.data.filename}"` : ""}` : message.type === "image" ? "an image" : "a sticker";
+      return { kind: "answer", text: `[Sent ${what}]${media.data.caption ? `\n${media.data.caption}` : ""}` };
+    }
+    case "audio":
+    case "video":
+      return say(settings.mediaReply, `${message.type}: the bot reads text, images and PDFs`);
     default:
-      if (MEDIA_TYPES.has(message.type)) {
-        const text = caption.safeParse(raw[message.type]);
-        const why = `${message.type}${text.success && text.data.caption ? " with a caption" : ""}: the bot reads text only`;
-        return settings.mediaReply ? { kind: "canned", text: settings.mediaReply, reason: why } : { kind: "skip", reason: why };
-      }
       return fallback(settings, `message type "${message.type}"`);
   }
 }
 
 function fallback(settings: DescribeSettings, what: string): InboundOutcome {
-  const reason = `${what} is not supported`;
-  return settings.fallbackReply ? { kind: "canned", text: settings.fallbackReply, reason } : { kind: "skip", reason };
+  return say(settings.fallbackReply, `${what} is not supported`);
+}
+
+/** A configured answer, or none when it is configured empty. */
+function say(text: string, reason: string): InboundOutcome {
+  return text ? { kind: "canned", text, reason } : { kind: "skip", reason };
 }

@@ -15,6 +15,18 @@ const graphErrorSchema = z.object({
   }),
 });
 
+const mediaInfoSchema = z.object({
+  url: z.string().url(),
+  mime_type: z.string(),
+  // Seen both as a number and as a string (WHATSAPP.md §8).
+  file_size: z.coerce.number().optional(),
+});
+
+export interface DownloadedMedia {
+  mimeType: string;
+  data: Buffer;
+}
+
 const sendResponseSchema = z.object({
   messages: z.array(z.object({ id: z.string().min(1) })).min(1),
 });
@@ -67,6 +79,26 @@ export class GraphClient {
     return acceptedWamid(body);
   }
 
+  /**
+   * A customer's media (WHATSAPP.md §8): its id gives a URL that expires after 5 minutes, so
+   * both steps run when the media is needed. Larger than `maxBytes` is refused unread.
+   */
+  async downloadMedia(mediaId: string, maxBytes: number): Promise<DownloadedMedia> {
+    const info = mediaInfoSchema.safeParse(await this.request("GET", encodeURIComponent(mediaId)));
+    if (!info.success) throw new PermanentError({ source: "graph", code: "media_info", reason: "Meta returned no download URL for the media" });
+    const { url, mime_type: mimeType, file_size: size } = info.data;
+    if (size !== undefined && size > maxBytes) {
+      throw new PermanentError({ source: "graph", code: "media_too_large", reason: `The file is ${size} bytes; the limit is ${maxBytes}` });
+    }
+    const response = await this.fetch(url, { method: "GET" });
+    if (!response.ok) throw graphFailure(response, await response.json().catch(() => undefined));
+    const data = Buffer.from(await response.arrayBuffer());
+    if (data.length > maxBytes) {
+      throw new PermanentError({ source: "graph", code: "media_too_large", reason: `The file is ${data.length} bytes; the limit is ${maxBytes}` });
+    }
+    return { mimeType, data };
+  }
+
   /** Marks the message read and shows "typing…" until we reply (or 25 s pass). */
   async markReadWithTyping(phoneNumberId: string, wamid: string): Promise<void> {
     await this.post(`${phoneNumberId}/messages`, {
@@ -77,14 +109,37 @@ export class GraphClient {
     });
   }
 
-  private async post(path: string, payload: unknown): Promise<unknown> {
-    const url = `${this.options.baseUrl}/${this.options.version}/${path}`;
-    let response: Response;
+  private post(path: string, payload: unknown): Promise<unknown> {
+    return this.request("POST", path, payload);
+  }
+
+  private async request(method: "GET" | "POST", path: string, payload?: unknown): Promise<unknown> {
+    const response = await this.fetch(`${this.options.baseUrl}/${this.options.version}/${path}`, {
+      method,
+      ...(payload === undefined ? {} : { headers: { "content-type": "application/json" }, body: JSON.stringify(payload) }),
+    });
+    const text = await response.text().catch(() => "");
+    let body: unknown;
     try {
-      response = await fetch(url, {
-        method: "POST",
-        headers: { authorization: `Bearer ${this.options.accessToken}`, "content-type": "application/json" },
-        body: JSON.stringify(payload),
+      body = text ? JSON.parse(text) : undefined;
+    } catch {
+      body = undefined;
+    }
+    if (response.ok) return body;
+    throw graphFailure(response, body);
+  }
+
+  /** Every call carries the token and a timeout; a transport failure is retryable and, for a send, ambiguous. */
+  private async fetch(url: string, init: { method: string; headers?: Record<string, string>; body?: string }): Promise<Response> {
+    try {
+      return await fetch(url, {
+        ...init,
+        headers: {
+          ...init.headers,
+          authorization: `Bearer ${this.options.accessToken}`,
+          // Media downloads fail without a browser-like agent (WHATSAPP.md §8, I9).
+          "user-agent": "Mozilla/5.0 (compatible; whatsapp-ai-reply)",
+        },
         signal: AbortSignal.timeout(this.options.timeoutMs),
       });
     } catch (error) {
@@ -98,15 +153,6 @@ export class GraphClient {
         cause: error,
       });
     }
-    const text = await response.text().catch(() => "");
-    let body: unknown;
-    try {
-      body = text ? JSON.parse(text) : undefined;
-    } catch {
-      body = undefined;
-    }
-    if (response.ok) return body;
-    throw graphFailure(response, body);
   }
 }
 

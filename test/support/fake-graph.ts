@@ -26,6 +26,8 @@ export class FakeGraph {
   private counter = 0;
   /** Read receipts answer 500 while set: they are best effort and must never block a reply. */
   failReadReceipts = false;
+  /** Customers' media by id, served by the two-step download of WHATSAPP.md §8. */
+  readonly media = new Map<string, { mimeType: string; bytes: Buffer }>();
 
   get url(): string {
     return this.server.url;
@@ -58,7 +60,31 @@ export class FakeGraph {
     return this.requests.filter((r) => r.body.status === "read");
   }
 
+  private serveMedia(req: IncomingMessage, res: ServerResponse): void {
+    const path = req.url ?? "";
+    this.requests.push({ method: "GET", path, authorization: req.headers.authorization, body: {}, at: Date.now() });
+    if (req.headers.authorization !== "Bearer test-access-token") return json(res, 401, graphError(190, "Invalid OAuth access token"));
+    const download = /^\/download\/(.+)$/.exec(path);
+    const id = decodeURIComponent(download?.[1] ?? path.split("/").pop() ?? "");
+    const media = this.media.get(id);
+    if (!media) return json(res, 400, graphError(100, "Invalid parameter", "media id not found or expired"));
+    if (download) {
+      res.writeHead(200, { "content-type": media.mimeType });
+      res.end(media.bytes);
+      return;
+    }
+    json(res, 200, {
+      messaging_product: "whatsapp",
+      url: `${this.url}/download/${encodeURIComponent(id)}`,
+      mime_type: media.mimeType,
+      sha256: "0".repeat(64),
+      file_size: String(media.bytes.length), // Meta has sent it as a string too
+      id,
+    });
+  }
+
   private async handle(req: IncomingMessage, raw: Buffer, res: ServerResponse): Promise<void> {
+    if (req.method === "GET") return this.serveMedia(req, res);
     const text = raw.toString("utf8");
     const body = (text ? JSON.parse(text) : {}) as Record<string, unknown>;
     this.requests.push({ method: req.method ?? "", path: req.url ?? "", authorization: req.headers.authorization, body, at: Date.now() });
