@@ -1,20 +1,12 @@
 import { readFileSync } from "node:fs";
-import { afterEach, describe, expect, it } from "vitest";
-import { eventually, type Harness, type HarnessOptions, settle, startHarness } from "./support/harness.ts";
+import { describe, expect, it } from "vitest";
+import { eventually, type Harness, settle } from "./support/harness.ts";
+import { harnessPerTest } from "./support/per-test.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
 
 /** Issue 3: every inbound type Meta sends gets a deliberate outcome (law 6), from fixtures in Meta's wire format. */
 
-let harnesses: Harness[] = [];
-async function harness(options?: HarnessOptions): Promise<Harness> {
-  const h = await startHarness(options);
-  harnesses.push(h);
-  return h;
-}
-afterEach(async () => {
-  await Promise.all(harnesses.map((h) => h.close()));
-  harnesses = [];
-});
+const harness = harnessPerTest();
 
 const MEDIA_REPLY = "I read text, images and PDFs: please write your question.";
 const DOCUMENT_REPLY = "Please send it as a PDF.";

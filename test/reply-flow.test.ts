@@ -1,22 +1,14 @@
 import { spawn } from "node:child_process";
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { anthropicError } from "./support/fake-anthropic.ts";
 import { graphError } from "./support/fake-graph.ts";
-import { eventually, type Harness, type HarnessOptions, settle, startHarness } from "./support/harness.ts";
+import { eventually, type Harness, settle } from "./support/harness.ts";
+import { harnessPerTest } from "./support/per-test.ts";
 import { PHONE_NUMBER_ID, statusWebhook, textWebhook } from "./support/webhook-bodies.ts";
 
 /** The worker side of DESIGN.md §2 end to end: laws 4, 5, 6, 7 and 8. */
 
-let harnesses: Harness[] = [];
-async function harness(options?: HarnessOptions): Promise<Harness> {
-  const h = await startHarness(options);
-  harnesses.push(h);
-  return h;
-}
-afterEach(async () => {
-  await Promise.all(harnesses.map((h) => h.close()));
-  harnesses = [];
-});
+const harness = harnessPerTest();
 
 const openDeadLetters = (h: Harness) => h.db.deadLetter.findMany({ where: { state: "open" } });
 

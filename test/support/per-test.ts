@@ -1,0 +1,19 @@
+import { afterEach } from "vitest";
+import { type Harness, type HarnessOptions, startHarness } from "./harness.ts";
+
+/**
+ * For a test file whose tests each build their own system: returns the builder, and closes
+ * every system built after its test (kept apart from harness.ts, which the bench imports too).
+ */
+export function harnessPerTest(): (options?: HarnessOptions) => Promise<Harness> {
+  let open: Harness[] = [];
+  afterEach(async () => {
+    await Promise.all(open.map((h) => h.close()));
+    open = [];
+  });
+  return async (options) => {
+    const h = await startHarness(options);
+    open.push(h);
+    return h;
+  };
+}
