@@ -111,10 +111,10 @@ describe("answered honestly without Claude", () => {
   it.each(["audio-voice", "video"])("%s gets the configured media reply, and Claude is not paid", async (name) => {
     const h = await harness({ env });
     await h.deliver(fixture(name));
-    await eventually(() => h.graph.sends.length === 1, "the media reply");
+    const wamid = JSON.parse(fixture(name)).entry[0].changes[0].value.messages[0].id as string;
+    await eventually(async () => (await repliedTo(h, wamid))?.state === "sent", "the media reply to be sent");
     expect(h.graph.sentTexts).toEqual([MEDIA_REPLY]);
     expect(h.claude.requests).toHaveLength(0);
-    const wamid = JSON.parse(fixture(name)).entry[0].changes[0].value.messages[0].id as string;
     expect(await repliedTo(h, wamid)).toMatchObject({ kind: "canned", state: "sent", text: MEDIA_REPLY });
   });
 
