@@ -1,15 +1,16 @@
 import { randomUUID } from "node:crypto";
 import { type Job, RateLimitError } from "bullmq";
-import type { ChatTurn, ClaudeClient } from "../ai/claude.ts";
-import type { Config, NumberSettings } from "../config.ts";
+import type { ClaudeClient } from "../ai/claude.ts";
+import type { Config } from "../config.ts";
 import type { Db } from "../db/client.ts";
 import { recordDeadLetter } from "../dlq/dead-letters.ts";
 import { PermanentError, RetryableError } from "../errors.ts";
 import type { Conversation, Contact, Reply } from "../generated/prisma/client.ts";
 import type { Logger } from "../logger.ts";
 import { scheduleReply, type Queues, type ReplyJobData } from "../queue/queues.ts";
-import { readableMedia } from "../messages/describe.ts";
+import { conversationTurns } from "../replies/history.ts";
 import { splitForWhatsApp } from "../replies/split.ts";
+import { templateInstead, windowOpen } from "../replies/window.ts";
 import type { GraphClient } from "../whatsapp/graph-client.ts";
 import { decideFate, type RetryDelaySettings, retryDelayMs } from "./policy.ts";
 
@@ -177,103 +178,6 @@ async function keepTrying<T>(log: Logger, write: () => Promise<T>, attempts = 5)
       await new Promise((resolve) => setTimeout(resolve, 200 * 2 ** attempt));
     }
   }
-}
-
-/** Recent history (our sent replies and the user's messages) followed by the messages to answer. */
-async function conversationTurns(deps: ReplyDeps, reply: Reply): Promise<ChatTurn[]> {
-  const { db, historyMessages } = deps;
-  const [current, earlier, replies] = await Promise.all([
-    db.inboundMessage.findMany({ where: { replyId: reply.id }, orderBy: { sentAt: "asc" } }),
-    db.inboundMessage.findMany({
-      where: { conversationId: reply.conversationId, text: { not: null }, NOT: { replyId: reply.id } },
-      orderBy: { createdAt: "desc" },
-      take: historyMessages,
-    }),
-    db.reply.findMany({
-      where: { conversationId: reply.conversationId, state: "sent", text: { not: null } },
-      orderBy: { sentAt: "desc" },
-      take: historyMessages,
-    }),
-  ]);
-  const history: ChatTurn[] = withinBudget(
-    [
-      // Our clock on both sides (storage and send times): Meta's timestamps have one-second resolution.
-      ...earlier.map((m) => ({ at: m.createdAt.getTime(), turn: { role: "user" as const, text: m.text ?? "" } })),
-      ...replies.map((r) => ({ at: (r.sentAt ?? r.createdAt).getTime(), turn: { role: "assistant" as const, text: r.text ?? "" } })),
-    ]
-      .sort((a, b) => a.at - b.at)
-      .slice(-historyMessages)
-      .map((h) => h.turn),
-    deps.historyTokenBudget,
-  );
-  const question: ChatTurn[] = [];
-  for (const m of current) if (m.text) question.push(await withMedia(deps, m.payload as Parameters<typeof readableMedia>[0], m.text));
-  if (question.length === 0) return [];
-  const last = history.at(-1);
-  if (last) history[history.length - 1] = { ...last, cacheBreakpoint: true };
-  return [...history, ...question];
-}
-
-/**
- * The image or PDF a message carries, fetched now (Meta's URLs last 5 minutes). A file that
- * cannot be had (too large, expired) leaves a note instead, so the customer still gets an
- * answer; a passing failure retries the job before Claude is paid.
- */
-async function withMedia(deps: ReplyDeps, payload: Parameters<typeof readableMedia>[0], text: string): Promise<ChatTurn> {
-  const readable = readableMedia(payload);
-  if (!readable) return { role: "user", text };
-  try {
-    const media = await deps.graph.downloadMedia(readable.id, deps.mediaMaxBytes);
-    return { role: "user", text, media: { kind: readable.kind, ...media } };
-  } catch (error) {
-    if (!(error instanceof PermanentError)) throw error;
-    return { role: "user", text: `${text}\n[The file could not be opened: ${error.reason}]` };
-  }
-}
-
-/** Rough but safe: English averages ~4 characters a token; other scripts use fewer per token. */
-export const estimateTokens = (text: string) => Math.ceil(text.length / 3);
-
-/** Keeps the newest turns that fit the budget: old context is worth less than room to answer. */
-function withinBudget(turns: ChatTurn[], budget: number): ChatTurn[] {
-  let used = 0;
-  let first = turns.length;
-  while (first > 0 && used + estimateTokens(turns[first - 1]!.text) <= budget) used += estimateTokens(turns[--first]!.text);
-  return turns.slice(first);
-}
-
-/** Meta accepts free-form messages only within 24 h of the customer's last message (WHATSAPP.md §7). */
-export const SERVICE_WINDOW_MS = 24 * 60 * 60 * 1000;
-
-/** Read at the moment of use: a message that arrived meanwhile extends the window. */
-async function windowOpen(db: Db, conversationId: string): Promise<boolean> {
-  const { lastInboundAt } = await db.conversation.findUniqueOrThrow({ where: { id: conversationId }, select: { lastInboundAt: true } });
-  return lastInboundAt !== null && Date.now() - lastInboundAt.getTime() < SERVICE_WINDOW_MS;
-}
-
-/**
- * Past the window only an approved template reaches the customer (WHATSAPP.md §7): when the
- * business number has one configured, it replaces whatever was still unsent, recorded as a
- * template; otherwise the reply is a dead letter saying so.
- */
-async function templateInstead(deps: ReplyDeps, conversation: Conversation, replyId: string, log: Logger): Promise<void> {
-  const template: NumberSettings["windowClosedTemplate"] = deps.numbers.get(conversation.phoneNumberId)?.windowClosedTemplate;
-  if (!template) {
-    throw new PermanentError({
-      source: "window",
-      code: "window_closed",
-      reason: "The 24-hour customer-service window closed before this reply went out: only an approved template can reach the customer now",
-      detail: { lastInboundAt: conversation.lastInboundAt?.toISOString() },
-    });
-  }
-  await deps.db.$transaction(async (tx) => {
-    const sent = await tx.outboundMessage.findMany({ where: { replyId }, select: { seq: true } });
-    await tx.outboundMessage.deleteMany({ where: { replyId, sendState: { not: "accepted" } } });
-    const text = `[Template "${template.name}" (${template.language}): the 24-hour window had closed]`;
-    await tx.outboundMessage.create({ data: { replyId, seq: Math.max(-1, ...sent.map((p) => p.seq)) + 1, text, template: template.name } });
-    await tx.reply.update({ where: { id: replyId }, data: { state: "ready", text } });
-  });
-  log.info({ event: "reply.template_instead", template: template.name }, "window closed: sending the number's template instead");
 }
 
 async function sendParts(deps: ReplyDeps, conversation: ConversationWithContact, replyId: string, log: Logger): Promise<void> {

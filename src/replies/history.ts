@@ -1,0 +1,79 @@
+import type { ChatTurn } from "../ai/claude.ts";
+import type { Db } from "../db/client.ts";
+import { PermanentError } from "../errors.ts";
+import type { Reply } from "../generated/prisma/client.ts";
+import { readableMedia } from "../messages/describe.ts";
+import type { GraphClient } from "../whatsapp/graph-client.ts";
+
+/** What Claude is shown for a reply: recent history within its limits, then the messages to answer. */
+
+export interface HistoryDeps {
+  db: Db;
+  graph: GraphClient;
+  historyMessages: number;
+  historyTokenBudget: number;
+  mediaMaxBytes: number;
+}
+
+/** Recent history (our sent replies and the user's messages) followed by the messages to answer. */
+export async function conversationTurns(deps: HistoryDeps, reply: Reply): Promise<ChatTurn[]> {
+  const { db, historyMessages } = deps;
+  const [current, earlier, replies] = await Promise.all([
+    db.inboundMessage.findMany({ where: { replyId: reply.id }, orderBy: { sentAt: "asc" } }),
+    db.inboundMessage.findMany({
+      where: { conversationId: reply.conversationId, text: { not: null }, NOT: { replyId: reply.id } },
+      orderBy: { createdAt: "desc" },
+      take: historyMessages,
+    }),
+    db.reply.findMany({
+      where: { conversationId: reply.conversationId, state: "sent", text: { not: null } },
+      orderBy: { sentAt: "desc" },
+      take: historyMessages,
+    }),
+  ]);
+  const history: ChatTurn[] = withinBudget(
+    [
+      // Our clock on both sides (storage and send times): Meta's timestamps have one-second resolution.
+      ...earlier.map((m) => ({ at: m.createdAt.getTime(), turn: { role: "user" as const, text: m.text ?? "" } })),
+      ...replies.map((r) => ({ at: (r.sentAt ?? r.createdAt).getTime(), turn: { role: "assistant" as const, text: r.text ?? "" } })),
+    ]
+      .sort((a, b) => a.at - b.at)
+      .slice(-historyMessages)
+      .map((h) => h.turn),
+    deps.historyTokenBudget,
+  );
+  const question: ChatTurn[] = [];
+  for (const m of current) if (m.text) question.push(await withMedia(deps, m.payload as Parameters<typeof readableMedia>[0], m.text));
+  if (question.length === 0) return [];
+  const last = history.at(-1);
+  if (last) history[history.length - 1] = { ...last, cacheBreakpoint: true };
+  return [...history, ...question];
+}
+
+/**
+ * The image or PDF a message carries, fetched now (Meta's URLs last 5 minutes). A file that
+ * cannot be had (too large, expired) leaves a note instead, so the customer still gets an
+ * answer; a passing failure retries the job before Claude is paid.
+ */
+async function withMedia(deps: HistoryDeps, payload: Parameters<typeof readableMedia>[0], text: string): Promise<ChatTurn> {
+  const readable = readableMedia(payload);
+  if (!readable) return { role: "user", text };
+  try {
+    const media = await deps.graph.downloadMedia(readable.id, deps.mediaMaxBytes);
+    return { role: "user", text, media: { kind: readable.kind, ...media } };
+  } catch (error) {
+    if (!(error instanceof PermanentError)) throw error;
+    return { role: "user", text: `${text}\n[The file could not be opened: ${error.reason}]` };
+  }
+}
+
+/** Rough but safe: English averages ~4 characters a token; other scripts use fewer per token. */
+export const estimateTokens = (text: string) => Math.ceil(text.length / 3);
+
+/** Keeps the newest turns that fit the budget: old context is worth less than room to answer. */
+function withinBudget(turns: ChatTurn[], budget: number): ChatTurn[] {
+  let used = 0;
+  let first = turns.length;
+  while (first > 0 && used + estimateTokens(turns[first - 1]!.text) <= budget) used += estimateTokens(turns[--first]!.text);
+  return turns.slice(first);
+}

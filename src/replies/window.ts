@@ -1,0 +1,43 @@
+import type { Config, NumberSettings } from "../config.ts";
+import type { Db } from "../db/client.ts";
+import { PermanentError } from "../errors.ts";
+import type { Conversation } from "../generated/prisma/client.ts";
+import type { Logger } from "../logger.ts";
+
+/** Meta accepts free-form messages only within 24 h of the customer's last message (WHATSAPP.md §7). */
+export const SERVICE_WINDOW_MS = 24 * 60 * 60 * 1000;
+
+/** Read at the moment of use: a message that arrived meanwhile extends the window. */
+export async function windowOpen(db: Db, conversationId: string): Promise<boolean> {
+  const { lastInboundAt } = await db.conversation.findUniqueOrThrow({ where: { id: conversationId }, select: { lastInboundAt: true } });
+  return lastInboundAt !== null && Date.now() - lastInboundAt.getTime() < SERVICE_WINDOW_MS;
+}
+
+/**
+ * Past the window only an approved template reaches the customer (WHATSAPP.md §7): when the
+ * business number has one configured, it replaces whatever was still unsent, recorded as a
+ * template; otherwise the reply is a dead letter saying so.
+ */
+export async function templateInstead(
+  deps: { db: Db; numbers: Config["numbers"] },
+  conversation: Conversation, replyId: string,
+  log: Logger,
+): Promise<void> {
+  const template: NumberSettings["windowClosedTemplate"] = deps.numbers.get(conversation.phoneNumberId)?.windowClosedTemplate;
+  if (!template) {
+    throw new PermanentError({
+      source: "window",
+      code: "window_closed",
+      reason: "The 24-hour customer-service window closed before this reply went out: only an approved template can reach the customer now",
+      detail: { lastInboundAt: conversation.lastInboundAt?.toISOString() },
+    });
+  }
+  await deps.db.$transaction(async (tx) => {
+    const sent = await tx.outboundMessage.findMany({ where: { replyId }, select: { seq: true } });
+    await tx.outboundMessage.deleteMany({ where: { replyId, sendState: { not: "accepted" } } });
+    const text = `[Template "${template.name}" (${template.language}): the 24-hour window had closed]`;
+    await tx.outboundMessage.create({ data: { replyId, seq: Math.max(-1, ...sent.map((p) => p.seq)) + 1, text, template: template.name } });
+    await tx.reply.update({ where: { id: replyId }, data: { state: "ready", text } });
+  });
+  log.info({ event: "reply.template_instead", template: template.name }, "window closed: sending the number's template instead");
+}
