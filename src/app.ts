@@ -47,6 +47,8 @@ export function buildApp(deps: AppDeps): FastifyInstance {
       metrics: deps.metrics,
     }),
   );
-  app.register(adminRoutes({ db: deps.db, queues: deps.queues, adminToken: deps.config.adminToken }));
+  app.register(
+    adminRoutes({ db: deps.db, queues: deps.queues, adminToken: deps.config.adminToken, redis: deps.redis, keyPrefix: deps.config.queuePrefix }),
+  );
   return app;
 }

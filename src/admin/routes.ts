@@ -1,15 +1,19 @@
 import type { FastifyInstance, FastifyPluginAsync } from "fastify";
+import type { Redis } from "ioredis";
 import { z } from "zod";
 import type { Db } from "../db/client.ts";
 import { discardDeadLetter, listOpenDeadLetters, reopenDeadLetter, resendDeadLetter } from "../dlq/dead-letters.ts";
 import { PAUSED_INDEFINITELY } from "../jobs/inbound.ts";
 import { scheduleReply, type Queues } from "../queue/queues.ts";
 import { safeEqual } from "../webhook/signature.ts";
+import { registerIdempotency } from "./idempotency.ts";
 
 export interface AdminDeps {
   db: Db;
   queues: Queues;
   adminToken: string;
+  redis: Redis;
+  keyPrefix: string;
 }
 
 const retryBody = z.object({ text: z.string().trim().min(1).max(40_000).optional() }).strict();
@@ -39,6 +43,9 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
         return reply.code(401).header("www-authenticate", "Bearer").send({ error: "unauthorized" });
       }
     });
+
+    // After authentication, so an unauthenticated request can neither claim nor replay a key.
+    registerIdempotency(app, { redis: deps.redis, keyPrefix: deps.keyPrefix, scope: () => API_ACTOR });
 
     app.get("/admin/dlq", async () => ({ items: await listOpenDeadLetters(deps.db) }));
 
