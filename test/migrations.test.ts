@@ -115,11 +115,12 @@ describe("migrations", () => {
         data: { wamid: "wamid.M1", conversationId: conversation.id, type: "text", text: "hi", sentAt: new Date(), payload: { a: [1, "é"] }, replyId: reply.id, skipReason: null },
       });
       await db.outboundMessage.create({
-        data: { replyId: reply.id, seq: 0, text: "hola", sendState: "accepted", wamid: "wamid.O1", status: "read", statusRank: 3, statusAt: new Date(), acceptedAt: new Date() },
+        data: { replyId: reply.id, seq: 0, text: "hola", template: "follow_up", sendState: "accepted", wamid: "wamid.O1", status: "read", statusRank: 3, statusAt: new Date(), acceptedAt: new Date() },
       });
-      await db.deadLetter.create({
+      const letter = await db.deadLetter.create({
         data: { conversationId: conversation.id, replyId: reply.id, dedupKey: "k1", source: "graph", code: "131047", reason: "r", detail: { x: 1 }, attempts: 2, state: "open", actedBy: "api", actedAt: new Date(), note: "n" },
       });
+      await db.deadLetterAction.create({ data: { deadLetterId: letter.id, actor: "api", action: "discard", detail: { note: "n" } } });
       const loaded = await db.conversation.findUniqueOrThrow({
         where: { phoneNumberId_contactId: { phoneNumberId: "106540352242922", contactId: contact.id } },
         include: { contact: true, messages: true, replies: { include: { parts: true, deadLetters: true, messages: true } }, deadLetters: true },
@@ -130,6 +131,7 @@ describe("migrations", () => {
       expect(loaded.messages[0]).toMatchObject({ wamid: "wamid.M1", payload: { a: [1, "é"] }, replyId: reply.id });
       expect(loaded.replies[0]!.parts[0]).toMatchObject({ wamid: "wamid.O1", sendState: "accepted", statusRank: 3 });
       expect(loaded.replies[0]!.deadLetters[0]).toMatchObject({ code: "131047", state: "open", detail: { x: 1 } });
+      expect(await db.deadLetterAction.findFirstOrThrow({ where: { deadLetterId: letter.id } })).toMatchObject({ actor: "api", detail: { note: "n" } });
       await expect(
         db.inboundMessage.create({ data: { wamid: "wamid.M1", conversationId: conversation.id, type: "text", sentAt: new Date(), payload: {} } }),
       ).rejects.toMatchObject({ code: "P2002" });

@@ -2,7 +2,7 @@ import type { FastifyInstance, FastifyPluginAsync } from "fastify";
 import type { Redis } from "ioredis";
 import { z } from "zod";
 import type { Db } from "../db/client.ts";
-import { discardDeadLetter, listOpenDeadLetters, reopenDeadLetter, resendDeadLetter } from "../dlq/dead-letters.ts";
+import { discardDeadLetter, getDeadLetter, listOpenDeadLetters, reopenDeadLetter, resendDeadLetter } from "../dlq/dead-letters.ts";
 import { PAUSED_INDEFINITELY } from "../jobs/inbound.ts";
 import { scheduleReply, type Queues } from "../queue/queues.ts";
 import { safeEqual } from "../webhook/signature.ts";
@@ -48,6 +48,12 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
     registerIdempotency(app, { redis: deps.redis, keyPrefix: deps.keyPrefix, scope: () => API_ACTOR });
 
     app.get("/admin/dlq", async () => ({ items: await listOpenDeadLetters(deps.db) }));
+
+    app.get("/admin/dlq/:id", async (request, reply) => {
+      const params = idParams.safeParse(request.params);
+      const item = params.success ? await getDeadLetter(deps.db, params.data.id) : null;
+      return item ?? reply.code(404).send({ error: "dead letter not found" });
+    });
 
     app.post("/admin/dlq/:id/retry", async (request, reply) => {
       const params = idParams.safeParse(request.params);

@@ -2,6 +2,7 @@ import type { Db } from "../db/client.ts";
 import type { Failure } from "../errors.ts";
 import type { Prisma } from "../generated/prisma/client.ts";
 import { splitForWhatsApp } from "../replies/split.ts";
+import { SERVICE_WINDOW_MS } from "../replies/window.ts";
 
 /**
  * A dead letter is a reply that could not be made or delivered (law 6): it keeps the
@@ -113,6 +114,14 @@ export async function resendDeadLetter(
       where: { id: reply.id },
       data: { text, state: text ? "ready" : "generating" },
     });
+    await tx.deadLetterAction.create({
+      data: {
+        deadLetterId: id,
+        actor: input.actor,
+        action: input.text !== undefined ? "resend_edited" : "resend",
+        ...(input.text !== undefined ? { detail: { text: input.text } } : {}),
+      },
+    });
     return { ok: true, conversationId: letter.conversationId };
   });
 }
@@ -122,11 +131,17 @@ export async function discardDeadLetter(
   id: string,
   input: { note?: string | undefined; actor: string },
 ): Promise<StaffActionResult> {
-  const won = await db.deadLetter.updateMany({
-    where: { id, state: "open" },
-    data: { state: "discarded", actedBy: input.actor, actedAt: new Date(), note: input.note ?? null },
+  return db.$transaction(async (tx) => {
+    const won = await tx.deadLetter.updateMany({
+      where: { id, state: "open" },
+      data: { state: "discarded", actedBy: input.actor, actedAt: new Date(), note: input.note ?? null },
+    });
+    if (won.count === 0) return alreadyHandled(tx, id);
+    await tx.deadLetterAction.create({
+      data: { deadLetterId: id, actor: input.actor, action: "discard", ...(input.note ? { detail: { note: input.note } } : {}) },
+    });
+    return { ok: true };
   });
-  return won.count === 1 ? { ok: true } : alreadyHandled(db, id);
 }
 
 /** Why a staff action lost: read after the conditional update, so a concurrent winner is seen. */
@@ -141,5 +156,65 @@ export async function reopenDeadLetter(db: Db, id: string, replyId: string | und
   await db.$transaction([
     db.deadLetter.update({ where: { id }, data: { state: "open", actedBy: null, actedAt: null } }),
     ...(replyId ? [db.reply.update({ where: { id: replyId }, data: { state: "dead" } })] : []),
+    db.deadLetterAction.create({ data: { deadLetterId: id, actor: "system", action: "reopen", detail: { reason: "the resend could not be queued" } } }),
   ]);
+}
+
+/**
+ * One dead letter with everything staff need to decide: the conversation around it (both
+ * sides, with delivery states), the draft, the full error, whether the 24-hour window is still
+ * open (free text fails with 131047 once it has closed), and the history of actions on it.
+ */
+export async function getDeadLetter(db: Db, id: string, around = 30) {
+  const row = await db.deadLetter.findUnique({
+    where: { id },
+    include: { conversation: { include: { contact: true } }, reply: true, actions: { orderBy: { createdAt: "asc" } } },
+  });
+  if (!row) return null;
+  const conversationId = row.conversationId;
+  const [inbound, parts] = await Promise.all([
+    db.inboundMessage.findMany({ where: { conversationId }, orderBy: { createdAt: "desc" }, take: around }),
+    db.outboundMessage.findMany({ where: { reply: { conversationId } }, orderBy: { createdAt: "desc" }, take: around }),
+  ]);
+  const timeline = [
+    ...inbound.map((m) => ({
+      direction: "in" as const,
+      at: m.createdAt,
+      wamid: m.wamid,
+      type: m.type,
+      text: m.text,
+      replyId: m.replyId,
+      skipReason: m.skipReason,
+    })),
+    ...parts.map((p) => ({
+      direction: "out" as const,
+      at: p.acceptedAt ?? p.createdAt,
+      wamid: p.wamid,
+      text: p.text,
+      replyId: p.replyId,
+      template: p.template,
+      sendState: p.sendState,
+      status: p.status,
+    })),
+  ].sort((a, b) => a.at.getTime() - b.at.getTime());
+  const lastInboundAt = row.conversation.lastInboundAt;
+  return {
+    id: row.id,
+    state: row.state,
+    createdAt: row.createdAt,
+    attempts: row.attempts,
+    error: { source: row.source, code: row.code, reason: row.reason, detail: row.detail },
+    conversation: {
+      id: conversationId,
+      phoneNumberId: row.conversation.phoneNumberId,
+      contact: { waId: row.conversation.contact.waId, name: row.conversation.contact.name },
+      lastInboundAt,
+      windowOpen: lastInboundAt !== null && Date.now() - lastInboundAt.getTime() < SERVICE_WINDOW_MS,
+      pausedUntil: row.conversation.pausedUntil,
+    },
+    reply: row.reply ? { id: row.reply.id, draft: row.reply.text, state: row.reply.state, kind: row.reply.kind } : null,
+    timeline,
+    actions: row.actions.map((a) => ({ actor: a.actor, action: a.action, detail: a.detail, at: a.createdAt })),
+    handled: row.state === "open" ? null : { by: row.actedBy, at: row.actedAt, note: row.note },
+  };
 }
