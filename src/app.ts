@@ -10,7 +10,7 @@ import type { Redis } from "ioredis";
 import { webhookRoutes } from "./webhook/routes.ts";
 
 export interface AppDeps {
-  config: Pick<Config, "whatsapp" | "adminToken" | "claim" | "queuePrefix">;
+  config: Pick<Config, "whatsapp" | "adminToken" | "adminSecureCookies" | "claim" | "queuePrefix">;
   logger: Logger;
   redis: Redis;
   queues: Queues;
@@ -48,7 +48,14 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     }),
   );
   app.register(
-    adminRoutes({ db: deps.db, queues: deps.queues, adminToken: deps.config.adminToken, redis: deps.redis, keyPrefix: deps.config.queuePrefix }),
+    adminRoutes({
+      db: deps.db,
+      queues: deps.queues,
+      adminToken: deps.config.adminToken,
+      redis: deps.redis,
+      keyPrefix: deps.config.queuePrefix,
+      secureCookies: deps.config.adminSecureCookies,
+    }),
   );
   return app;
 }

@@ -96,6 +96,11 @@ const envSchema = z.object({
   ADMIN_TOKEN: required("ADMIN_TOKEN").refine((v) => v.length >= 16, {
     error: "ADMIN_TOKEN must be at least 16 characters",
   }),
+  ADMIN_SECURE_COOKIES: z
+    .enum(["true", "false"], { error: 'ADMIN_SECURE_COOKIES must be "true" or "false"' })
+    .optional()
+    .default("true")
+    .transform((v) => v === "true"),
   LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).optional().default("info"),
   REPLY_DEBOUNCE_MS: int("REPLY_DEBOUNCE_MS", 1500, 0, 60_000),
   REPLY_CONCURRENCY: int("REPLY_CONCURRENCY", 50, 1, 1000),
@@ -202,6 +207,8 @@ export interface Config {
   readonly databaseUrl: string;
   readonly databasePoolSize: number;
   readonly adminToken: string;
+  /** Session cookies only over HTTPS; turn off for plain-HTTP development. */
+  readonly adminSecureCookies: boolean;
   readonly logLevel: string;
   readonly jobs: {
     readonly replyDebounceMs: number;
@@ -291,6 +298,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     databaseUrl: e.DATABASE_URL,
     databasePoolSize: e.DATABASE_POOL_SIZE,
     adminToken: e.ADMIN_TOKEN,
+    adminSecureCookies: e.ADMIN_SECURE_COOKIES,
     logLevel: e.LOG_LEVEL,
     jobs: {
       replyDebounceMs: e.REPLY_DEBOUNCE_MS,

@@ -34,7 +34,7 @@ export function registerIdempotency(app: FastifyInstance, deps: { redis: Redis; 
   // preHandler: the body is parsed by now, so it is part of what "the same request" means.
   app.addHook("preHandler", async (request, reply) => {
     const key = request.headers["idempotency-key"];
-    if (request.method !== "POST" || typeof key !== "string") return;
+    if (request.method !== "POST" || typeof key !== "string" || !deps.scope(request)) return;
     if (key.length === 0 || key.length > MAX_KEY_LENGTH) {
       return reply.code(400).send({ error: `Idempotency-Key must be 1 to ${MAX_KEY_LENGTH} characters` });
     }

@@ -1,19 +1,13 @@
 import type { FastifyInstance, FastifyPluginAsync } from "fastify";
-import type { Redis } from "ioredis";
 import { z } from "zod";
-import type { Db } from "../db/client.ts";
 import { discardDeadLetter, getDeadLetter, listOpenDeadLetters, reopenDeadLetter, resendDeadLetter } from "../dlq/dead-letters.ts";
 import { PAUSED_INDEFINITELY } from "../jobs/inbound.ts";
 import { scheduleReply, type Queues } from "../queue/queues.ts";
-import { safeEqual } from "../webhook/signature.ts";
+import { registerStaffAuth, type StaffAuthDeps } from "./auth.ts";
 import { registerIdempotency } from "./idempotency.ts";
 
-export interface AdminDeps {
-  db: Db;
+export interface AdminDeps extends StaffAuthDeps {
   queues: Queues;
-  adminToken: string;
-  redis: Redis;
-  keyPrefix: string;
 }
 
 const retryBody = z.object({ text: z.string().trim().min(1).max(40_000).optional() }).strict();
@@ -21,7 +15,7 @@ const discardBody = z.object({ note: z.string().max(2000).optional() }).strict()
 const pauseBody = z.object({ minutes: z.number().int().min(1).max(525_600).optional() }).strict();
 const idParams = z.object({ id: z.uuid() });
 
-/** The staff API. The bearer token is attributed as "api" (people get their own sign-in later). */
+/** The staff API: automation with the bearer token, people signed in with a session (see auth.ts). */
 export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
   return async (app: FastifyInstance) => {
     // Staff tools often send Content-Type: application/json with no body on a bare "discard";
@@ -36,16 +30,10 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
       }
     });
 
-    app.addHook("onRequest", async (request, reply) => {
-      const header = request.headers.authorization ?? "";
-      const token = header.startsWith("Bearer ") ? header.slice("Bearer ".length) : "";
-      if (!token || !safeEqual(token, deps.adminToken)) {
-        return reply.code(401).header("www-authenticate", "Bearer").send({ error: "unauthorized" });
-      }
-    });
-
-    // After authentication, so an unauthenticated request can neither claim nor replay a key.
-    registerIdempotency(app, { redis: deps.redis, keyPrefix: deps.keyPrefix, scope: () => API_ACTOR });
+    registerStaffAuth(app, deps);
+    // After authentication, so an unauthenticated request can neither claim nor replay a key;
+    // each person's keys are their own.
+    registerIdempotency(app, { redis: deps.redis, keyPrefix: deps.keyPrefix, scope: (request) => request.actor });
 
     app.get("/admin/dlq", async () => ({ items: await listOpenDeadLetters(deps.db) }));
 
@@ -60,7 +48,7 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
       if (!params.success) return reply.code(404).send({ error: "dead letter not found" });
       const body = retryBody.safeParse(request.body ?? {});
       if (!body.success) return reply.code(400).send({ error: "body must be { text?: non-empty string }" });
-      const result = await resendDeadLetter(deps.db, params.data.id, { text: body.data.text, actor: API_ACTOR });
+      const result = await resendDeadLetter(deps.db, params.data.id, { text: body.data.text, actor: request.actor });
       if (!result.ok) return reply.code(result.status).send({ error: result.error });
       try {
         await scheduleReply(deps.queues, result.conversationId!, 0);
@@ -79,7 +67,7 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
       if (!params.success) return reply.code(404).send({ error: "dead letter not found" });
       const body = discardBody.safeParse(request.body ?? {});
       if (!body.success) return reply.code(400).send({ error: "body must be { note?: string }" });
-      const result = await discardDeadLetter(deps.db, params.data.id, { note: body.data.note, actor: API_ACTOR });
+      const result = await discardDeadLetter(deps.db, params.data.id, { note: body.data.note, actor: request.actor });
       if (!result.ok) return reply.code(result.status).send({ error: result.error });
       request.log.info({ event: "dlq.discarded", deadLetter: params.data.id }, "dead letter discarded");
       return reply.code(200).send({ ok: true, state: "discarded" });
@@ -92,7 +80,7 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
       const body = pauseBody.safeParse(request.body ?? {});
       if (!body.success) return reply.code(400).send({ error: "body must be { minutes?: whole number from 1 to 525600 }" });
       const until = body.data.minutes ? new Date(Date.now() + body.data.minutes * 60_000) : PAUSED_INDEFINITELY;
-      const paused = await deps.db.conversation.updateMany({ where: { id: params.data.id }, data: { pausedUntil: until, pausedBy: API_ACTOR } });
+      const paused = await deps.db.conversation.updateMany({ where: { id: params.data.id }, data: { pausedUntil: until, pausedBy: request.actor } });
       if (paused.count === 0) return reply.code(404).send({ error: "conversation not found" });
       request.log.info({ event: "conversation.paused", conversation: params.data.id, until }, "bot paused for a person");
       return { ok: true, pausedUntil: until === PAUSED_INDEFINITELY ? null : until, indefinitely: until === PAUSED_INDEFINITELY };
@@ -108,6 +96,3 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
     });
   };
 }
-
-/** Who acted: the bearer token stands for automation; people get their own sign-in later. */
-const API_ACTOR = "api";

@@ -1,0 +1,120 @@
+import type { FastifyInstance, FastifyReply } from "fastify";
+import type { Redis } from "ioredis";
+import { z } from "zod";
+import type { Db } from "../db/client.ts";
+import { authenticate, createSession, endSession, findSession, SESSION_TTL_MS } from "../staff/accounts.ts";
+import { safeEqual } from "../webhook/signature.ts";
+
+/**
+ * Who is acting on /admin: automation with the ADMIN_TOKEN bearer (attributed as "api"), or a
+ * person signed in with a session cookie (httpOnly, SameSite=Strict), whose changes must also
+ * carry the session's CSRF token in X-CSRF-Token. Sign-in attempts are rate limited.
+ */
+
+export const API_ACTOR = "api";
+export const SESSION_COOKIE = "wa_staff";
+/** Per email and per address, in a 15-minute window. */
+const SIGN_IN_LIMIT = { perEmail: 5, perAddress: 20, windowMs: 15 * 60 * 1000 };
+
+declare module "fastify" {
+  interface FastifyRequest {
+    /** "api" or the signed-in person's email; set for every authenticated /admin request. */
+    actor: string;
+  }
+}
+
+export interface StaffAuthDeps {
+  db: Db;
+  redis: Redis;
+  keyPrefix: string;
+  adminToken: string;
+  secureCookies: boolean;
+}
+
+const signInBody = z.object({ email: z.string().min(1).max(320), password: z.string().min(1).max(1000) }).strict();
+
+export function cookieValue(header: string | undefined, name: string): string | undefined {
+  for (const part of (header ?? "").split(";")) {
+    const [key, ...rest] = part.trim().split("=");
+    if (key === name) return rest.join("=");
+  }
+  return undefined;
+}
+
+export function registerStaffAuth(app: FastifyInstance, deps: StaffAuthDeps): void {
+  app.decorateRequest("actor", "");
+  const setCookie = (reply: FastifyReply, value: string, maxAgeS: number) =>
+    reply.header(
+      "set-cookie",
+      `${SESSION_COOKIE}=${value}; Path=/admin; HttpOnly; SameSite=Strict; Max-Age=${maxAgeS}${deps.secureCookies ? "; Secure" : ""}`,
+    );
+
+  app.addHook("onRequest", async (request, reply) => {
+    if (request.method === "POST" && request.routeOptions.url === "/admin/session") return; // signing in
+    const header = request.headers.authorization ?? "";
+    if (header.startsWith("Bearer ")) {
+      if (safeEqual(header.slice("Bearer ".length), deps.adminToken)) {
+        request.actor = API_ACTOR;
+        return;
+      }
+      return unauthorized(reply);
+    }
+    const token = cookieValue(request.headers.cookie, SESSION_COOKIE);
+    const session = token ? await findSession(deps.db, token) : null;
+    if (!session) return unauthorized(reply);
+    // A cookie rides along with any request the browser makes; a change must prove it came from our page.
+    if (request.method !== "GET" && request.method !== "HEAD") {
+      const csrf = request.headers["x-csrf-token"];
+      if (typeof csrf !== "string" || !safeEqual(csrf, session.csrfToken)) {
+        return reply.code(403).send({ error: "missing or wrong X-CSRF-Token" });
+      }
+    }
+    request.actor = session.email;
+  });
+
+  app.post("/admin/session", async (request, reply) => {
+    const body = signInBody.safeParse(request.body ?? {});
+    if (!body.success) return reply.code(400).send({ error: "body must be { email, password }" });
+    const email = body.data.email.trim().toLowerCase();
+    const limited = await overLimit(deps, `email:${email}`, SIGN_IN_LIMIT.perEmail) || (await overLimit(deps, `ip:${request.ip}`, SIGN_IN_LIMIT.perAddress));
+    if (limited) {
+      request.log.warn({ event: "staff.sign_in_limited" }, "too many sign-in attempts");
+      return reply.code(429).header("retry-after", String(SIGN_IN_LIMIT.windowMs / 1000)).send({ error: "too many attempts; try again later" });
+    }
+    const staff = await authenticate(deps.db, email, body.data.password);
+    if (!staff) {
+      request.log.info({ event: "staff.sign_in_failed" }, "sign-in refused");
+      return reply.code(401).send({ error: "wrong email or password" });
+    }
+    const session = await createSession(deps.db, staff.id);
+    request.log.info({ event: "staff.signed_in", staff: staff.email }, "signed in");
+    setCookie(reply, session.token, SESSION_TTL_MS / 1000);
+    return { email: staff.email, csrfToken: session.csrfToken, expiresAt: session.expiresAt };
+  });
+
+  app.get("/admin/session", async (request) => {
+    if (request.actor === API_ACTOR) return { email: API_ACTOR };
+    const session = await findSession(deps.db, cookieValue(request.headers.cookie, SESSION_COOKIE) ?? "");
+    return { email: request.actor, csrfToken: session?.csrfToken };
+  });
+
+  app.delete("/admin/session", async (request, reply) => {
+    const token = cookieValue(request.headers.cookie, SESSION_COOKIE);
+    if (token) await endSession(deps.db, token);
+    setCookie(reply, "", 0);
+    return { ok: true };
+  });
+}
+
+function unauthorized(reply: FastifyReply) {
+  return reply.code(401).header("www-authenticate", "Bearer").send({ error: "unauthorized" });
+}
+
+async function overLimit(deps: StaffAuthDeps, who: string, max: number): Promise<boolean> {
+  const key = `${deps.keyPrefix}:signin:${who}`;
+  const count = await deps.redis.incr(key);
+  if (count === 1) await deps.redis.pexpire(key, SIGN_IN_LIMIT.windowMs);
+  return count > max;
+}
+
+

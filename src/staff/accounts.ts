@@ -1,0 +1,68 @@
+import { createHash, randomBytes } from "node:crypto";
+import { hash, verify } from "@node-rs/argon2";
+import { z } from "zod";
+import type { Db } from "../db/client.ts";
+
+/** Support staff accounts and their browser sessions. Passwords are argon2id hashes. */
+
+export const MIN_PASSWORD_LENGTH = 12;
+export const SESSION_TTL_MS = 12 * 60 * 60 * 1000;
+
+const email = z.email();
+
+export class StaffInputError extends Error {
+  override readonly name = "StaffInputError";
+}
+
+export async function addStaff(db: Db, address: string, password: string): Promise<{ id: string; email: string }> {
+  const parsed = email.safeParse(address.trim().toLowerCase());
+  if (!parsed.success) throw new StaffInputError(`"${address}" is not an email address`);
+  if (password.length < MIN_PASSWORD_LENGTH) throw new StaffInputError(`the password must be at least ${MIN_PASSWORD_LENGTH} characters`);
+  const existing = await db.staffMember.findUnique({ where: { email: parsed.data } });
+  if (existing) throw new StaffInputError(`${parsed.data} already has an account`);
+  return db.staffMember.create({ data: { email: parsed.data, passwordHash: await hash(password) }, select: { id: true, email: true } });
+}
+
+/** Disabling also ends every session the person has open. */
+export async function disableStaff(db: Db, address: string): Promise<boolean> {
+  const member = await db.staffMember.findUnique({ where: { email: address.trim().toLowerCase() } });
+  if (!member) return false;
+  await db.$transaction([
+    db.staffMember.update({ where: { id: member.id }, data: { disabledAt: new Date() } }),
+    db.staffSession.deleteMany({ where: { staffId: member.id } }),
+  ]);
+  return true;
+}
+
+export function listStaff(db: Db) {
+  return db.staffMember.findMany({ orderBy: { email: "asc" }, select: { email: true, disabledAt: true, createdAt: true } });
+}
+
+/** Verifies against a real hash even for an unknown email, so timing does not reveal who has an account. */
+const DUMMY_HASH = hash("no such account, but the same work");
+
+export async function authenticate(db: Db, address: string, password: string): Promise<{ id: string; email: string } | null> {
+  const member = await db.staffMember.findUnique({ where: { email: address.trim().toLowerCase() } });
+  const ok = await verify(member?.passwordHash ?? (await DUMMY_HASH), password).catch(() => false);
+  return ok && member && !member.disabledAt ? { id: member.id, email: member.email } : null;
+}
+
+const tokenHash = (token: string) => createHash("sha256").update(token).digest("hex");
+
+export async function createSession(db: Db, staffId: string): Promise<{ token: string; csrfToken: string; expiresAt: Date }> {
+  const token = randomBytes(32).toString("base64url");
+  const csrfToken = randomBytes(32).toString("base64url");
+  const expiresAt = new Date(Date.now() + SESSION_TTL_MS);
+  await db.staffSession.create({ data: { tokenHash: tokenHash(token), staffId, csrfToken, expiresAt } });
+  return { token, csrfToken, expiresAt };
+}
+
+export async function findSession(db: Db, token: string): Promise<{ email: string; csrfToken: string } | null> {
+  const session = await db.staffSession.findUnique({ where: { tokenHash: tokenHash(token) }, include: { staff: true } });
+  if (!session || session.expiresAt <= new Date() || session.staff.disabledAt) return null;
+  return { email: session.staff.email, csrfToken: session.csrfToken };
+}
+
+export async function endSession(db: Db, token: string): Promise<void> {
+  await db.staffSession.deleteMany({ where: { tokenHash: tokenHash(token) } });
+}
