@@ -3,6 +3,10 @@ import { z } from "zod";
 import { discardDeadLetter, getDeadLetter, listOpenDeadLetters, reopenDeadLetter, resendDeadLetter } from "../dlq/dead-letters.ts";
 import { PAUSED_INDEFINITELY } from "../jobs/inbound.ts";
 import { scheduleReply, type Queues } from "../queue/queues.ts";
+import helmet from "@fastify/helmet";
+import { createBullBoard } from "@bull-board/api";
+import { BullMQAdapter } from "@bull-board/api/bullMQAdapter";
+import { FastifyAdapter } from "@bull-board/fastify";
 import { registerStaffAuth, type StaffAuthDeps } from "./auth.ts";
 import { registerIdempotency } from "./idempotency.ts";
 
@@ -30,6 +34,8 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
       }
     });
 
+    // Security headers on every /admin answer (CSP, no framing, no sniffing, HSTS).
+    await app.register(helmet);
     registerStaffAuth(app, deps);
     // After authentication, so an unauthenticated request can neither claim nor replay a key;
     // each person's keys are their own.
@@ -94,5 +100,11 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
       request.log.info({ event: "conversation.resumed", conversation: params.data.id }, "bot resumed");
       return { ok: true };
     });
+
+    // Operators see BullMQ's own queues through bull-board, behind the same sign-in.
+    const board = new FastifyAdapter();
+    board.setBasePath("/admin/queues");
+    createBullBoard({ queues: Object.values(deps.queues).map((queue) => new BullMQAdapter(queue)), serverAdapter: board });
+    await app.register(board.registerPlugin(), { prefix: "/admin/queues" });
   };
 }
