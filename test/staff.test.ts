@@ -137,6 +137,8 @@ describe("every /admin route refuses the unauthenticated", () => {
     ["GET", `/admin/dlq/${id}`],
     ["POST", `/admin/dlq/${id}/retry`],
     ["POST", `/admin/dlq/${id}/discard`],
+    ["POST", `/admin/dlq/${id}/regenerate`],
+    ["POST", "/admin/dlq/bulk-retry"],
     ["POST", `/admin/conversations/${id}/pause`],
     ["POST", `/admin/conversations/${id}/resume`],
     ["GET", "/admin/session"],

@@ -1,6 +1,6 @@
 import type { FastifyInstance, FastifyPluginAsync } from "fastify";
 import { z } from "zod";
-import { discardDeadLetter, getDeadLetter, listOpenDeadLetters, reopenDeadLetter, resendDeadLetter } from "../dlq/dead-letters.ts";
+import { discardDeadLetter, getDeadLetter, listDeadLetters, reopenDeadLetter, resendDeadLetter } from "../dlq/dead-letters.ts";
 import { PAUSED_INDEFINITELY } from "../jobs/inbound.ts";
 import { scheduleReply, type Queues } from "../queue/queues.ts";
 import helmet from "@fastify/helmet";
@@ -18,6 +18,20 @@ const retryBody = z.object({ text: z.string().trim().min(1).max(40_000).optional
 const discardBody = z.object({ note: z.string().max(2000).optional() }).strict();
 const pauseBody = z.object({ minutes: z.number().int().min(1).max(525_600).optional() }).strict();
 const idParams = z.object({ id: z.uuid() });
+const listQuery = z
+  .object({
+    state: z.enum(["open", "resent", "discarded"]).optional(),
+    code: z.string().max(40).optional(),
+    source: z.string().max(40).optional(),
+    phoneNumberId: z.string().regex(/^\d+$/).optional(),
+    order: z.enum(["oldest", "newest"]).optional(),
+    limit: z.coerce.number().int().min(1).max(500).optional(),
+  })
+  .strict();
+const bulkBody = z.object({ code: z.string().min(1).max(40), spacingMs: z.number().int().min(0).max(60_000).optional() }).strict();
+
+/** After an outage, resends go out this far apart, so as not to trip Meta's rate limits again. */
+const BULK_SPACING_MS = 500;
 
 /** The staff API: automation with the bearer token, people signed in with a session (see auth.ts). */
 export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
@@ -41,7 +55,11 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
     // each person's keys are their own.
     registerIdempotency(app, { redis: deps.redis, keyPrefix: deps.keyPrefix, scope: (request) => request.actor });
 
-    app.get("/admin/dlq", async () => ({ items: await listOpenDeadLetters(deps.db) }));
+    app.get("/admin/dlq", async (request, reply) => {
+      const query = listQuery.safeParse(request.query);
+      if (!query.success) return reply.code(400).send({ error: `bad filter: ${query.error.issues.map((i) => i.path.join(".")).join(", ")}` });
+      return listDeadLetters(deps.db, query.data);
+    });
 
     app.get("/admin/dlq/:id", async (request, reply) => {
       const params = idParams.safeParse(request.params);
@@ -49,23 +67,56 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
       return item ?? reply.code(404).send({ error: "dead letter not found" });
     });
 
+    /** Resend one item and queue its reply job `delayMs` from now; undone if the queue is unreachable. */
+    const resend = async (id: string, input: { text?: string | undefined; regenerate?: boolean; actor: string }, delayMs = 0) => {
+      const result = await resendDeadLetter(deps.db, id, input);
+      if (!result.ok) return result;
+      try {
+        await scheduleReply(deps.queues, result.conversationId!, delayMs);
+      } catch {
+        const letter = await deps.db.deadLetter.findUnique({ where: { id } });
+        await reopenDeadLetter(deps.db, id, letter?.replyId ?? undefined);
+        return { ok: false as const, status: 503 as const, error: "queue unavailable; the item is still open" };
+      }
+      return result;
+    };
+
     app.post("/admin/dlq/:id/retry", async (request, reply) => {
       const params = idParams.safeParse(request.params);
       if (!params.success) return reply.code(404).send({ error: "dead letter not found" });
       const body = retryBody.safeParse(request.body ?? {});
       if (!body.success) return reply.code(400).send({ error: "body must be { text?: non-empty string }" });
-      const result = await resendDeadLetter(deps.db, params.data.id, { text: body.data.text, actor: request.actor });
+      const result = await resend(params.data.id, { text: body.data.text, actor: request.actor });
       if (!result.ok) return reply.code(result.status).send({ error: result.error });
-      try {
-        await scheduleReply(deps.queues, result.conversationId!, 0);
-      } catch (error) {
-        const letter = await deps.db.deadLetter.findUnique({ where: { id: params.data.id } });
-        await reopenDeadLetter(deps.db, params.data.id, letter?.replyId ?? undefined);
-        request.log.error({ event: "dlq.resend_enqueue_failed", err: error }, "resend could not be queued; item reopened");
-        return reply.code(503).send({ error: "queue unavailable; the item is still open" });
-      }
       request.log.info({ event: "dlq.resent", deadLetter: params.data.id, edited: body.data.text !== undefined }, "dead letter resent");
       return reply.code(202).send({ ok: true, state: "resent" });
+    });
+
+    // An explicit choice, because it costs a Claude call: drop the draft and write a new one.
+    app.post("/admin/dlq/:id/regenerate", async (request, reply) => {
+      const params = idParams.safeParse(request.params);
+      if (!params.success) return reply.code(404).send({ error: "dead letter not found" });
+      const result = await resend(params.data.id, { regenerate: true, actor: request.actor });
+      if (!result.ok) return reply.code(result.status).send({ error: result.error });
+      request.log.info({ event: "dlq.regenerated", deadLetter: params.data.id }, "dead letter regenerated");
+      return reply.code(202).send({ ok: true, state: "resent" });
+    });
+
+    // After an outage: resend every open item of one reason, paced.
+    app.post("/admin/dlq/bulk-retry", async (request, reply) => {
+      const body = bulkBody.safeParse(request.body ?? {});
+      if (!body.success) return reply.code(400).send({ error: "body must be { code: string, spacingMs?: number }" });
+      const { items } = await listDeadLetters(deps.db, { code: body.data.code, limit: 500 });
+      const spacing = body.data.spacingMs ?? BULK_SPACING_MS;
+      let resent = 0;
+      let skipped = 0;
+      for (const item of items) {
+        const result = await resend(item.id, { actor: request.actor }, resent * spacing);
+        if (result.ok) resent++;
+        else skipped++;
+      }
+      request.log.info({ event: "dlq.bulk_resent", code: body.data.code, resent, skipped }, "dead letters resent in bulk");
+      return reply.code(202).send({ ok: true, resent, skipped, spacingMs: spacing });
     });
 
     app.post("/admin/dlq/:id/discard", async (request, reply) => {

@@ -44,17 +44,36 @@ export async function recordDeadLetter(db: Db, input: DeadLetterInput): Promise<
   });
 }
 
-export async function listOpenDeadLetters(db: Db, limit = 100) {
-  const rows = await db.deadLetter.findMany({
-    where: { state: "open" },
-    orderBy: { createdAt: "asc" },
-    take: limit,
-    include: {
-      conversation: { include: { contact: true } },
-      reply: { include: { messages: { orderBy: { sentAt: "asc" } } } },
-    },
-  });
-  return rows.map((row) => ({
+export interface DeadLetterFilter {
+  state?: "open" | "resent" | "discarded" | undefined;
+  code?: string | undefined;
+  source?: string | undefined;
+  phoneNumberId?: string | undefined;
+  order?: "oldest" | "newest" | undefined;
+  limit?: number | undefined;
+}
+
+/** The queue staff work through: open items by default, oldest first, filterable by reason and number. */
+export async function listDeadLetters(db: Db, filter: DeadLetterFilter = {}) {
+  const where = {
+    state: filter.state ?? "open",
+    ...(filter.code ? { code: filter.code } : {}),
+    ...(filter.source ? { source: filter.source } : {}),
+    ...(filter.phoneNumberId ? { conversation: { phoneNumberId: filter.phoneNumberId } } : {}),
+  } as const;
+  const [total, rows] = await Promise.all([
+    db.deadLetter.count({ where }),
+    db.deadLetter.findMany({
+      where,
+      orderBy: { createdAt: filter.order === "newest" ? "desc" : "asc" },
+      take: filter.limit ?? 100,
+      include: {
+        conversation: { include: { contact: true } },
+        reply: { include: { messages: { orderBy: { sentAt: "asc" } } } },
+      },
+    }),
+  ]);
+  const items = rows.map((row) => ({
     id: row.id,
     createdAt: row.createdAt,
     source: row.source,
@@ -71,6 +90,7 @@ export async function listOpenDeadLetters(db: Db, limit = 100) {
     reply: row.reply ? { id: row.reply.id, draft: row.reply.text, state: row.reply.state } : null,
     messages: (row.reply?.messages ?? []).map((m) => ({ wamid: m.wamid, type: m.type, text: m.text, sentAt: m.sentAt })),
   }));
+  return { total, items };
 }
 
 export type StaffActionResult = { ok: true } | { ok: false; status: 404 | 409; error: string };
@@ -84,7 +104,7 @@ export type StaffActionResult = { ok: true } | { ok: false; status: 404 | 409; e
 export async function resendDeadLetter(
   db: Db,
   id: string,
-  input: { text?: string | undefined; actor: string },
+  input: { text?: string | undefined; regenerate?: boolean; actor: string },
 ): Promise<StaffActionResult & { conversationId?: string }> {
   return db.$transaction(async (tx) => {
     const letter = await tx.deadLetter.findUnique({ where: { id }, include: { reply: { include: { parts: true } } } });
@@ -97,11 +117,13 @@ export async function resendDeadLetter(
     });
     if (won.count === 0) return alreadyHandled(tx, id);
 
-    const text = input.text ?? reply.text;
+    // Regenerating drops the draft: the reply job then asks Claude again (an explicit, paid choice).
+    const text = input.regenerate ? null : (input.text ?? reply.text);
     // Parts Meta accepted and did not fail stay as history; everything else is sent anew.
     const delivered = reply.parts.filter((p) => p.sendState === "accepted" && p.status !== "failed");
-    const toSend =
-      input.text !== undefined
+    const toSend = input.regenerate
+      ? []
+      : input.text !== undefined
         ? [input.text]
         : reply.parts.filter((p) => !delivered.includes(p)).sort((a, b) => a.seq - b.seq).map((p) => p.text);
     await tx.outboundMessage.deleteMany({ where: { replyId: reply.id, sendState: { not: "accepted" } } });
@@ -118,7 +140,7 @@ export async function resendDeadLetter(
       data: {
         deadLetterId: id,
         actor: input.actor,
-        action: input.text !== undefined ? "resend_edited" : "resend",
+        action: input.regenerate ? "regenerate" : input.text !== undefined ? "resend_edited" : "resend",
         ...(input.text !== undefined ? { detail: { text: input.text } } : {}),
       },
     });

@@ -1,0 +1,76 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { graphError } from "./support/fake-graph.ts";
+import { eventually, type Harness, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
+import { textWebhook } from "./support/webhook-bodies.ts";
+
+/** Issue 4: the staff queue — filters, regenerate (an explicit Claude call), and paced bulk resends after an outage. */
+
+let h: Harness;
+beforeAll(async () => {
+  h = await startHarness({ env: { JOB_ATTEMPTS: "1" } }); // one attempt: a Graph 503 is a dead letter at once
+});
+afterAll(async () => h?.close());
+
+const auth = { authorization: `Bearer ${TEST_ADMIN_TOKEN}` };
+const get = async (url: string) => h.app.inject({ method: "GET", url, headers: auth });
+const post = async (url: string, payload?: Record<string, unknown>) => h.app.inject({ method: "POST", url, headers: auth, ...(payload ? { payload } : {}) });
+
+async function deadLetter(from: string, answer: { status: number; body?: unknown }): Promise<string> {
+  h.graph.answerSends(answer);
+  await h.deliver(textWebhook({ text: `hello from ${from}`, from }).body);
+  return (await eventually(() => h.db.deadLetter.findFirst({ where: { conversation: { contact: { waId: from } } } }), `a dead letter for ${from}`)).id;
+}
+
+const outage = { status: 503 };
+const undeliverable = { status: 400, body: graphError(131026, "Message undeliverable") };
+
+describe("the staff queue", () => {
+  it("filters by reason and state, sorts oldest or newest first, and counts", async () => {
+    const first = await deadLetter("3361000000001", undeliverable);
+    const second = await deadLetter("3361000000002", outage);
+    const all = (await get("/admin/dlq")).json();
+    expect(all.items.map((i: { id: string }) => i.id)).toEqual([first, second]);
+    expect(all.total).toBe(2);
+    expect((await get("/admin/dlq?order=newest")).json().items.map((i: { id: string }) => i.id)).toEqual([second, first]);
+    expect((await get("/admin/dlq?code=131026")).json()).toMatchObject({ total: 1, items: [{ id: first, code: "131026" }] });
+    expect((await get("/admin/dlq?phoneNumberId=999")).json().total).toBe(0);
+    expect((await get("/admin/dlq?state=resent")).json().total).toBe(0);
+    expect((await get("/admin/dlq?state=lost")).statusCode).toBe(400);
+    expect((await get("/admin/dlq?colour=red")).statusCode).toBe(400);
+    for (const id of [first, second]) await post(`/admin/dlq/${id}/discard`);
+  });
+
+  it("regenerate is an explicit Claude call: the draft is replaced by a new one, sent once, and audited", async () => {
+    const id = await deadLetter("3361000000003", undeliverable);
+    const calls = h.claude.requests.length;
+    const oldDraft = (await h.db.deadLetter.findUniqueOrThrow({ where: { id }, include: { reply: true } })).reply!.text;
+    expect((await post(`/admin/dlq/${id}/regenerate`)).statusCode).toBe(202);
+    await eventually(() => h.claude.requests.length === calls + 1, "Claude to be asked again");
+    const reply = await eventually(
+      async () => (await h.db.deadLetter.findUniqueOrThrow({ where: { id }, include: { reply: true } })).reply!,
+      "the new draft",
+    );
+    await eventually(async () => (await h.db.reply.findUniqueOrThrow({ where: { id: reply.id } })).state === "sent", "the new draft to be sent");
+    const sent = await h.db.reply.findUniqueOrThrow({ where: { id: reply.id } });
+    expect(sent.text).not.toBe(oldDraft);
+    expect(h.graph.sentTexts.filter((t) => t === sent.text)).toHaveLength(1);
+    expect(await h.db.deadLetterAction.findFirstOrThrow({ where: { deadLetterId: id } })).toMatchObject({ action: "regenerate", actor: "api" });
+  });
+
+  it("bulk resend: every open item of one reason goes out once, paced, and other reasons are left alone", async () => {
+    const transient = [await deadLetter("3361000000011", outage), await deadLetter("3361000000012", outage), await deadLetter("3361000000013", outage)];
+    const other = await deadLetter("3361000000014", undeliverable);
+    const sendsBefore = h.graph.sends.length;
+    const res = await post("/admin/dlq/bulk-retry", { code: "http_503", spacingMs: 300 });
+    expect(res.statusCode).toBe(202);
+    expect(res.json()).toMatchObject({ resent: 3, skipped: 0, spacingMs: 300 });
+    await eventually(() => h.graph.sends.length === sendsBefore + 3, "three resends");
+    const resends = h.graph.sends.slice(sendsBefore);
+    expect(new Set(resends.map((s) => s.body.to))).toEqual(new Set(["3361000000011", "3361000000012", "3361000000013"]));
+    // Paced: a designed spacing between them (a lower bound, with 50 ms of clock slack).
+    expect(resends[2]!.at - resends[0]!.at).toBeGreaterThanOrEqual(600 - 50);
+    for (const id of transient) expect((await h.db.deadLetter.findUniqueOrThrow({ where: { id } })).state).toBe("resent");
+    expect((await h.db.deadLetter.findUniqueOrThrow({ where: { id: other } })).state).toBe("open");
+    expect((await post("/admin/dlq/bulk-retry", {})).statusCode).toBe(400);
+  });
+});
