@@ -44,3 +44,19 @@ describe("security headers", () => {
     expect(res.headers["content-security-policy"]).toBeUndefined();
   });
 });
+
+describe("the staff page", () => {
+  it("is served at /admin without data in it, with its script and styles from the same origin (CSP-safe)", async () => {
+    const page = await h.app.inject({ method: "GET", url: "/admin" });
+    expect(page.statusCode).toBe(200);
+    expect(page.headers["content-type"]).toMatch(/^text\/html/);
+    expect(page.body).toContain('<script defer src="/admin/assets/app.js"></script>');
+    expect(page.body).not.toMatch(/<script>(?!<)/); // no inline script: the CSP forbids it
+    for (const [file, type] of [["app.js", /javascript/], ["style.css", /css/]] as const) {
+      const asset = await h.app.inject({ method: "GET", url: `/admin/assets/${file}` });
+      expect(asset.statusCode).toBe(200);
+      expect(asset.headers["content-type"]).toMatch(type);
+    }
+    expect((await h.app.inject({ method: "GET", url: "/admin/assets/secrets.env" })).statusCode).toBe(404);
+  });
+});

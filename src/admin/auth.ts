@@ -4,6 +4,7 @@ import { z } from "zod";
 import type { Db } from "../db/client.ts";
 import { authenticate, createSession, endSession, findSession, SESSION_TTL_MS } from "../staff/accounts.ts";
 import { safeEqual } from "../webhook/signature.ts";
+import { PUBLIC_ROUTES } from "./page.ts";
 
 /**
  * Who is acting on /admin: automation with the ADMIN_TOKEN bearer (attributed as "api"), or a
@@ -50,7 +51,8 @@ export function registerStaffAuth(app: FastifyInstance, deps: StaffAuthDeps): vo
     );
 
   app.addHook("onRequest", async (request, reply) => {
-    if (request.method === "POST" && request.routeOptions.url === "/admin/session") return; // signing in
+    const route = `${request.method} ${request.routeOptions.url}`;
+    if (route === "POST /admin/session" || PUBLIC_ROUTES.has(route)) return; // signing in, or the page shell
     const header = request.headers.authorization ?? "";
     if (header.startsWith("Bearer ")) {
       if (safeEqual(header.slice("Bearer ".length), deps.adminToken)) {

@@ -9,6 +9,7 @@ import { BullMQAdapter } from "@bull-board/api/bullMQAdapter";
 import { FastifyAdapter } from "@bull-board/fastify";
 import { registerStaffAuth, type StaffAuthDeps } from "./auth.ts";
 import { registerIdempotency } from "./idempotency.ts";
+import { registerStaffPage } from "./page.ts";
 
 export interface AdminDeps extends StaffAuthDeps {
   queues: Queues;
@@ -51,6 +52,7 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
     // Security headers on every /admin answer (CSP, no framing, no sniffing, HSTS).
     await app.register(helmet);
     registerStaffAuth(app, deps);
+    registerStaffPage(app);
     // After authentication, so an unauthenticated request can neither claim nor replay a key;
     // each person's keys are their own.
     registerIdempotency(app, { redis: deps.redis, keyPrefix: deps.keyPrefix, scope: (request) => request.actor });
