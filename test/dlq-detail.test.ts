@@ -61,6 +61,14 @@ describe("GET /admin/dlq/:id", () => {
     expect((await detail(other)).actions).toEqual([{ actor: "api", action: "discard", detail: { note: "called them" }, at: expect.any(String) }]);
   });
 
+  it("pausing and resuming the bot for the conversation shows in the item's history", async () => {
+    const id = await deadLetterFor("can a person call me?", "4915100000005");
+    const conversationId = (await detail(id)).conversation.id as string;
+    await h.app.inject({ method: "POST", url: `/admin/conversations/${conversationId}/pause`, headers: auth, payload: { minutes: 60 } });
+    await h.app.inject({ method: "POST", url: `/admin/conversations/${conversationId}/resume`, headers: auth });
+    expect((await detail(id)).actions.map((a: { action: string; actor: string }) => `${a.action} by ${a.actor}`)).toEqual(["pause_bot by api", "resume_bot by api"]);
+  });
+
   it("warns when the 24-hour window has closed (free text would fail with 131047)", async () => {
     const id = await deadLetterFor("old question", "4915100000004", Math.floor(Date.now() / 1000) - 25 * 3600);
     const item = await detail(id);

@@ -1,6 +1,6 @@
 import type { FastifyInstance, FastifyPluginAsync } from "fastify";
 import { z } from "zod";
-import { discardDeadLetter, getDeadLetter, listDeadLetters, reopenDeadLetter, resendDeadLetter } from "../dlq/dead-letters.ts";
+import { auditConversation, discardDeadLetter, getDeadLetter, listDeadLetters, reopenDeadLetter, resendDeadLetter } from "../dlq/dead-letters.ts";
 import { PAUSED_INDEFINITELY } from "../jobs/inbound.ts";
 import { scheduleReply, type Queues } from "../queue/queues.ts";
 import helmet from "@fastify/helmet";
@@ -141,6 +141,7 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
       const until = body.data.minutes ? new Date(Date.now() + body.data.minutes * 60_000) : PAUSED_INDEFINITELY;
       const paused = await deps.db.conversation.updateMany({ where: { id: params.data.id }, data: { pausedUntil: until, pausedBy: request.actor } });
       if (paused.count === 0) return reply.code(404).send({ error: "conversation not found" });
+      await auditConversation(deps.db, params.data.id, request.actor, "pause_bot", { until: until === PAUSED_INDEFINITELY ? null : until });
       request.log.info({ event: "conversation.paused", conversation: params.data.id, until }, "bot paused for a person");
       return { ok: true, pausedUntil: until === PAUSED_INDEFINITELY ? null : until, indefinitely: until === PAUSED_INDEFINITELY };
     });
@@ -150,6 +151,7 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
       if (!params.success) return reply.code(404).send({ error: "conversation not found" });
       const resumed = await deps.db.conversation.updateMany({ where: { id: params.data.id }, data: { pausedUntil: null, pausedBy: null } });
       if (resumed.count === 0) return reply.code(404).send({ error: "conversation not found" });
+      await auditConversation(deps.db, params.data.id, request.actor, "resume_bot");
       request.log.info({ event: "conversation.resumed", conversation: params.data.id }, "bot resumed");
       return { ok: true };
     });

@@ -240,3 +240,11 @@ export async function getDeadLetter(db: Db, id: string, around = 30) {
     handled: row.state === "open" ? null : { by: row.actedBy, at: row.actedAt, note: row.note },
   };
 }
+
+/** A staff action on a whole conversation (pausing the bot) shows in the history of its open items. */
+export async function auditConversation(db: Db, conversationId: string, actor: string, action: string, detail?: Record<string, unknown>): Promise<void> {
+  const open = await db.deadLetter.findMany({ where: { conversationId, state: "open" }, select: { id: true } });
+  await db.deadLetterAction.createMany({
+    data: open.map((letter) => ({ deadLetterId: letter.id, actor, action, ...(detail ? { detail: detail as Prisma.InputJsonValue } : {}) })),
+  });
+}
