@@ -6,7 +6,7 @@ export type { Logger };
  * Law 10: secrets and people stay out of logs. The verify token rides in the verify GET's
  * query string, so request URLs are logged without their query.
  */
-export const REDACT_PATHS = [
+const REDACT_PATHS = [
   "req.headers.authorization",
   "req.headers.cookie",
   'req.headers["x-hub-signature-256"]',

@@ -12,8 +12,8 @@ import { PUBLIC_ROUTES } from "./page.ts";
  * carry the session's CSRF token in X-CSRF-Token. Sign-in attempts are rate limited.
  */
 
-export const API_ACTOR = "api";
-export const SESSION_COOKIE = "wa_staff";
+const API_ACTOR = "api";
+const SESSION_COOKIE = "wa_staff";
 /** Per email and per address, in a 15-minute window. */
 const SIGN_IN_LIMIT = { perEmail: 5, perAddress: 20, windowMs: 15 * 60 * 1000 };
 
@@ -34,7 +34,7 @@ export interface StaffAuthDeps {
 
 const signInBody = z.object({ email: z.string().min(1).max(320), password: z.string().min(1).max(1000) }).strict();
 
-export function cookieValue(header: string | undefined, name: string): string | undefined {
+function cookieValue(header: string | undefined, name: string): string | undefined {
   for (const part of (header ?? "").split(";")) {
     const [key, ...rest] = part.trim().split("=");
     if (key === name) return rest.join("=");

@@ -12,7 +12,7 @@ export type Fate =
   | { action: "throttle"; failure: RetryableError }
   | { action: "dead_letter"; failure: Failure };
 
-export function isLastAttempt(job: Pick<Job, "attemptsMade" | "opts">): boolean {
+function isLastAttempt(job: Pick<Job, "attemptsMade" | "opts">): boolean {
   return job.attemptsMade + 1 >= (job.opts.attempts ?? 1);
 }
 

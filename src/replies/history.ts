@@ -68,7 +68,7 @@ async function withMedia(deps: HistoryDeps, payload: Parameters<typeof readableM
 }
 
 /** Rough but safe: English averages ~4 characters a token; other scripts use fewer per token. */
-export const estimateTokens = (text: string) => Math.ceil(text.length / 3);
+const estimateTokens = (text: string) => Math.ceil(text.length / 3);
 
 /** Keeps the newest turns that fit the budget: old context is worth less than room to answer. */
 function withinBudget(turns: ChatTurn[], budget: number): ChatTurn[] {
