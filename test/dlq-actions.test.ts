@@ -57,6 +57,28 @@ describe("the staff queue", () => {
     expect(await h.db.deadLetterAction.findFirstOrThrow({ where: { deadLetterId: id } })).toMatchObject({ action: "regenerate", actor: "api" });
   });
 
+  it("regenerating a reply Meta accepted and then reported failed pays Claude once and sends the new draft once", async () => {
+    await h.deliver(textWebhook({ text: "hello", from: "3361000000021" }).body);
+    const part = await eventually(
+      () => h.db.outboundMessage.findFirst({ where: { sendState: "accepted", reply: { conversation: { contact: { waId: "3361000000021" } } } } }),
+      "the accepted send",
+    );
+    const failed = {
+      object: "whatsapp_business_account",
+      entry: [{ id: "1", changes: [{ field: "messages", value: { messaging_product: "whatsapp", metadata: { phone_number_id: "106540352242922" }, statuses: [
+        { id: part.wamid, status: "failed", timestamp: String(Math.floor(Date.now() / 1000)), recipient_id: "3361000000021", errors: [{ code: 131026, title: "Message undeliverable" }] },
+      ] } }] }],
+    };
+    await h.deliver(JSON.stringify(failed));
+    const letter = await eventually(() => h.db.deadLetter.findFirst({ where: { code: "131026", state: "open", conversation: { contact: { waId: "3361000000021" } } } }), "the dead letter");
+    const calls = h.claude.requests.length;
+    expect((await post(`/admin/dlq/${letter.id}/regenerate`)).statusCode).toBe(202);
+    await eventually(async () => (await h.db.reply.findUniqueOrThrow({ where: { id: part.replyId } })).state === "sent", "the regenerated reply to be sent");
+    expect(h.claude.requests.length).toBe(calls + 1);
+    const parts = await h.db.outboundMessage.findMany({ where: { replyId: part.replyId }, orderBy: { seq: "asc" } });
+    expect(parts.map((p) => [p.seq, p.status ?? p.sendState])).toEqual([[0, "failed"], [1, "accepted"]]); // the failed one stays as history
+  });
+
   it("bulk resend: every open item of one reason goes out once, paced, and other reasons are left alone", async () => {
     const transient = [await deadLetter("3361000000011", outage), await deadLetter("3361000000012", outage), await deadLetter("3361000000013", outage)];
     const other = await deadLetter("3361000000014", undeliverable);

@@ -1,6 +1,7 @@
 import type { Db } from "../db/client.ts";
 import type { Failure } from "../errors.ts";
 import type { Prisma } from "../generated/prisma/client.ts";
+import { appendParts } from "../replies/parts.ts";
 import { splitForWhatsApp } from "../replies/split.ts";
 import { SERVICE_WINDOW_MS } from "../replies/window.ts";
 
@@ -127,11 +128,7 @@ export async function resendDeadLetter(
         ? [input.text]
         : reply.parts.filter((p) => !delivered.includes(p)).sort((a, b) => a.seq - b.seq).map((p) => p.text);
     await tx.outboundMessage.deleteMany({ where: { replyId: reply.id, sendState: { not: "accepted" } } });
-    const nextSeq = Math.max(-1, ...reply.parts.map((p) => p.seq)) + 1;
-    const chunks = toSend.flatMap((t) => splitForWhatsApp(t));
-    await tx.outboundMessage.createMany({
-      data: chunks.map((chunk, i) => ({ replyId: reply.id, seq: nextSeq + i, text: chunk })),
-    });
+    await appendParts(tx, reply.id, toSend.flatMap((t) => splitForWhatsApp(t)));
     await tx.reply.update({
       where: { id: reply.id },
       data: { text, state: text ? "ready" : "generating" },

@@ -9,6 +9,7 @@ import type { Conversation, Contact, Reply } from "../generated/prisma/client.ts
 import type { Logger } from "../logger.ts";
 import { scheduleReply, type Queues, type ReplyJobData } from "../queue/queues.ts";
 import { conversationTurns } from "../replies/history.ts";
+import { appendParts } from "../replies/parts.ts";
 import { splitForWhatsApp } from "../replies/split.ts";
 import { templateInstead, windowOpen } from "../replies/window.ts";
 import type { GraphClient } from "../whatsapp/graph-client.ts";
@@ -145,7 +146,7 @@ async function generate(deps: ReplyDeps, conversation: Conversation, reply: Repl
       },
     });
     if (updated.count !== 1) throw new DraftConflict(`reply ${reply.id} left "generating" while Claude was writing it`);
-    await tx.outboundMessage.createMany({ data: parts.map((text, seq) => ({ replyId: reply.id, seq, text })) });
+    await appendParts(tx, reply.id, parts);
   }));
   log.info(
     {

@@ -3,6 +3,7 @@ import type { Db } from "../db/client.ts";
 import { PermanentError } from "../errors.ts";
 import type { Conversation } from "../generated/prisma/client.ts";
 import type { Logger } from "../logger.ts";
+import { appendParts } from "./parts.ts";
 
 /** Meta accepts free-form messages only within 24 h of the customer's last message (WHATSAPP.md §7). */
 export const SERVICE_WINDOW_MS = 24 * 60 * 60 * 1000;
@@ -33,10 +34,9 @@ export async function templateInstead(
     });
   }
   await deps.db.$transaction(async (tx) => {
-    const sent = await tx.outboundMessage.findMany({ where: { replyId }, select: { seq: true } });
     await tx.outboundMessage.deleteMany({ where: { replyId, sendState: { not: "accepted" } } });
     const text = `[Template "${template.name}" (${template.language}): the 24-hour window had closed]`;
-    await tx.outboundMessage.create({ data: { replyId, seq: Math.max(-1, ...sent.map((p) => p.seq)) + 1, text, template: template.name } });
+    await appendParts(tx, replyId, [text], template.name);
     await tx.reply.update({ where: { id: replyId }, data: { state: "ready", text } });
   });
   log.info({ event: "reply.template_instead", template: template.name }, "window closed: sending the number's template instead");
