@@ -1,13 +1,13 @@
+import type { Config } from "../config.ts";
 import type { Db } from "../db/client.ts";
 import { isUniqueViolation } from "../db/client.ts";
 import type { Prisma } from "../generated/prisma/client.ts";
 import type { Logger } from "../logger.ts";
 import { type Control, controlOf } from "../messages/controls.ts";
-import { describeInbound, type InboundOutcome } from "../messages/describe.ts";
+import { describeInbound, type InboundOutcome, say } from "../messages/describe.ts";
 import { scheduleReply, type InboundJobData, type Queues } from "../queue/queues.ts";
 import { splitForWhatsApp } from "../replies/split.ts";
 import type { GraphClient } from "../whatsapp/graph-client.ts";
-import type { Config } from "../config.ts";
 
 export interface InboundDeps {
   db: Db;
@@ -51,18 +51,16 @@ export async function processInbound(deps: InboundDeps, data: InboundJobData): P
   let stored: { skipReason: string | null; replyId: string | null };
   try {
     stored = await deps.db.$transaction(async (tx) => {
-      const [person, thread] = await Promise.all([
-        tx.contact.findUniqueOrThrow({ where: { id: contact.id } }),
-        tx.conversation.findUniqueOrThrow({ where: { id: conversation.id } }),
-      ]);
+      // The opt-out and pause state as the upserts above just read it (reading it again in here
+      // would not lock it either).
       const control = message.type === "text" ? controlOf(message.text?.body, deps.conversation) : undefined;
       const outcome = decide(deps.conversation, describeInbound(message, deps.conversation), control, {
-        optedOut: person.optedOutAt !== null,
-        paused: thread.pausedUntil !== null && thread.pausedUntil > new Date(),
+        optedOut: contact.optedOutAt !== null,
+        paused: conversation.pausedUntil !== null && conversation.pausedUntil > new Date(),
       });
       const text = await withQuote(tx, message, outcome.kind === "answer" ? outcome.text : (message.text?.body ?? null));
 
-      if (control === "opt_out") await tx.contact.update({ where: { id: contact.id }, data: { optedOutAt: person.optedOutAt ?? new Date() } });
+      if (control === "opt_out") await tx.contact.update({ where: { id: contact.id }, data: { optedOutAt: contact.optedOutAt ?? new Date() } });
       if (control === "opt_in") await tx.contact.update({ where: { id: contact.id }, data: { optedOutAt: null } });
       if (control === "handoff" && outcome.kind !== "skip") {
         await tx.conversation.update({ where: { id: conversation.id }, data: { pausedUntil: PAUSED_INDEFINITELY, pausedBy: "customer" } });
@@ -129,7 +127,6 @@ function decide(
   control: Control | undefined,
   state: { optedOut: boolean; paused: boolean },
 ): InboundOutcome {
-  const say = (text: string, reason: string): InboundOutcome => (text ? { kind: "canned", text, reason } : { kind: "skip", reason });
   switch (control) {
     case "opt_out":
       // Confirm once; after that the bot stays silent.

@@ -141,6 +141,6 @@ function fallback(settings: DescribeSettings, what: string): InboundOutcome {
 }
 
 /** A configured answer, or none when it is configured empty. */
-function say(text: string, reason: string): InboundOutcome {
+export function say(text: string, reason: string): InboundOutcome {
   return text ? { kind: "canned", text, reason } : { kind: "skip", reason };
 }
