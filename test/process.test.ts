@@ -1,7 +1,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { createServer } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import { signMetaBody } from "../src/webhook/signature.ts";
+import { freePort } from "./support/ports.ts";
 import { eventually, type Harness, startHarness, TEST_APP_SECRET } from "./support/harness.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
 
@@ -13,14 +13,6 @@ afterEach(async () => {
   if (child && child.exitCode === null) child.kill("SIGKILL");
   await h?.close();
 });
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address() as { port: number };
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
 
 describe("the process", () => {
   it("serves webhooks and replies, and on SIGTERM finishes the reply in flight, closes and exits 0", async () => {

@@ -1,9 +1,7 @@
-import { type ChildProcess, spawn } from "node:child_process";
-import { connect, createServer } from "node:net";
-import { tmpdir } from "node:os";
 import type { Queue } from "bullmq";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { eventually, type Harness, startHarness } from "./support/harness.ts";
+import { PrivateRedis } from "./support/private-redis.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
 
 /**
@@ -14,68 +12,8 @@ import { textWebhook } from "./support/webhook-bodies.ts";
  * redis-server on a free port and stops and restarts that one.
  */
 
-let port = 0;
-let redisServer: ChildProcess | undefined;
+let redisServer: PrivateRedis | undefined;
 let h: Harness | undefined;
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", resolve);
-  });
-  const address = server.address();
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  if (address === null || typeof address === "string") throw new Error("no port assigned");
-  return address.port;
-}
-
-/** True when something on the port answers PING with PONG. */
-function pings(onPort: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = connect({ host: "127.0.0.1", port: onPort });
-    let answer = "";
-    const done = (ok: boolean) => {
-      socket.destroy();
-      resolve(ok);
-    };
-    socket.setTimeout(500, () => done(false));
-    socket.once("error", () => done(false));
-    socket.once("connect", () => socket.write("PING\r\n"));
-    socket.on("data", (chunk) => {
-      answer += chunk.toString("utf8");
-      if (answer.includes("\r\n")) done(answer.startsWith("+PONG"));
-    });
-  });
-}
-
-const isRunning = (child: ChildProcess | undefined): child is ChildProcess =>
-  child !== undefined && child.exitCode === null && child.signalCode === null;
-
-async function startRedisServer(): Promise<void> {
-  const child = spawn(
-    "redis-server",
-    ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", tmpdir()],
-    { stdio: "ignore" },
-  );
-  redisServer = child;
-  let exited = false;
-  child.once("exit", () => {
-    exited = true;
-  });
-  await eventually(async () => {
-    if (exited) throw new Error(`redis-server on port ${port} exited at start-up`);
-    return pings(port);
-  }, `redis-server to accept connections on port ${port}`);
-}
-
-async function stopRedisServer(): Promise<void> {
-  const child = redisServer;
-  if (!isRunning(child)) return;
-  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
-  child.kill("SIGKILL");
-  await exited;
-}
 
 async function jobCount(queue: Queue): Promise<number> {
   const counts = await queue.getJobCounts();
@@ -83,21 +21,20 @@ async function jobCount(queue: Queue): Promise<number> {
 }
 
 beforeAll(async () => {
-  port = await freePort();
-  await startRedisServer();
-  h = await startHarness({ workers: 0, env: { REDIS_URL: `redis://127.0.0.1:${port}` } });
+  redisServer = await PrivateRedis.start();
+  h = await startHarness({ workers: 0, env: { REDIS_URL: redisServer.url } });
 });
 
 afterAll(async () => {
   try {
     // Close while Redis is up, so nothing in close() waits on a connection that cannot come back.
     if (h) {
-      if (!isRunning(redisServer)) await startRedisServer();
+      await redisServer?.resume();
       await eventually(() => h!.redis.status === "ready", "the app's Redis connection to be ready before closing");
       await h.close();
     }
   } finally {
-    await stopRedisServer();
+    await redisServer?.destroy();
   }
 });
 
@@ -109,7 +46,7 @@ function harness(): Harness {
 describe("Redis outage on the web role (law 2)", () => {
   it("Redis stopped → the webhook answers 503 quickly rather than hanging, and after Redis returns the next delivery is answered 200 and enqueued", async () => {
     const h = harness();
-    expect(h.config.redisUrl).toBe(`redis://127.0.0.1:${port}`);
+    expect(h.config.redisUrl).toBe(redisServer!.url);
 
     // Before the outage: a normal delivery.
     const before = textWebhook({ text: "before the outage" });
@@ -118,7 +55,7 @@ describe("Redis outage on the web role (law 2)", () => {
 
     // Redis dies. Meta delivers at once, perhaps before the app's connection has noticed:
     // 503 (Meta will deliver again), promptly.
-    await stopRedisServer();
+    await redisServer!.kill();
     const during = textWebhook({ text: "during the outage" });
     const started = Date.now();
     const refused = await h.deliver(during.body);
@@ -133,7 +70,7 @@ describe("Redis outage on the web role (law 2)", () => {
     expect((await h.deliver(textWebhook({ text: "still down" }).body)).statusCode).toBe(503);
 
     // Redis comes back on the same address; the app reconnects by itself.
-    await startRedisServer();
+    await redisServer!.resume();
     await eventually(() => h.redis.status === "ready", "the app's Redis connection to be ready again", 15_000);
 
     // Meta's redelivery of the refused message succeeds and its job is in the queue.
