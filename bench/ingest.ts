@@ -3,7 +3,7 @@ import Fastify, { type FastifyInstance } from "fastify";
 import { Redis } from "ioredis";
 import pino from "pino";
 import { createLogger } from "../src/logger.ts";
-import { closeQueues, createQueues, enqueueInbound, type Queues } from "../src/queue/queues.ts";
+import { closeQueues, createQueues, enqueueInbound, inboundJobId, type Queues } from "../src/queue/queues.ts";
 import { claimAndEnqueue } from "../src/webhook/claim.ts";
 import { type InboundItem, walkWebhook } from "../src/webhook/payload.ts";
 import { WEBHOOK_BODY_LIMIT } from "../src/webhook/routes.ts";
@@ -228,7 +228,7 @@ async function redisOnlyLoop(
       const item: InboundItem = { ...template, message: { ...template.message, id } };
       const start = performance.now();
       if (start >= closesAt) return;
-      const outcome = await claimAndEnqueue(h.redis, `${prefix}:claim:msg:${id}`, h.config.claim, () => enqueueInbound(queues, item)).then(
+      const outcome = await claimAndEnqueue(h.redis, `${prefix}:claim:${inboundJobId(id)}`, h.config.claim, () => enqueueInbound(queues, item)).then(
         () => "200",
         () => "error",
       );

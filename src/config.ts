@@ -109,6 +109,8 @@ const envSchema = z.object({
   RETRY_BASE_DELAY_MS: int("RETRY_BASE_DELAY_MS", 2000, 1, 3_600_000),
   RETRY_MAX_DELAY_MS: int("RETRY_MAX_DELAY_MS", 300_000, 1, 86_400_000),
   JOB_LOCK_MS: int("JOB_LOCK_MS", 30_000, 500, 600_000),
+  RECONCILE_INTERVAL_MS: int("RECONCILE_INTERVAL_MS", 60_000, 100, 86_400_000),
+  RECONCILE_AFTER_MS: int("RECONCILE_AFTER_MS", 120_000, 0, 7 * 86_400_000),
   CLAIM_PENDING_TTL_MS: int("CLAIM_PENDING_TTL_MS", 30_000, 100, 600_000),
   CLAIM_WAIT_MS: int("CLAIM_WAIT_MS", 1000, 0, 10_000),
   SHUTDOWN_TIMEOUT_MS: int("SHUTDOWN_TIMEOUT_MS", 25_000, 0, 600_000),
@@ -221,6 +223,8 @@ export interface Config {
     readonly lockMs: number;
   };
   readonly claim: { readonly pendingTtlMs: number; readonly waitMs: number };
+  /** The reconciler's sweep: how often, and how old unanswered work must be before it acts (src/jobs/reconcile.ts). */
+  readonly reconcile: { readonly intervalMs: number; readonly afterMs: number };
   /** How the bot treats what is not a plain question (see src/messages/). */
   readonly conversation: {
     readonly mediaReply: string;
@@ -310,6 +314,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
       lockMs: e.JOB_LOCK_MS,
     },
     claim: { pendingTtlMs: e.CLAIM_PENDING_TTL_MS, waitMs: e.CLAIM_WAIT_MS },
+    reconcile: { intervalMs: e.RECONCILE_INTERVAL_MS, afterMs: e.RECONCILE_AFTER_MS },
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
     conversation: {
       mediaReply: e.MEDIA_REPLY,

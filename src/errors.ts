@@ -1,6 +1,8 @@
 /**
  * Errors say what to do next. Every failure that reaches a job is one of these two, and
- * `jobs/fate.ts` alone turns them into "retry" or "dead letter" (law 7).
+ * `jobs/policy.ts` alone turns them into "retry" or "dead letter" (law 7). Two more are not
+ * failures at all: `Postpone` (not yet: wait, costing no attempt) and `FencedOut` (another
+ * worker owns the conversation now: stop without a trace).
  */
 
 export type FailureSource = "graph" | "anthropic" | "status" | "window" | "internal";
@@ -11,6 +13,12 @@ interface FailureInit {
   reason: string;
   detail?: Record<string, unknown> | undefined;
   cause?: unknown;
+  /**
+   * True when the request may have reached the other side and been acted on (a timeout, a
+   * dropped connection, an answer without Graph's error body): for a send, Meta may have
+   * taken the message (law 5). Only Graph's own error body proves it did not.
+   */
+  ambiguous?: boolean | undefined;
 }
 
 abstract class ReplyFailure extends Error {
@@ -18,6 +26,7 @@ abstract class ReplyFailure extends Error {
   readonly code: string | undefined;
   readonly reason: string;
   readonly detail: Record<string, unknown> | undefined;
+  readonly ambiguous: boolean;
 
   constructor(init: FailureInit) {
     super(init.code ? `${init.source} ${init.code}: ${init.reason}` : `${init.source}: ${init.reason}`, {
@@ -27,6 +36,7 @@ abstract class ReplyFailure extends Error {
     this.code = init.code;
     this.reason = init.reason;
     this.detail = init.detail;
+    this.ambiguous = init.ambiguous ?? false;
   }
 }
 
@@ -35,18 +45,12 @@ export class RetryableError extends ReplyFailure {
   override readonly name = "RetryableError";
   /** A lower bound for the next attempt (Retry-After, Meta's 6 s pair limit). */
   readonly minDelayMs: number | undefined;
-  /**
-   * True when the request may have reached the other side (timeout, dropped connection):
-   * for a send, Meta may have accepted the message (law 5).
-   */
-  readonly ambiguous: boolean;
   /** The limit is on the whole sender (Meta's 130429, 80007, 4): every send should wait, not only this one. */
   readonly throttle: boolean;
 
-  constructor(init: FailureInit & { minDelayMs?: number | undefined; ambiguous?: boolean; throttle?: boolean }) {
+  constructor(init: FailureInit & { minDelayMs?: number | undefined; throttle?: boolean }) {
     super(init);
     this.minDelayMs = init.minDelayMs;
-    this.ambiguous = init.ambiguous ?? false;
     this.throttle = init.throttle ?? false;
   }
 }
@@ -57,6 +61,22 @@ export class PermanentError extends ReplyFailure {
 }
 
 export type Failure = RetryableError | PermanentError;
+
+/** Not yet, and nobody's fault (a debounce, a maybe-sent part awaiting its status): try again at `untilMs`, costing no attempt. */
+export class Postpone extends Error {
+  override readonly name = "Postpone";
+  constructor(
+    readonly untilMs: number,
+    readonly reason: string,
+  ) {
+    super(reason);
+  }
+}
+
+/** Another worker has taken the conversation over (this one stalled past its lock): this run must stop, writing and sending nothing (law 8). */
+export class FencedOut extends Error {
+  override readonly name = "FencedOut";
+}
 
 /** Anything unexpected (a bug, a database outage) is retried: it may pass, and nothing is lost. */
 export function asFailure(error: unknown): Failure {

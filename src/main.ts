@@ -61,7 +61,7 @@ async function run(role: Exclude<Role, "migrate">, config: Config, logger: Logge
 
   if (role !== "web") {
     workerRedis = createWorkerRedis(config.redisUrl);
-    workers = startConfiguredWorkers(config, { db, queues, logger, metrics, connection: workerRedis });
+    workers = startConfiguredWorkers(config, { db, logger, metrics, connection: workerRedis });
     redisPersistenceWarnings(workerRedis).then(
       (warnings) => warnings.forEach((w) => logger.warn({ event: "redis.config_warning" }, w)),
       (error) => logger.warn({ event: "redis.config_unreadable", err: error }, "could not read Redis settings (CONFIG GET refused?)"),

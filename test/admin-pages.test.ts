@@ -26,7 +26,7 @@ describe("/admin/queues (bull-board)", () => {
     expect(page.headers["content-type"]).toMatch(/^text\/html/);
     const api = await h.app.inject({ method: "GET", url: "/admin/queues/api/queues", headers: { cookie } });
     expect(api.statusCode).toBe(200);
-    expect((api.json().queues as { name: string }[]).map((q) => q.name).sort()).toEqual(["inbound", "reply", "status"]);
+    expect((api.json().queues as { name: string }[]).map((q) => q.name).sort()).toEqual(["inbound", "reconcile", "reply", "status"]);
   });
 });
 

@@ -28,7 +28,7 @@ describe("opt-out", () => {
     await say("Stop");
     await eventually(() => h.graph.sends.length === 1, "the confirmation");
     expect(h.graph.sentTexts).toEqual([OPT_OUT_REPLY]);
-    expect((await h.db.contact.findFirstOrThrow()).optedOutAt).toBeInstanceOf(Date);
+    expect((await h.db.conversation.findFirstOrThrow()).optedOutAt).toBeInstanceOf(Date);
 
     await say("hello?");
     await say("STOP");
@@ -44,7 +44,7 @@ describe("opt-out", () => {
     await say("start");
     await eventually(() => h.graph.sends.length === 2, "the opt-in confirmation");
     expect(h.graph.sentTexts[1]).toBe(OPT_IN_REPLY);
-    expect((await h.db.contact.findFirstOrThrow()).optedOutAt).toBeNull();
+    expect((await h.db.conversation.findFirstOrThrow()).optedOutAt).toBeNull();
 
     await say("what time do you open?");
     await eventually(() => h.graph.sends.length === 3, "an answer again");
@@ -56,7 +56,7 @@ describe("opt-out", () => {
     await say("please don't stop the delivery");
     await eventually(() => h.graph.sends.length === 1, "an answer");
     expect(h.graph.sentTexts).toEqual(["Reply #1"]);
-    expect((await h.db.contact.findFirstOrThrow()).optedOutAt).toBeNull();
+    expect((await h.db.conversation.findFirstOrThrow()).optedOutAt).toBeNull();
   });
 });
 

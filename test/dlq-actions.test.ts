@@ -21,7 +21,8 @@ async function deadLetter(from: string, answer: { status: number; body?: unknown
   return (await eventually(() => h.db.deadLetter.findFirst({ where: { conversation: { contact: { waId: from } } } }), `a dead letter for ${from}`)).id;
 }
 
-const outage = { status: 503 };
+/** Meta's own "temporarily unavailable" (with its error body: a proof the message was not taken). */
+const outage = { status: 503, body: graphError(133004, "Server temporarily unavailable") };
 const undeliverable = { status: 400, body: graphError(131026, "Message undeliverable") };
 
 describe("the staff queue", () => {
@@ -83,7 +84,7 @@ describe("the staff queue", () => {
     const transient = [await deadLetter("3361000000011", outage), await deadLetter("3361000000012", outage), await deadLetter("3361000000013", outage)];
     const other = await deadLetter("3361000000014", undeliverable);
     const sendsBefore = h.graph.sends.length;
-    const res = await post("/admin/dlq/bulk-retry", { code: "http_503", spacingMs: 300 });
+    const res = await post("/admin/dlq/bulk-retry", { code: "133004", spacingMs: 300 });
     expect(res.statusCode).toBe(202);
     expect(res.json()).toMatchObject({ resent: 3, skipped: 0, spacingMs: 300 });
     await eventually(() => h.graph.sends.length === sendsBefore + 3, "three resends");

@@ -17,7 +17,7 @@ function freshSchema(): string {
   return schema;
 }
 afterAll(async () => {
-  await Promise.all(schemas.map(dropSchema));
+  await Promise.all(schemas.map((schema) => dropSchema(schema)));
 });
 
 async function query<T extends pg.QueryResultRow>(schema: string, sql: string): Promise<T[]> {
@@ -93,9 +93,9 @@ describe("migrations", () => {
     await migrate(url);
     const db = createDb(url, { poolSize: 2 });
     try {
-      const contact = await db.contact.create({ data: { waId: "15550001111", name: "Ana", optedOutAt: new Date() } });
+      const contact = await db.contact.create({ data: { waId: "15550001111", name: "Ana" } });
       const conversation = await db.conversation.create({
-        data: { phoneNumberId: "106540352242922", contactId: contact.id, lastInboundAt: new Date(), pausedUntil: new Date(), pausedBy: "api" },
+        data: { phoneNumberId: "106540352242922", contactId: contact.id, lastInboundAt: new Date(), pausedUntil: new Date(), pausedBy: "api", optedOutAt: new Date(), replyFence: 7n },
       });
       const reply = await db.reply.create({
         data: {
@@ -112,11 +112,12 @@ describe("migrations", () => {
         },
       });
       await db.inboundMessage.create({
-        data: { wamid: "wamid.M1", conversationId: conversation.id, type: "text", text: "hi", sentAt: new Date(), payload: { a: [1, "é"] }, replyId: reply.id, skipReason: null },
+        data: { wamid: "wamid.M1", conversationId: conversation.id, type: "text", text: "hi", sentAt: new Date(), payload: { a: [1, "é"] }, replyId: reply.id, skipReason: null, cannedText: "c", control: "opt_out" },
       });
       await db.outboundMessage.create({
-        data: { replyId: reply.id, seq: 0, text: "hola", template: "follow_up", sendState: "accepted", wamid: "wamid.O1", status: "read", statusRank: 3, statusAt: new Date(), acceptedAt: new Date() },
+        data: { replyId: reply.id, seq: 0, text: "hola", template: "follow_up", sendState: "accepted", wamid: "wamid.O1", status: "read", statusRank: 3, statusAt: new Date(), acceptedAt: new Date(), sendAttempt: 2, resendAfter: new Date() },
       });
+      await db.outboundMessage.create({ data: { replyId: reply.id, seq: 1, text: "maybe", sendState: "unconfirmed" } });
       const letter = await db.deadLetter.create({
         data: { conversationId: conversation.id, replyId: reply.id, dedupKey: "k1", source: "graph", code: "131047", reason: "r", detail: { x: 1 }, attempts: 2, state: "open", actedBy: "api", actedAt: new Date(), note: "n" },
       });
@@ -125,8 +126,10 @@ describe("migrations", () => {
         where: { phoneNumberId_contactId: { phoneNumberId: "106540352242922", contactId: contact.id } },
         include: { contact: true, messages: true, replies: { include: { parts: true, deadLetters: true, messages: true } }, deadLetters: true },
       });
-      expect(loaded.contact).toMatchObject({ name: "Ana", optedOutAt: expect.any(Date) });
-      expect(loaded).toMatchObject({ pausedUntil: expect.any(Date), pausedBy: "api" });
+      expect(loaded.contact).toMatchObject({ name: "Ana" });
+      expect(loaded).toMatchObject({ pausedUntil: expect.any(Date), pausedBy: "api", optedOutAt: expect.any(Date), replyFence: 7n });
+      expect(loaded.messages[0]).toMatchObject({ cannedText: "c", control: "opt_out" });
+      expect(loaded.replies[0]!.parts.map((p) => p.sendState).sort()).toEqual(["accepted", "unconfirmed"]);
       expect(loaded.replies[0]).toMatchObject({ kind: "canned", cacheReadTokens: 7, cacheCreationTokens: 3 });
       expect(loaded.messages[0]).toMatchObject({ wamid: "wamid.M1", payload: { a: [1, "é"] }, replyId: reply.id });
       expect(loaded.replies[0]!.parts[0]).toMatchObject({ wamid: "wamid.O1", sendState: "accepted", statusRank: 3 });

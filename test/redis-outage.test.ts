@@ -1,6 +1,7 @@
 import type { Queue } from "bullmq";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { eventually, type Harness, startHarness } from "./support/harness.ts";
+import { inboundJobId } from "../src/queue/queues.ts";
 import { PrivateRedis } from "./support/private-redis.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
 
@@ -51,7 +52,7 @@ describe("Redis outage on the web role (law 2)", () => {
     // Before the outage: a normal delivery.
     const before = textWebhook({ text: "before the outage" });
     expect((await h.deliver(before.body)).statusCode).toBe(200);
-    expect(await h.queues.inbound.getJob(`in.${before.wamids[0]}`)).toBeDefined();
+    expect(await h.queues.inbound.getJob(inboundJobId(before.wamids[0]!))).toBeDefined();
 
     // Redis dies. Meta delivers at once, perhaps before the app's connection has noticed:
     // 503 (Meta will deliver again), promptly.
@@ -76,14 +77,14 @@ describe("Redis outage on the web role (law 2)", () => {
     // Meta's redelivery of the refused message succeeds and its job is in the queue.
     const redelivered = await h.deliver(during.body);
     expect(redelivered.statusCode).toBe(200);
-    const job = await h.queues.inbound.getJob(`in.${during.wamids[0]}`);
+    const job = await h.queues.inbound.getJob(inboundJobId(during.wamids[0]!));
     expect(job?.data.message.text?.body).toBe("during the outage");
-    expect(await h.redis.get(`${h.prefix}:claim:msg:${during.wamids[0]}`)).toBe("done");
+    expect(await h.redis.get(`${h.prefix}:claim:${inboundJobId(during.wamids[0]!)}`)).toBe("done");
 
     // And a brand-new message after the outage is enqueued as well.
     const after = textWebhook({ text: "after the outage" });
     expect((await h.deliver(after.body)).statusCode).toBe(200);
-    expect(await h.queues.inbound.getJob(`in.${after.wamids[0]}`)).toBeDefined();
+    expect(await h.queues.inbound.getJob(inboundJobId(after.wamids[0]!))).toBeDefined();
 
     // This Redis kept nothing across the restart (no persistence): exactly the two new jobs.
     expect(await jobCount(h.queues.inbound)).toBe(2);

@@ -86,7 +86,7 @@ describe("one AI call per answer (law 4) and one send per reply (law 5)", () => 
 
   it("Graph 500, 500, then 200 → one send and one Claude call", async () => {
     const h = await harness();
-    h.graph.answerSends({ status: 500, body: graphError(131000, "Something went wrong") }, { status: 500 });
+    h.graph.answerSends({ status: 500, body: graphError(131000, "Something went wrong") }, { status: 503, body: graphError(133004, "Server temporarily unavailable") });
     const { body } = textWebhook({ text: "are you open?" });
     await h.deliver(body);
     await eventually(async () => (await h.db.reply.count({ where: { state: "sent" } })) === 1, "the reply to be sent");
@@ -97,7 +97,9 @@ describe("one AI call per answer (law 4) and one send per reply (law 5)", () => 
   });
 
   it("a worker process killed mid-send: the job runs again and sends the stored draft without asking Claude again", async () => {
-    const h = await harness({ workers: 0, env: { JOB_LOCK_MS: "1000", GRAPH_TIMEOUT_MS: "30000" } });
+    // The worker dies long before its send would time out; the new one waits out the part's
+    // resend_after (lease + GRAPH_TIMEOUT_MS + SEND_RECONCILE_WAIT_MS) for a status, then resends.
+    const h = await harness({ workers: 0, env: { JOB_LOCK_MS: "1000", GRAPH_TIMEOUT_MS: "5000", SEND_RECONCILE_WAIT_MS: "500" } });
     h.graph.answerSends({ hang: true }); // Meta never answers: the worker is mid-send when it dies
     const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts", "worker"], {
       env: { ...process.env, ...h.env, LOG_LEVEL: "silent" },
@@ -158,13 +160,13 @@ describe("errors decide their fate (law 7)", () => {
 
   it("Graph 5xx on every attempt ends in a dead letter once the attempts are spent", async () => {
     const h = await harness({ env: { JOB_ATTEMPTS: "3" } });
-    h.graph.answerSends(...Array.from({ length: 3 }, () => ({ status: 503 })));
+    h.graph.answerSends(...Array.from({ length: 3 }, () => ({ status: 503, body: graphError(2, "Service temporarily unavailable") })));
     await h.deliver(textWebhook({ text: "hello" }).body);
     const [letter] = await eventually(async () => {
       const rows = await openDeadLetters(h);
       return rows.length === 1 ? rows : null;
     }, "a dead letter");
-    expect(letter).toMatchObject({ source: "graph", code: "http_503", attempts: 3 });
+    expect(letter).toMatchObject({ source: "graph", code: "2", attempts: 3 });
     expect(h.graph.sends).toHaveLength(3);
     expect(h.claude.requests).toHaveLength(1);
   });

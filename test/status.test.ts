@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { scheduleReply } from "../src/queue/queues.ts";
+import { scheduleReply, statusJobId } from "../src/queue/queues.ts";
 import { eventually, type Harness, settle, startHarness } from "./support/harness.ts";
 import { statusWebhook, textWebhook, uniqueWamid } from "./support/webhook-bodies.ts";
 
@@ -47,7 +47,7 @@ async function deliverStatus(status: Parameters<typeof statusWebhook>[0]) {
   const res = await h.deliver(statusWebhook(status));
   expect(res.statusCode).toBe(200);
   const job = await eventually(async () => {
-    const found = await h.queues.status.getJob(`st.${status.id}.${status.status}`);
+    const found = await h.queues.status.getJob(statusJobId(status.id, status.status));
     return found?.finishedOn ? found : null;
   }, `the ${status.status} status of ${status.id} to be processed`, WAIT);
   expect(await job.getState()).toBe("completed");
@@ -151,9 +151,8 @@ describe("status webhooks", () => {
     expect(await h.db.deadLetter.count({ where: { replyId: sent.replyId } })).toBe(1);
 
     // Simulate lost Redis state: the webhook claim and the finished job are gone.
-    const claimKeys = await h.redis.keys(`${h.prefix}*claim*${sent.wamid}*`);
-    if (claimKeys.length) await h.redis.del(...claimKeys);
-    await (await h.queues.status.getJob(`st.${sent.wamid}.failed`))?.remove();
+    await h.redis.del(`${h.prefix}:claim:${statusJobId(sent.wamid, "failed")}`);
+    await (await h.queues.status.getJob(statusJobId(sent.wamid, "failed")))?.remove();
 
     await deliverStatus(failedStatus(sent.wamid));
     await settle();

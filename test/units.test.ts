@@ -77,13 +77,14 @@ describe("which errors are retried (law 7)", () => {
   });
 
   it("a retryable failure on the last attempt goes to the dead-letter queue", () => {
+    const settings = { baseDelayMs: 1000, maxDelayMs: 60_000 };
     const failure = new RetryableError({ source: "graph", reason: "x" });
-    expect(decideFate(failure, { attemptsMade: 0, opts: { attempts: 3 } }).action).toBe("retry");
-    expect(decideFate(failure, { attemptsMade: 2, opts: { attempts: 3 } }).action).toBe("dead_letter");
-    expect(decideFate(new PermanentError({ source: "graph", reason: "x" }), { attemptsMade: 0, opts: { attempts: 3 } }).action).toBe("dead_letter");
-    expect(decideFate(new Error("db down"), { attemptsMade: 0, opts: { attempts: 3 } }).action).toBe("retry");
+    expect(decideFate(failure, { attemptsMade: 0, attemptsStarted: 1, opts: { attempts: 3 } }, settings).action).toBe("retry");
+    expect(decideFate(failure, { attemptsMade: 2, attemptsStarted: 3, opts: { attempts: 3 } }, settings).action).toBe("dead_letter");
+    expect(decideFate(new PermanentError({ source: "graph", reason: "x" }), { attemptsMade: 0, attemptsStarted: 1, opts: { attempts: 3 } }, settings).action).toBe("dead_letter");
+    expect(decideFate(new Error("db down"), { attemptsMade: 0, attemptsStarted: 1, opts: { attempts: 3 } }, settings).action).toBe("retry");
     const throughput = new RetryableError({ source: "graph", code: "130429", reason: "x", throttle: true });
-    expect(decideFate(throughput, { attemptsMade: 2, opts: { attempts: 3 } }).action).toBe("throttle"); // costs no attempt
+    expect(decideFate(throughput, { attemptsMade: 2, attemptsStarted: 3, opts: { attempts: 3 } }, settings).action).toBe("throttle"); // costs no attempt
   });
 
   it("backoff grows exponentially with jitter, is capped, and honours a failure's minimum", () => {

@@ -1,6 +1,7 @@
 import { readFileSync } from "node:fs";
 import type { Queue } from "bullmq";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { inboundJobId, statusJobId } from "../src/queue/queues.ts";
 import { WEBHOOK_BODY_LIMIT } from "../src/webhook/routes.ts";
 import { signMetaBody } from "../src/webhook/signature.ts";
 import {
@@ -77,8 +78,8 @@ async function scanKeys(h: Harness, pattern: string): Promise<string[]> {
 const claimKeys = (h: Harness) => scanKeys(h, `${h.prefix}:claim:*`);
 /** Every key of this system except the ":meta" keys BullMQ writes on its own when a Queue is built. */
 const dataKeys = async (h: Harness) => (await scanKeys(h, `${h.prefix}*`)).filter((key) => !key.endsWith(":meta"));
-const messageClaimKey = (h: Harness, wamid: string) => `${h.prefix}:claim:msg:${wamid}`;
-const statusClaimKey = (h: Harness, wamid: string, status: string) => `${h.prefix}:claim:st:${wamid}:${status}`;
+const messageClaimKey = (h: Harness, wamid: string) => `${h.prefix}:claim:${inboundJobId(wamid)}`;
+const statusClaimKey = (h: Harness, wamid: string, status: string) => `${h.prefix}:claim:${statusJobId(wamid, status)}`;
 
 /** A POST /webhook with exactly these headers (h.deliver always adds a signature). */
 function post(h: Harness, payload: string | Buffer, headers: Record<string, string>) {
@@ -189,7 +190,7 @@ describe("POST /webhook: Meta's committed wire-format fixtures (law 1: verified 
 
     const wamid = "wamid.HBgNNTIxNTUxMjM0NTY3OBUCABIYFjNFQjBDNzE5QzU4RUVGRDRGMkU3QjcA";
     expect(await jobCounts(h)).toEqual({ inbound: 1, status: 0, reply: 0 });
-    const job = await h.queues.inbound.getJob(`in.${wamid}`);
+    const job = await h.queues.inbound.getJob(inboundJobId(wamid));
     expect(job?.data).toMatchObject({
       phoneNumberId: PHONE_NUMBER_ID,
       contactName: "José Peña",
@@ -207,7 +208,7 @@ describe("POST /webhook: Meta's committed wire-format fixtures (law 1: verified 
 
     const wamid = "wamid.HBgNNDkxNTExMjM0NTY3OBUCABIYFjNFQjA0QTc3QjE2QzE5QjU0RkI0MTUA";
     expect(await jobCounts(h)).toEqual({ inbound: 1, status: 0, reply: 0 });
-    const job = await h.queues.inbound.getJob(`in.${wamid}`);
+    const job = await h.queues.inbound.getJob(inboundJobId(wamid));
     expect(job?.data).toMatchObject({
       phoneNumberId: PHONE_NUMBER_ID,
       contactName: "Zoë",
@@ -230,14 +231,14 @@ describe("POST /webhook: Meta's committed wire-format fixtures (law 1: verified 
     expect(res.statusCode).toBe(200);
 
     expect(await jobCounts(h)).toEqual({ inbound: 3, status: 1, reply: 0 });
-    expect(await jobIds(h.queues.inbound)).toEqual(["in.wamid.BATCH.A1", "in.wamid.BATCH.B1", "in.wamid.BATCH.C1"]);
-    expect(await jobIds(h.queues.status)).toEqual(["st.wamid.UNKNOWN.OUT1.delivered"]);
+    expect(await jobIds(h.queues.inbound)).toEqual(["wamid.BATCH.A1", "wamid.BATCH.B1", "wamid.BATCH.C1"].map(inboundJobId).sort());
+    expect(await jobIds(h.queues.status)).toEqual([statusJobId("wamid.UNKNOWN.OUT1", "delivered")]);
 
     // Each message keeps the phone number id of its own change, and its sender's name.
-    expect((await h.queues.inbound.getJob("in.wamid.BATCH.A1"))?.data).toMatchObject({ phoneNumberId: "106540352242922", contactName: "Ana" });
-    expect((await h.queues.inbound.getJob("in.wamid.BATCH.B1"))?.data).toMatchObject({ phoneNumberId: "106540352242922", contactName: "Bo" });
-    expect((await h.queues.inbound.getJob("in.wamid.BATCH.C1"))?.data).toMatchObject({ phoneNumberId: "106540352249999", contactName: "Chloé" });
-    expect((await h.queues.status.getJob("st.wamid.UNKNOWN.OUT1.delivered"))?.data).toMatchObject({
+    expect((await h.queues.inbound.getJob(inboundJobId("wamid.BATCH.A1")))?.data).toMatchObject({ phoneNumberId: "106540352242922", contactName: "Ana" });
+    expect((await h.queues.inbound.getJob(inboundJobId("wamid.BATCH.B1")))?.data).toMatchObject({ phoneNumberId: "106540352242922", contactName: "Bo" });
+    expect((await h.queues.inbound.getJob(inboundJobId("wamid.BATCH.C1")))?.data).toMatchObject({ phoneNumberId: "106540352249999", contactName: "Chloé" });
+    expect((await h.queues.status.getJob(statusJobId("wamid.UNKNOWN.OUT1", "delivered")))?.data).toMatchObject({
       phoneNumberId: "106540352242922",
       status: { id: "wamid.UNKNOWN.OUT1", status: "delivered" },
     });
@@ -360,7 +361,7 @@ describe("POST /webhook: body size (Meta sends up to 3 MB)", () => {
     const res = await h.deliver(body);
     expect(res.statusCode).toBe(200);
     expect(await jobCounts(h)).toEqual({ inbound: 1, status: 0, reply: 0 });
-    const job = await h.queues.inbound.getJob(`in.${wamids[0]}`);
+    const job = await h.queues.inbound.getJob(inboundJobId(wamids[0]!));
     expect(job?.data.message.text?.body).toBe(text);
   });
 
@@ -401,7 +402,7 @@ describe("POST /webhook: batches are normal (law 9)", () => {
         messageIds.push(...messages.map((m) => m.id));
         changes.push(messagesChange(messages, `10654035224${e}${c}`));
         const statuses = [statusItem(uniqueWamid(), "sent"), statusItem(uniqueWamid(), "delivered")];
-        statusIds.push(...statuses.map((s) => `st.${s.id}.${s.status}`));
+        statusIds.push(...statuses.map((s) => statusJobId(s.id, s.status)));
         changes.push(statusChange(statuses, `10654035224${e}${c}`));
       }
       entries.push(changes);
@@ -410,7 +411,7 @@ describe("POST /webhook: batches are normal (law 9)", () => {
     expect(res.statusCode).toBe(200);
 
     expect(await jobCounts(h)).toEqual({ inbound: 18, status: 12, reply: 0 });
-    expect(await jobIds(h.queues.inbound)).toEqual(messageIds.map((id) => `in.${id}`).sort());
+    expect(await jobIds(h.queues.inbound)).toEqual(messageIds.map((id) => inboundJobId(id)).sort());
     expect(await jobIds(h.queues.status)).toEqual(statusIds.sort());
     // Every message and status is claimed "done".
     expect(await claimKeys(h)).toHaveLength(30);
@@ -434,8 +435,8 @@ describe("POST /webhook: batches are normal (law 9)", () => {
     expect(res.statusCode).toBe(200);
 
     expect(await jobCounts(h)).toEqual({ inbound: 3, status: 1, reply: 0 });
-    expect(await jobIds(h.queues.inbound)).toEqual([`in.${good1.id}`, `in.${good2.id}`, `in.${good3.id}`].sort());
-    expect(await jobIds(h.queues.status)).toEqual([`st.${status.id}.read`]);
+    expect(await jobIds(h.queues.inbound)).toEqual([inboundJobId(good1.id), inboundJobId(good2.id), inboundJobId(good3.id)].sort());
+    expect(await jobIds(h.queues.status)).toEqual([statusJobId(status.id, "read")]);
   });
 
   it("a batch of 1000 updates, Meta's maximum, is enqueued in full", async () => {
@@ -455,7 +456,7 @@ describe("POST /webhook: duplicates (at-least-once delivery)", () => {
     expect((await h.deliver(body)).statusCode).toBe(200);
     expect((await h.deliver(body)).statusCode).toBe(200);
     expect(await jobCounts(h)).toEqual({ inbound: 1, status: 0, reply: 0 });
-    expect(await jobIds(h.queues.inbound)).toEqual([`in.${wamids[0]}`]);
+    expect(await jobIds(h.queues.inbound)).toEqual([inboundJobId(wamids[0]!)]);
   });
 
   it("the same wamid in a different body (a redelivery re-batched by Meta) is still one inbound job", async () => {
@@ -464,7 +465,7 @@ describe("POST /webhook: duplicates (at-least-once delivery)", () => {
     const other = textMessage({ text: "a new one" });
     expect((await h.deliver(metaWire(envelope([messagesChange([message])])))).statusCode).toBe(200);
     expect((await h.deliver(metaWire(envelope([messagesChange([other, message])])))).statusCode).toBe(200);
-    expect(await jobIds(h.queues.inbound)).toEqual([`in.${message.id}`, `in.${other.id}`].sort());
+    expect(await jobIds(h.queues.inbound)).toEqual([inboundJobId(message.id), inboundJobId(other.id)].sort());
   });
 
   it("the same body delivered 5 times concurrently is answered 200 every time and gives exactly one inbound job", async () => {
@@ -473,7 +474,7 @@ describe("POST /webhook: duplicates (at-least-once delivery)", () => {
     const responses = await Promise.all(Array.from({ length: 5 }, () => h.deliver(body)));
     expect(responses.map((r) => r.statusCode)).toEqual([200, 200, 200, 200, 200]);
     expect(await jobCounts(h)).toEqual({ inbound: 1, status: 0, reply: 0 });
-    expect(await jobIds(h.queues.inbound)).toEqual([`in.${wamids[0]}`]);
+    expect(await jobIds(h.queues.inbound)).toEqual([inboundJobId(wamids[0]!)]);
     expect(await h.redis.get(messageClaimKey(h, wamids[0]!))).toBe("done");
   });
 
@@ -482,7 +483,7 @@ describe("POST /webhook: duplicates (at-least-once delivery)", () => {
     const message = textMessage({ text: "listed twice" });
     const res = await h.deliver(metaWire(envelope([messagesChange([message, message])])));
     expect(res.statusCode).toBe(200);
-    expect(await jobIds(h.queues.inbound)).toEqual([`in.${message.id}`]);
+    expect(await jobIds(h.queues.inbound)).toEqual([inboundJobId(message.id)]);
   });
 
   it("the same (wamid, status) delivered twice gives one status job", async () => {
@@ -492,7 +493,7 @@ describe("POST /webhook: duplicates (at-least-once delivery)", () => {
     expect((await h.deliver(body)).statusCode).toBe(200);
     expect((await h.deliver(body)).statusCode).toBe(200);
     expect(await jobCounts(h)).toEqual({ inbound: 0, status: 1, reply: 0 });
-    expect(await jobIds(h.queues.status)).toEqual([`st.${wamid}.delivered`]);
+    expect(await jobIds(h.queues.status)).toEqual([statusJobId(wamid, "delivered")]);
   });
 
   it("the same wamid with a different status gives a second status job", async () => {
@@ -501,7 +502,7 @@ describe("POST /webhook: duplicates (at-least-once delivery)", () => {
     expect((await h.deliver(statusWebhook({ id: wamid, status: "delivered" }))).statusCode).toBe(200);
     expect((await h.deliver(statusWebhook({ id: wamid, status: "read" }))).statusCode).toBe(200);
     expect(await jobCounts(h)).toEqual({ inbound: 0, status: 2, reply: 0 });
-    expect(await jobIds(h.queues.status)).toEqual([`st.${wamid}.delivered`, `st.${wamid}.read`]);
+    expect(await jobIds(h.queues.status)).toEqual([statusJobId(wamid, "delivered"), statusJobId(wamid, "read")]);
   });
 });
 
@@ -546,7 +547,7 @@ describe("POST /webhook: a claim never swallows a message (law 3)", () => {
     const afterExpiry = await h.deliver(body);
     expect(afterExpiry.statusCode).toBe(200);
     expect(await jobCounts(h)).toEqual({ inbound: 1, status: 0, reply: 0 });
-    expect(await jobIds(h.queues.inbound)).toEqual([`in.${wamids[0]}`]);
+    expect(await jobIds(h.queues.inbound)).toEqual([inboundJobId(wamids[0]!)]);
     expect(await h.redis.get(key)).toBe("done");
   });
 
@@ -587,10 +588,10 @@ describe("POST /webhook: a claim never swallows a message (law 3)", () => {
     await h.redis.set(messageClaimKey(h, stuck.id), "pending", "PX", h.config.claim.pendingTtlMs);
 
     expect((await h.deliver(body)).statusCode).toBe(503);
-    expect(await jobIds(h.queues.inbound)).toEqual([`in.${fresh.id}`]);
+    expect(await jobIds(h.queues.inbound)).toEqual([inboundJobId(fresh.id)]);
 
     await eventually(async () => (await h.redis.exists(messageClaimKey(h, stuck.id))) === 0, "the pending claim to expire", 5000);
     expect((await h.deliver(body)).statusCode).toBe(200);
-    expect(await jobIds(h.queues.inbound)).toEqual([`in.${fresh.id}`, `in.${stuck.id}`].sort());
+    expect(await jobIds(h.queues.inbound)).toEqual([inboundJobId(fresh.id), inboundJobId(stuck.id)].sort());
   });
 });

@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyPluginAsync } from "fastify";
 import { z } from "zod";
 import { auditConversation, discardDeadLetter, getDeadLetter, listDeadLetters, reopenDeadLetter, resendDeadLetter } from "../dlq/dead-letters.ts";
-import { PAUSED_INDEFINITELY } from "../jobs/inbound.ts";
+import { PAUSED_INDEFINITELY } from "../messages/controls.ts";
 import { scheduleReply, type Queues } from "../queue/queues.ts";
 import helmet from "@fastify/helmet";
 import { createBullBoard } from "@bull-board/api";
@@ -15,7 +15,9 @@ export interface AdminDeps extends StaffAuthDeps {
   queues: Queues;
 }
 
-const retryBody = z.object({ text: z.string().trim().min(1).max(40_000).optional() }).strict();
+/** `confirmMaybeSent`: the person knows the last send may already have arrived, and resends anyway. */
+const retryBody = z.object({ text: z.string().trim().min(1).max(40_000).optional(), confirmMaybeSent: z.boolean().optional() }).strict();
+const regenerateBody = z.object({ confirmMaybeSent: z.boolean().optional() }).strict();
 const discardBody = z.object({ note: z.string().max(2000).optional() }).strict();
 const pauseBody = z.object({ minutes: z.number().int().min(1).max(525_600).optional() }).strict();
 const idParams = z.object({ id: z.uuid() });
@@ -29,7 +31,12 @@ const listQuery = z
     limit: z.coerce.number().int().min(1).max(500).optional(),
   })
   .strict();
-const bulkBody = z.object({ code: z.string().min(1).max(40), spacingMs: z.number().int().min(0).max(60_000).optional() }).strict();
+const bulkBody = z
+  .object({ code: z.string().min(1).max(40), spacingMs: z.number().int().min(0).max(60_000).optional(), confirmMaybeSent: z.boolean().optional() })
+  .strict();
+
+/** A refused staff action's answer: the reason, and a code the page can act on (e.g. ask to confirm a maybe-sent resend). */
+const refusal = (result: { error: string; code?: string | undefined }) => ({ error: result.error, ...(result.code ? { code: result.code } : {}) });
 
 /** After an outage, resends go out this far apart, so as not to trip Meta's rate limits again. */
 const BULK_SPACING_MS = 500;
@@ -70,7 +77,11 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
     });
 
     /** Resend one item and queue its reply job `delayMs` from now; undone if the queue is unreachable. */
-    const resend = async (id: string, input: { text?: string | undefined; regenerate?: boolean; actor: string }, delayMs = 0) => {
+    const resend = async (
+      id: string,
+      input: { text?: string | undefined; regenerate?: boolean; confirmMaybeSent?: boolean | undefined; actor: string },
+      delayMs = 0,
+    ) => {
       const result = await resendDeadLetter(deps.db, id, input);
       if (!result.ok) return result;
       try {
@@ -87,9 +98,9 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
       const params = idParams.safeParse(request.params);
       if (!params.success) return reply.code(404).send({ error: "dead letter not found" });
       const body = retryBody.safeParse(request.body ?? {});
-      if (!body.success) return reply.code(400).send({ error: "body must be { text?: non-empty string }" });
-      const result = await resend(params.data.id, { text: body.data.text, actor: request.actor });
-      if (!result.ok) return reply.code(result.status).send({ error: result.error });
+      if (!body.success) return reply.code(400).send({ error: "body must be { text?: non-empty string, confirmMaybeSent?: boolean }" });
+      const result = await resend(params.data.id, { ...body.data, actor: request.actor });
+      if (!result.ok) return reply.code(result.status).send(refusal(result));
       request.log.info({ event: "dlq.resent", deadLetter: params.data.id, edited: body.data.text !== undefined }, "dead letter resent");
       return reply.code(202).send({ ok: true, state: "resent" });
     });
@@ -98,8 +109,10 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
     app.post("/admin/dlq/:id/regenerate", async (request, reply) => {
       const params = idParams.safeParse(request.params);
       if (!params.success) return reply.code(404).send({ error: "dead letter not found" });
-      const result = await resend(params.data.id, { regenerate: true, actor: request.actor });
-      if (!result.ok) return reply.code(result.status).send({ error: result.error });
+      const body = regenerateBody.safeParse(request.body ?? {});
+      if (!body.success) return reply.code(400).send({ error: "body must be { confirmMaybeSent?: boolean }" });
+      const result = await resend(params.data.id, { regenerate: true, confirmMaybeSent: body.data.confirmMaybeSent, actor: request.actor });
+      if (!result.ok) return reply.code(result.status).send(refusal(result));
       request.log.info({ event: "dlq.regenerated", deadLetter: params.data.id }, "dead letter regenerated");
       return reply.code(202).send({ ok: true, state: "resent" });
     });
@@ -107,13 +120,17 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
     // After an outage: resend every open item of one reason, paced.
     app.post("/admin/dlq/bulk-retry", async (request, reply) => {
       const body = bulkBody.safeParse(request.body ?? {});
-      if (!body.success) return reply.code(400).send({ error: "body must be { code: string, spacingMs?: number }" });
+      if (!body.success) return reply.code(400).send({ error: "body must be { code: string, spacingMs?: number, confirmMaybeSent?: boolean }" });
       const { items } = await listDeadLetters(deps.db, { code: body.data.code, limit: 500 });
       const spacing = body.data.spacingMs ?? BULK_SPACING_MS;
       let resent = 0;
       let skipped = 0;
+      // Never one reply twice, even if it stood in the list twice.
+      const seen = new Set<string>();
       for (const item of items) {
-        const result = await resend(item.id, { actor: request.actor }, resent * spacing);
+        if (item.reply && seen.has(item.reply.id)) continue;
+        if (item.reply) seen.add(item.reply.id);
+        const result = await resend(item.id, { actor: request.actor, confirmMaybeSent: body.data.confirmMaybeSent }, resent * spacing);
         if (result.ok) resent++;
         else skipped++;
       }

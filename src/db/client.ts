@@ -17,7 +17,16 @@ export function splitSchema(databaseUrl: string): { connectionString: string; sc
 
 export function createDb(databaseUrl: string, options: { poolSize: number }): Db {
   const { connectionString, schema } = splitSchema(databaseUrl);
-  const adapter = new PrismaPg({ connectionString, max: options.poolSize }, schema ? { schema } : undefined);
+  const adapter = new PrismaPg(
+    {
+      connectionString,
+      max: options.poolSize,
+      // Prisma qualifies its own queries with the schema; the reply state machine's SQL
+      // (src/replies/state.ts) finds its tables through the search path instead.
+      ...(schema ? { options: `-c search_path="${schema.replaceAll('"', '""')}"` } : {}),
+    },
+    schema ? { schema } : undefined,
+  );
   // Under load a transaction may wait for a pooled connection longer than Prisma's 2 s default.
   return new PrismaClient({ adapter, transactionOptions: { maxWait: 10_000, timeout: 15_000 } });
 }
@@ -25,4 +34,40 @@ export function createDb(databaseUrl: string, options: { poolSize: number }): Db
 /** A unique-constraint violation: the row is already there (e.g. a wamid seen before). */
 export function isUniqueViolation(error: unknown): boolean {
   return error instanceof Prisma.PrismaClientKnownRequestError && error.code === "P2002";
+}
+
+/** Prisma's codes for "the database is not there right now" (unreachable, gone, pool or transaction timed out). */
+const UNAVAILABLE_CODES = new Set(["P1001", "P1002", "P1008", "P1017", "P2024", "P2028"]);
+/** The pg driver adapter's error kinds that mean the same. */
+const UNAVAILABLE_KINDS = new Set(["DatabaseNotReachable", "ConnectionClosed", "SocketTimeout", "TooManyConnections", "TransactionWriteConflict", "TlsConnectionError"]);
+/**
+ * Postgres SQLSTATEs of the same family: connection exceptions (08), the server shutting down
+ * or starting (57P01–57P03), out of resources (53), serialisation failures and deadlocks (40).
+ */
+const UNAVAILABLE_SQLSTATE = /^(08|53|57P0[123]|40001|40P01)/;
+/** What the pg driver throws, unconverted, when a connection dies under it. */
+const UNAVAILABLE_MESSAGE =
+  /Connection terminated|connection error and is not queryable|Client was closed|timeout exceeded when trying to connect|Can't reach database server|terminating connection/i;
+
+/**
+ * True when an error says the database is unreachable or overloaded, not that the request
+ * was wrong: such a failure is not the message's fault, and its job waits for the database
+ * without spending an attempt (DESIGN.md law 6).
+ */
+export function isDatabaseUnavailable(error: unknown): boolean {
+  for (let e: unknown = error, depth = 0; e && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
+    if (e instanceof Prisma.PrismaClientInitializationError) return true;
+    if (e instanceof Prisma.PrismaClientKnownRequestError) {
+      if (UNAVAILABLE_CODES.has(e.code)) return true;
+      const cause = (e.meta?.driverAdapterError as { cause?: { kind?: string; originalCode?: string; code?: string } } | undefined)?.cause;
+      if (cause?.kind && UNAVAILABLE_KINDS.has(cause.kind)) return true;
+      const sqlState = cause?.originalCode ?? cause?.code;
+      if (typeof sqlState === "string" && UNAVAILABLE_SQLSTATE.test(sqlState)) return true;
+    }
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === "string" && /^[0-9A-Z]{5}$/.test(code) && UNAVAILABLE_SQLSTATE.test(code)) return true;
+    if (typeof code === "string" && ["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EPIPE"].includes(code)) return true;
+    if (e instanceof Error && UNAVAILABLE_MESSAGE.test(e.message)) return true;
+  }
+  return false;
 }

@@ -1,9 +1,8 @@
 import type { Db } from "../db/client.ts";
 import type { Failure } from "../errors.ts";
 import type { Prisma } from "../generated/prisma/client.ts";
-import { appendParts } from "../replies/parts.ts";
-import { splitForWhatsApp } from "../replies/split.ts";
-import { SERVICE_WINDOW_MS } from "../replies/window.ts";
+import { assertLease, delivered, type Lease, maybeSent, reopenForResend } from "../replies/state.ts";
+import { windowOpen } from "../replies/window.ts";
 
 /**
  * A dead letter is a reply that could not be made or delivered (law 6): it keeps the
@@ -21,27 +20,50 @@ export interface DeadLetterInput {
 }
 
 /**
- * Marks the reply dead and records why, in one transaction. Returns null when the reply was
- * already dead or sent-and-failed before (nothing new to record).
+ * Marks the reply dead and records why, in one transaction. One open dead letter per reply: a
+ * reply dead-lettered by its job and then reported failed by Meta (or the other way round) is
+ * one item, and the later failure joins its history. From a reply job, `lease` proves the run
+ * still owns the conversation (law 8). Returns the item, or null when this very failure was
+ * recorded before (a redelivered status webhook).
  */
-export async function recordDeadLetter(db: Db, input: DeadLetterInput): Promise<{ id: string } | null> {
+export async function recordDeadLetter(db: Db, input: DeadLetterInput, lease?: Lease): Promise<{ id: string; created: boolean } | null> {
   return db.$transaction(async (tx) => {
+    if (lease) await assertLease(tx, lease);
     const existing = await tx.deadLetter.findUnique({ where: { dedupKey: input.dedupKey }, select: { id: true } });
     if (existing) return null;
+    // Locks the reply row: two failures of one reply recorded at once serialise here.
     await tx.reply.update({ where: { id: input.replyId }, data: { state: "dead" } });
-    return tx.deadLetter.create({
-      data: {
-        conversationId: input.conversationId,
-        replyId: input.replyId,
-        dedupKey: input.dedupKey,
-        source: input.failure.source,
-        code: input.failure.code ?? null,
-        reason: input.failure.reason,
-        detail: (input.failure.detail ?? undefined) as Prisma.InputJsonValue | undefined,
-        attempts: input.attempts,
-      },
+    const failure = {
+      source: input.failure.source,
+      code: input.failure.code ?? null,
+      reason: input.failure.reason,
+      detail: (input.failure.detail ?? undefined) as Prisma.InputJsonValue | undefined,
+    };
+    const open = await tx.deadLetter.findFirst({ where: { replyId: input.replyId, state: "open" }, select: { id: true } });
+    if (open) {
+      await tx.deadLetterAction.create({
+        data: { deadLetterId: open.id, actor: "system", action: "failed_again", detail: { ...failure, dedupKey: input.dedupKey } as Prisma.InputJsonValue },
+      });
+      return { id: open.id, created: false };
+    }
+    const letter = await tx.deadLetter.create({
+      data: { conversationId: input.conversationId, replyId: input.replyId, dedupKey: input.dedupKey, attempts: input.attempts, ...failure },
       select: { id: true },
     });
+    return { id: letter.id, created: true };
+  });
+}
+
+/** The staff item of a customer's request for a person (no reply to resend: the bot is paused for them). */
+export async function openHandoffItem(tx: Prisma.TransactionClient, conversationId: string, wamid: string): Promise<void> {
+  await tx.deadLetter.create({
+    data: {
+      conversationId,
+      dedupKey: `handoff.${wamid}`,
+      source: "handoff",
+      reason: "The customer asked for a person; the bot is paused for this conversation until staff resume it",
+      detail: { wamid },
+    },
   });
 }
 
@@ -94,51 +116,52 @@ export async function listDeadLetters(db: Db, filter: DeadLetterFilter = {}) {
   return { total, items };
 }
 
-export type StaffActionResult = { ok: true } | { ok: false; status: 404 | 409; error: string };
+export type StaffActionResult =
+  | { ok: true }
+  | { ok: false; status: 404 | 409; error: string; code?: "already_delivered" | "maybe_sent" };
 
 /**
  * Staff resend: exactly once, however many people press it at once. The open → resent
  * transition is a conditional update, so only one request can win it; the winner puts the
  * reply back in the conversation's queue (the reply job sends it, keeping law 8), with the
  * staff's text when given. Claude is called again only when there is neither text nor draft.
+ * A reply Meta took meanwhile (a late status) is not sent again; one whose last send may have
+ * arrived is resent only when the person confirms it (`confirmMaybeSent`).
  */
 export async function resendDeadLetter(
   db: Db,
   id: string,
-  input: { text?: string | undefined; regenerate?: boolean; actor: string },
+  input: { text?: string | undefined; regenerate?: boolean; confirmMaybeSent?: boolean | undefined; actor: string },
 ): Promise<StaffActionResult & { conversationId?: string }> {
   return db.$transaction(async (tx) => {
     const letter = await tx.deadLetter.findUnique({ where: { id }, include: { reply: { include: { parts: true } } } });
     if (!letter) return { ok: false, status: 404, error: "dead letter not found" };
     const reply = letter.reply;
     if (!reply) return { ok: false, status: 409, error: "dead letter has no reply to resend; discard it instead" };
+    if (letter.state === "open" && reply.parts.length > 0 && reply.parts.every(delivered)) {
+      return { ok: false, status: 409, code: "already_delivered", error: "Meta took this reply after all (its status came late): the customer has it. Discard the item instead." };
+    }
+    const uncertain = reply.parts.some(maybeSent);
+    if (letter.state === "open" && uncertain && !input.confirmMaybeSent) {
+      return {
+        ok: false,
+        status: 409,
+        code: "maybe_sent",
+        error: "The last send of this reply may already have arrived: Meta never answered it and no status came. Resend anyway with confirmMaybeSent: true.",
+      };
+    }
     const won = await tx.deadLetter.updateMany({
       where: { id, state: "open" },
       data: { state: "resent", actedBy: input.actor, actedAt: new Date() },
     });
     if (won.count === 0) return alreadyHandled(tx, id);
-
-    // Regenerating drops the draft: the reply job then asks Claude again (an explicit, paid choice).
-    const text = input.regenerate ? null : (input.text ?? reply.text);
-    // Parts Meta accepted and did not fail stay as history; everything else is sent anew.
-    const delivered = reply.parts.filter((p) => p.sendState === "accepted" && p.status !== "failed");
-    const toSend = input.regenerate
-      ? []
-      : input.text !== undefined
-        ? [input.text]
-        : reply.parts.filter((p) => !delivered.includes(p)).sort((a, b) => a.seq - b.seq).map((p) => p.text);
-    await tx.outboundMessage.deleteMany({ where: { replyId: reply.id, sendState: { not: "accepted" } } });
-    await appendParts(tx, reply.id, toSend.flatMap((t) => splitForWhatsApp(t)));
-    await tx.reply.update({
-      where: { id: reply.id },
-      data: { text, state: text ? "ready" : "generating" },
-    });
+    await reopenForResend(tx, reply, input);
     await tx.deadLetterAction.create({
       data: {
         deadLetterId: id,
         actor: input.actor,
         action: input.regenerate ? "regenerate" : input.text !== undefined ? "resend_edited" : "resend",
-        ...(input.text !== undefined ? { detail: { text: input.text } } : {}),
+        ...(input.text !== undefined || uncertain ? { detail: { ...(input.text !== undefined ? { text: input.text } : {}), ...(uncertain ? { maybeSentConfirmed: true } : {}) } } : {}),
       },
     });
     return { ok: true, conversationId: letter.conversationId };
@@ -187,7 +210,7 @@ export async function reopenDeadLetter(db: Db, id: string, replyId: string | und
 export async function getDeadLetter(db: Db, id: string, around = 30) {
   const row = await db.deadLetter.findUnique({
     where: { id },
-    include: { conversation: { include: { contact: true } }, reply: true, actions: { orderBy: { createdAt: "asc" } } },
+    include: { conversation: { include: { contact: true } }, reply: { include: { parts: true } }, actions: { orderBy: { createdAt: "asc" } } },
   });
   if (!row) return null;
   const conversationId = row.conversationId;
@@ -228,10 +251,20 @@ export async function getDeadLetter(db: Db, id: string, around = 30) {
       phoneNumberId: row.conversation.phoneNumberId,
       contact: { waId: row.conversation.contact.waId, name: row.conversation.contact.name },
       lastInboundAt,
-      windowOpen: lastInboundAt !== null && Date.now() - lastInboundAt.getTime() < SERVICE_WINDOW_MS,
+      windowOpen: windowOpen(lastInboundAt),
       pausedUntil: row.conversation.pausedUntil,
     },
-    reply: row.reply ? { id: row.reply.id, draft: row.reply.text, state: row.reply.state, kind: row.reply.kind } : null,
+    reply: row.reply
+      ? {
+          id: row.reply.id,
+          draft: row.reply.text,
+          state: row.reply.state,
+          kind: row.reply.kind,
+          // A resend of such a reply may reach the customer twice: staff are told before they press it.
+          maybeSent: row.reply.parts.some(maybeSent),
+          deliveredAfterAll: row.reply.parts.length > 0 && row.reply.parts.every(delivered),
+        }
+      : null,
     timeline,
     actions: row.actions.map((a) => ({ actor: a.actor, action: a.action, detail: a.detail, at: a.createdAt })),
     handled: row.state === "open" ? null : { by: row.actedBy, at: row.actedAt, note: row.note },

@@ -1,22 +1,42 @@
 import type { Job } from "bullmq";
-import { asFailure, type Failure, PermanentError, RetryableError } from "../errors.ts";
+import { isDatabaseUnavailable } from "../db/client.ts";
+import { asFailure, type Failure, FencedOut, PermanentError, Postpone, RetryableError } from "../errors.ts";
+import { isRedisUnavailable } from "../queue/redis.ts";
 
 /**
  * The one place where a failure's fate is decided (law 7): permanent failures and retryable
  * ones on their last attempt go to the dead-letter queue; other retryable ones go back to
- * BullMQ, which waits `retryDelayMs` before the next attempt.
+ * BullMQ, which waits `retryDelayMs` before the next attempt. Our own infrastructure being
+ * away (Postgres, Redis) is nobody's fault: the job waits for it and spends no attempt, however
+ * long it takes (law 6), and so does a postponement.
  */
 
 export type Fate =
+  | { action: "wait"; delayMs: number; reason: string }
+  | { action: "stop"; reason: string }
   | { action: "retry"; failure: RetryableError }
   | { action: "throttle"; failure: RetryableError }
   | { action: "dead_letter"; failure: Failure };
 
-function isLastAttempt(job: Pick<Job, "attemptsMade" | "opts">): boolean {
+type JobProgress = Pick<Job, "attemptsMade" | "attemptsStarted" | "opts">;
+
+function isLastAttempt(job: JobProgress): boolean {
   return job.attemptsMade + 1 >= (job.opts.attempts ?? 1);
 }
 
-export function decideFate(error: unknown, job: Pick<Job, "attemptsMade" | "opts">): Fate {
+export function isInfrastructureFailure(error: unknown): boolean {
+  return isDatabaseUnavailable(error) || isRedisUnavailable(error);
+}
+
+export function decideFate(error: unknown, job: JobProgress, settings: RetryDelaySettings, now = Date.now()): Fate {
+  if (error instanceof FencedOut) return { action: "stop", reason: error.message };
+  if (error instanceof Postpone) return { action: "wait", delayMs: Math.max(0, error.untilMs - now), reason: error.reason };
+  if (isInfrastructureFailure(error)) {
+    // Starts that spent no attempt are the waits so far: back off on them, capped.
+    const waits = Math.max(1, job.attemptsStarted - job.attemptsMade);
+    const reason = error instanceof Error ? error.message.trim().split("\n").at(-1)! : String(error);
+    return { action: "wait", delayMs: retryDelayMs(waits, error, settings), reason };
+  }
   const failure = asFailure(error);
   if (failure instanceof PermanentError) return { action: "dead_letter", failure };
   // A sender-wide limit is nobody's fault and costs no attempt: the whole queue waits instead.

@@ -1,19 +1,31 @@
 import { randomUUID } from "node:crypto";
+import { performance } from "node:perf_hooks";
 import { type Job, RateLimitError } from "bullmq";
 import type { ClaudeClient } from "../ai/claude.ts";
 import type { Config } from "../config.ts";
 import type { Db } from "../db/client.ts";
-import { recordDeadLetter } from "../dlq/dead-letters.ts";
-import { PermanentError, RetryableError } from "../errors.ts";
-import type { Conversation, Contact, Reply } from "../generated/prisma/client.ts";
+import { openHandoffItem, recordDeadLetter } from "../dlq/dead-letters.ts";
+import { FencedOut, PermanentError, Postpone, RetryableError } from "../errors.ts";
+import type { Reply } from "../generated/prisma/client.ts";
 import type { Logger } from "../logger.ts";
 import { scheduleReply, type Queues, type ReplyJobData } from "../queue/queues.ts";
 import { conversationTurns } from "../replies/history.ts";
-import { appendParts } from "../replies/parts.ts";
-import { splitForWhatsApp } from "../replies/split.ts";
+import {
+  beginReply,
+  type ConversationView,
+  type Draft,
+  type Lease,
+  markAccepted,
+  markRefused,
+  markReplySent,
+  markSending,
+  partNow,
+  storeDraft,
+  unsentParts,
+} from "../replies/state.ts";
 import { templateInstead, windowOpen } from "../replies/window.ts";
 import type { GraphClient } from "../whatsapp/graph-client.ts";
-import { decideFate, type RetryDelaySettings, retryDelayMs } from "./policy.ts";
+import { decideFate, isInfrastructureFailure, type RetryDelaySettings, retryDelayMs } from "./policy.ts";
 
 export interface ReplyDeps {
   db: Db;
@@ -26,66 +38,102 @@ export interface ReplyDeps {
   retry: RetryDelaySettings;
   numbers: Config["numbers"];
   mediaMaxBytes: number;
+  replyDebounceMs: number;
+  conversation: Config["conversation"];
+  send: SendTiming;
 }
 
-type ConversationWithContact = Conversation & { contact: Contact };
+/** How long a send may take, and how long a maybe-sent part waits for its status before it is sent again (law 5). */
+export interface SendTiming {
+  /** A run may start a send only this soon after marking the part `sending`: a frozen run must not send late. */
+  leaseMs: number;
+  /** The Graph client's own timeout: a send started within the lease is answered or abandoned by then. */
+  timeoutMs: number;
+  /** After that, time for a status webhook to confirm a send Meta took (SEND_RECONCILE_WAIT_MS). */
+  reconcileWaitMs: number;
+}
+
+/** What a run learned that Postgres could not take: kept in the job itself (Redis) until it can (laws 4 and 5). */
+export type KeepInJob = (kept: Pick<ReplyJobData, "draft" | "accepted">) => Promise<void>;
+
+/** A burst is answered once; but a customer who keeps typing is answered within this many debounce windows. */
+const DEBOUNCE_MAX_WINDOWS = 5;
 
 /**
  * One reply for one conversation. BullMQ runs at most one of these per conversation at a
- * time (law 8, see scheduleReply); the reply is generated once and stored before it is sent
- * (law 4), and each part is sent at most once (law 5). A job handles one reply; when more
- * work is waiting it schedules the next job, so every reply has its own attempts.
+ * time, and the database fences off a run that stalled past its lock (law 8); the reply is
+ * generated once and stored before it is sent (law 4), and each part is sent at most once
+ * (law 5). A job handles one reply; when more work is waiting it schedules the next job, so
+ * every reply has its own attempts.
  */
-export async function processReply(deps: ReplyDeps, job: Job<ReplyJobData>): Promise<string> {
+export async function processReply(deps: ReplyDeps, job: Job<ReplyJobData>, keep: KeepInJob): Promise<string> {
   const { conversationId } = job.data;
   const log = deps.logger.child({ conversation: conversationId, job: job.id });
-  const conversation = await deps.db.conversation.findUnique({ where: { id: conversationId }, include: { contact: true } });
-  if (!conversation) {
+  const begun = await beginReply(deps.db, conversationId, {
+    ...deps.conversation,
+    debounceMs: deps.replyDebounceMs,
+    debounceMaxMs: deps.replyDebounceMs * DEBOUNCE_MAX_WINDOWS,
+    openHandoff: openHandoffItem,
+  });
+  if (begun.kind === "no_conversation") {
     log.warn({ event: "reply.no_conversation" }, "reply job for an unknown conversation");
     return "no_conversation";
   }
+  if (begun.kind === "nothing_to_answer") return "nothing_to_answer";
+  // The debounce slides here, not in the queue: a queue-side reschedule would also move retries.
+  if (begun.kind === "debounce") throw new Postpone(begun.untilMs, "the customer is still writing");
 
-  const reply = (await pendingReply(deps.db, conversationId)) ?? (await claimUnanswered(deps.db, conversationId));
-  if (!reply) return "nothing_to_answer";
-
+  const { lease, conversation, reply } = begun;
+  const replyLog = log.child({ reply: reply.id });
   let outcome: string;
   try {
-    await completeReply(deps, conversation, reply, log.child({ reply: reply.id }));
+    await completeReply(deps, lease, conversation, reply, job.data, keep, replyLog);
     outcome = "sent";
   } catch (error) {
-    const fate = decideFate(error, job);
-    if (fate.action === "throttle") {
-      // BullMQ's queue-wide rate limit: every worker holds off every reply, and this job goes
-      // back to waiting without spending an attempt.
-      const delayMs = retryDelayMs(job.attemptsMade + 1, fate.failure, deps.retry);
-      log.warn({ event: "reply.throttled", code: fate.failure.code, reason: fate.failure.reason, delayMs }, "Meta limits the sender; every reply waits");
-      await deps.queues.reply.rateLimit(delayMs);
-      throw new RateLimitError();
+    const fate = decideFate(error, job, deps.retry);
+    switch (fate.action) {
+      case "wait":
+      case "stop":
+        throw error; // the worker postpones or drops this run (workers.ts)
+      case "throttle": {
+        // BullMQ's queue-wide rate limit: every worker holds off every reply, and this job goes
+        // back to waiting without spending an attempt.
+        const delayMs = retryDelayMs(job.attemptsMade + 1, fate.failure, deps.retry);
+        replyLog.warn({ event: "reply.throttled", code: fate.failure.code, reason: fate.failure.reason, delayMs }, "Meta limits the sender; every reply waits");
+        await deps.queues.reply.rateLimit(delayMs);
+        throw new RateLimitError();
+      }
+      case "retry":
+        replyLog.warn(
+          { event: "reply.retry", code: fate.failure.code, reason: fate.failure.reason, ambiguous: fate.failure.ambiguous, attempt: job.attemptsMade + 1 },
+          "reply failed; will retry",
+        );
+        throw fate.failure;
+      case "dead_letter": {
+        const letter = await recordDeadLetter(
+          deps.db,
+          { conversationId, replyId: reply.id, failure: fate.failure, attempts: job.attemptsMade + 1, dedupKey: `reply.${reply.id}.${randomUUID()}` },
+          lease,
+        );
+        replyLog.error(
+          {
+            event: "reply.dead_lettered",
+            deadLetter: letter?.id,
+            source: fate.failure.source,
+            code: fate.failure.code,
+            reason: fate.failure.reason,
+            maybeSent: fate.failure.ambiguous,
+          },
+          "reply dead-lettered",
+        );
+        outcome = "dead_lettered";
+      }
     }
-    if (fate.action === "retry") {
-      log.warn({ event: "reply.retry", reply: reply.id, code: fate.failure.code, reason: fate.failure.reason, attempt: job.attemptsMade + 1 }, "reply failed; will retry");
-      throw fate.failure;
-    }
-    const letter = await recordDeadLetter(deps.db, {
-      conversationId,
-      replyId: reply.id,
-      failure: fate.failure,
-      attempts: job.attemptsMade + 1,
-      dedupKey: `reply.${reply.id}.${randomUUID()}`,
-    });
-    log.error(
-      { event: "reply.dead_lettered", reply: reply.id, deadLetter: letter?.id, source: fate.failure.source, code: fate.failure.code, reason: fate.failure.reason },
-      "reply dead-lettered",
-    );
-    outcome = "dead_lettered";
   }
 
   if (await hasWork(deps.db, conversationId)) await scheduleReply(deps.queues, conversationId, 0);
   return outcome;
 }
-
-const pendingReply = (db: Db, conversationId: string) =>
-  db.reply.findFirst({ where: { conversationId, state: { in: ["generating", "ready"] } }, orderBy: { createdAt: "asc" } });
 
 async function hasWork(db: Db, conversationId: string): Promise<boolean> {
   const [replies, messages] = await Promise.all([
@@ -95,59 +143,45 @@ async function hasWork(db: Db, conversationId: string): Promise<boolean> {
   return replies + messages > 0;
 }
 
-/** Binds every unanswered message of the conversation to a new reply, atomically. */
-async function claimUnanswered(db: Db, conversationId: string): Promise<Reply | null> {
-  return db.$transaction(async (tx) => {
-    const unanswered = await tx.inboundMessage.findMany({
-      where: { conversationId, replyId: null, skipReason: null },
-      select: { id: true },
-    });
-    if (unanswered.length === 0) return null;
-    const reply = await tx.reply.create({ data: { conversationId } });
-    const bound = await tx.inboundMessage.updateMany({
-      where: { id: { in: unanswered.map((m) => m.id) }, replyId: null },
-      data: { replyId: reply.id },
-    });
-    if (bound.count === 0) throw new Error("unanswered messages were claimed concurrently");
-    return reply;
-  });
-}
-
-async function completeReply(deps: ReplyDeps, conversation: ConversationWithContact, reply: Reply, log: Logger): Promise<void> {
+async function completeReply(
+  deps: ReplyDeps,
+  lease: Lease,
+  conversation: ConversationView,
+  reply: Reply,
+  data: ReplyJobData,
+  keep: KeepInJob,
+  log: Logger,
+): Promise<void> {
+  // Sends Meta took while the database was away, recorded first: they must not go out again.
+  for (const [partId, wamid] of Object.entries(data.accepted ?? {})) await markAccepted(deps.db, partId, wamid);
+  const kept = data.draft;
   // Checked before Claude is paid for a reply that could not be sent anyway, and again after.
-  if (!(await windowOpen(deps.db, conversation.id))) await templateInstead(deps, conversation, reply.id, log);
+  if (!windowOpen(conversation.lastInboundAt)) await templateInstead(deps, lease, conversation, reply.id, log);
   else if (reply.state === "generating") {
-    await generate(deps, conversation, reply, log);
-    if (!(await windowOpen(deps.db, conversation.id))) await templateInstead(deps, conversation, reply.id, log);
+    const draft = kept?.replyId === reply.id ? kept : await generate(deps, conversation, reply, log);
+    let held: { lastInboundAt: Date | null };
+    try {
+      held = await storeDraft(deps.db, lease, reply.id, draft);
+    } catch (error) {
+      // Paid for: if Postgres cannot take it now, Redis keeps it until it can (law 4).
+      if (isInfrastructureFailure(error) && draft !== kept) {
+        await keep({ draft: { replyId: reply.id, ...draft } });
+        log.warn({ event: "reply.draft_kept_in_job" }, "database unavailable; Claude's answer is kept in the job until it can be stored");
+      }
+      throw error;
+    }
+    if (kept?.replyId === reply.id) log.info({ event: "reply.draft_recovered" }, "stored the answer the job kept while the database was away");
+    if (!windowOpen(held.lastInboundAt)) await templateInstead(deps, lease, { ...conversation, lastInboundAt: held.lastInboundAt }, reply.id, log);
   }
-  await sendParts(deps, conversation, reply.id, log);
-  // Conditional: a "failed" status webhook may already have dead-lettered it.
-  await deps.db.reply.updateMany({ where: { id: reply.id, state: "ready" }, data: { state: "sent", sentAt: new Date() } });
-  log.info({ event: "reply.sent" }, "reply sent");
+  await sendParts(deps, lease, conversation, reply.id, keep, log);
+  if (await markReplySent(deps.db, reply.id)) log.info({ event: "reply.sent" }, "reply sent");
 }
 
-/** The one Claude call for these messages; its result is stored before anything is sent (law 4). */
-async function generate(deps: ReplyDeps, conversation: Conversation, reply: Reply, log: Logger): Promise<void> {
+/** The one Claude call for these messages (law 4). */
+async function generate(deps: ReplyDeps, conversation: ConversationView, reply: Reply, log: Logger): Promise<Draft> {
   const turns = await conversationTurns(deps, reply);
   if (turns.length === 0) throw new Error(`reply ${reply.id} has no messages to answer`);
   const generated = await deps.claude.generate(turns, deps.numbers.get(conversation.phoneNumberId)?.systemPrompt);
-  const parts = splitForWhatsApp(generated.text);
-  await keepTrying(log, () => deps.db.$transaction(async (tx) => {
-    const updated = await tx.reply.updateMany({
-      where: { id: reply.id, state: "generating" },
-      data: {
-        state: "ready",
-        text: generated.text,
-        model: generated.model,
-        inputTokens: generated.inputTokens,
-        outputTokens: generated.outputTokens,
-        cacheReadTokens: generated.cacheReadTokens,
-        cacheCreationTokens: generated.cacheCreationTokens,
-      },
-    });
-    if (updated.count !== 1) throw new DraftConflict(`reply ${reply.id} left "generating" while Claude was writing it`);
-    await appendParts(tx, reply.id, parts);
-  }));
   log.info(
     {
       event: "reply.generated",
@@ -155,86 +189,74 @@ async function generate(deps: ReplyDeps, conversation: Conversation, reply: Repl
       inputTokens: generated.inputTokens,
       outputTokens: generated.outputTokens,
       cacheReadTokens: generated.cacheReadTokens,
-      parts: parts.length,
     },
     "reply generated",
   );
-}
-
-class DraftConflict extends Error {
-  override readonly name = "DraftConflict";
+  return generated;
 }
 
 /**
- * Storing a paid-for draft is worth waiting for: if a busy database made the job fail here,
- * its retry would call Claude again (law 4). So the write is retried in process first.
+ * Sends the reply's unsent parts in order. A part is sent only by the run that marked it
+ * `sending` under a valid lease, and only promptly after; a part left `sending` by a send
+ * whose outcome we never learned waits for its status webhook (until `resend_after`) before
+ * it is sent again (law 5). Only Graph's error body makes it safe to send again at once.
  */
-async function keepTrying<T>(log: Logger, write: () => Promise<T>, attempts = 5): Promise<T> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await write();
-    } catch (error) {
-      if (error instanceof DraftConflict || attempt >= attempts) throw error;
-      log.warn({ event: "reply.store_retry", attempt, err: error }, "could not store the draft yet; trying again");
-      await new Promise((resolve) => setTimeout(resolve, 200 * 2 ** attempt));
-    }
-  }
-}
-
-async function sendParts(deps: ReplyDeps, conversation: ConversationWithContact, replyId: string, log: Logger): Promise<void> {
-  const parts = await deps.db.outboundMessage.findMany({
-    where: { replyId, sendState: { not: "accepted" } },
-    orderBy: { seq: "asc" },
-  });
+async function sendParts(deps: ReplyDeps, lease: Lease, conversation: ConversationView, replyId: string, keep: KeepInJob, log: Logger): Promise<void> {
+  const { parts, firstSeq } = await unsentParts(deps.db, replyId);
   if (parts.length === 0) return;
   const replyTo = await quoteTarget(deps.db, conversation.id, replyId);
-  const firstSeq = (await deps.db.outboundMessage.findFirst({ where: { replyId }, orderBy: { seq: "asc" }, select: { seq: true } }))?.seq;
+  const { leaseMs, timeoutMs, reconcileWaitMs } = deps.send;
 
   for (const part of parts) {
-    if (part.sendState === "sending") {
-      if (part.wamid) {
-        // A status webhook carried our id back (biz_opaque_callback_data): it did go out.
-        await deps.db.outboundMessage.update({ where: { id: part.id }, data: { sendState: "accepted", acceptedAt: new Date() } });
-        continue;
-      }
-      // Law 5's unavoidable window: we started this send and never learned its outcome.
-      log.warn({ event: "reply.resend_unconfirmed", part: part.id }, "previous send of this part is unconfirmed; sending again");
-    } else {
-      await deps.db.outboundMessage.update({ where: { id: part.id }, data: { sendState: "sending" } });
-    }
     const template = part.template ? deps.numbers.get(conversation.phoneNumberId)?.windowClosedTemplate : undefined;
     if (part.template && template?.name !== part.template) {
       // Never send a template's stand-in text as a free-form message.
       throw new PermanentError({ source: "window", code: "template_missing", reason: `Template "${part.template}" is no longer configured for this number` });
     }
+    if (part.sendState === "sending") log.warn({ event: "reply.resend_unconfirmed", part: part.id }, "a previous send of this part is unconfirmed");
+    const attempt = await markSending(deps.db, lease, part.id, leaseMs + timeoutMs + reconcileWaitMs);
+    const markedAt = performance.now();
+    if (attempt === null) {
+      const now = await partNow(deps.db, lease, part.id);
+      if (!now.held) throw new FencedOut(`conversation ${lease.conversationId} was taken over before part ${part.id} was sent`);
+      // Its status webhook came meanwhile, or a person chose to send it anew.
+      if (now.sendState === "accepted" || now.sendState === "unconfirmed") continue;
+      throw new Postpone(Math.max(Date.now() + 200, now.resendAfter?.getTime() ?? 0), "a maybe-sent part waits for its status webhook");
+    }
+    // A run frozen right here (a GC pause, a stopped VM) must not send late: by now another
+    // worker may have counted this part as maybe-sent and be waiting out `resend_after`.
+    if (performance.now() - markedAt > leaseMs) throw new FencedOut(`the send lease of part ${part.id} lapsed before the request went out`);
     let wamid: string;
     try {
       ({ wamid } = template
         ? await deps.graph.sendTemplate({
             phoneNumberId: conversation.phoneNumberId,
-            to: conversation.contact.waId,
+            to: conversation.waId,
             name: template.name,
             language: template.language,
             bizOpaqueCallbackData: part.id,
           })
         : await deps.graph.sendText({
             phoneNumberId: conversation.phoneNumberId,
-            to: conversation.contact.waId,
+            to: conversation.waId,
             text: part.text,
             bizOpaqueCallbackData: part.id,
             replyTo: part.seq === firstSeq ? replyTo : undefined,
           }));
     } catch (error) {
-      // Meta answered with an error, so it did not take the message: safe to send again later.
-      if (!(error instanceof RetryableError && error.ambiguous)) {
-        await deps.db.outboundMessage.update({ where: { id: part.id }, data: { sendState: "pending" } });
-      }
+      // Meta answered with its error body, so it did not take the message: safe to send again.
+      if ((error instanceof RetryableError || error instanceof PermanentError) && !error.ambiguous) await markRefused(deps.db, part.id, attempt);
+      else log.warn({ event: "reply.maybe_sent", part: part.id }, "Meta may have taken this send; it waits for its status before any resend");
       throw error;
     }
-    await deps.db.outboundMessage.update({
-      where: { id: part.id },
-      data: { sendState: "accepted", wamid, acceptedAt: new Date() },
-    });
+    try {
+      await markAccepted(deps.db, part.id, wamid);
+    } catch (error) {
+      // Meta took it; if Postgres cannot hear it now, Redis keeps the wamid, or a resend after
+      // `resend_after` would send the part twice.
+      if (isInfrastructureFailure(error)) await keep({ accepted: { [part.id]: wamid } });
+      throw error;
+    }
   }
 }
 

@@ -2,6 +2,7 @@ import type { Db } from "../db/client.ts";
 import { recordDeadLetter } from "../dlq/dead-letters.ts";
 import type { Logger } from "../logger.ts";
 import type { StatusJobData } from "../queue/queues.ts";
+import { markAccepted, recordStatus } from "../replies/state.ts";
 import { ruleForGraphCode } from "../whatsapp/error-codes.ts";
 
 /**
@@ -22,23 +23,30 @@ export async function processStatus(deps: { db: Db; logger: Logger }, data: Stat
     return "unknown";
   }
 
-  const rank = RANK[status.status];
-  const at = new Date(Number(status.timestamp) * 1000);
-  const advanced = await deps.db.outboundMessage.updateMany({
-    where: { id: part.id, statusRank: { lt: rank } },
-    data: { status: status.status, statusRank: rank, statusAt: at },
-  });
-  if (advanced.count === 0) {
+  const advanced = await recordStatus(deps.db, part.id, { status: status.status, rank: RANK[status.status], at: new Date(Number(status.timestamp) * 1000) });
+  if (!advanced) {
     log.debug({ event: "status.stale" }, "status is not newer than what we have");
     return "stale";
   }
   log.info({ event: "status.recorded" }, "delivery status recorded");
   if (status.status !== "failed") return "recorded";
 
+  const letter = await deadLetterFailedDelivery(deps.db, status, part.replyId);
+  log.error({ event: "reply.dead_lettered", deadLetter: letter?.id, joined: letter ? !letter.created : undefined, code: status.errors?.[0]?.code }, "delivery failed; reply dead-lettered");
+  return "dead_lettered";
+}
+
+/** Meta reported a reply's message failed: the reply becomes a dead letter, or joins its open one. */
+export async function deadLetterFailedDelivery(db: Db, status: StatusJobData["status"], replyId?: string) {
+  const ours = status.biz_opaque_callback_data;
+  const part = replyId
+    ? { replyId }
+    : await db.outboundMessage.findFirst({ where: { OR: [{ wamid: status.id }, ...(ours && UUID.test(ours) ? [{ id: ours }] : [])] }, select: { replyId: true } });
+  if (!part) return null;
   const error = status.errors?.[0];
   const rule = error ? ruleForGraphCode(error.code, undefined) : undefined;
-  const reply = await deps.db.reply.findUniqueOrThrow({ where: { id: part.replyId } });
-  const letter = await recordDeadLetter(deps.db, {
+  const reply = await db.reply.findUniqueOrThrow({ where: { id: part.replyId }, select: { id: true, conversationId: true } });
+  return recordDeadLetter(db, {
     conversationId: reply.conversationId,
     replyId: reply.id,
     dedupKey: `status.${status.id}`,
@@ -50,25 +58,17 @@ export async function processStatus(deps: { db: Db; logger: Logger }, data: Stat
       detail: { title: error?.title, message: error?.message, details: error?.error_data?.details, href: error?.href },
     },
   });
-  log.error({ event: "reply.dead_lettered", deadLetter: letter?.id, code: error?.code }, "delivery failed; reply dead-lettered");
-  return "dead_lettered";
 }
 
 /** By wamid; else by our part id in biz_opaque_callback_data, which reconciles a send we never saw answered (law 5). */
 async function findPart(deps: { db: Db }, data: StatusJobData, log: Logger) {
   const { status } = data;
-  const byWamid = await deps.db.outboundMessage.findUnique({ where: { wamid: status.id } });
+  const byWamid = await deps.db.outboundMessage.findUnique({ where: { wamid: status.id }, select: { id: true, replyId: true } });
   if (byWamid) return byWamid;
   const ours = status.biz_opaque_callback_data;
   if (!ours || !UUID.test(ours)) return null;
-  const part = await deps.db.outboundMessage.findUnique({ where: { id: ours } });
+  const part = await deps.db.outboundMessage.findUnique({ where: { id: ours }, select: { id: true, replyId: true, wamid: true } });
   if (!part) return null;
-  if (!part.wamid) {
-    await deps.db.outboundMessage.update({
-      where: { id: part.id },
-      data: { wamid: status.id, sendState: "accepted", acceptedAt: new Date() },
-    });
-    log.info({ event: "status.reconciled", part: part.id }, "send confirmed by status webhook");
-  }
+  if (await markAccepted(deps.db, part.id, status.id)) log.info({ event: "status.reconciled", part: part.id }, "send confirmed by status webhook");
   return part;
 }

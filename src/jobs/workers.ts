@@ -1,14 +1,15 @@
-import { type Job, Worker } from "bullmq";
+import { DelayedError, type Job, Worker } from "bullmq";
 import type { Redis } from "ioredis";
 import { ClaudeClient } from "../ai/claude.ts";
 import type { Config } from "../config.ts";
 import type { Db } from "../db/client.ts";
 import type { Metrics } from "../http/metrics.ts";
 import type { Logger } from "../logger.ts";
-import { QUEUE_NAMES, type InboundJobData, type Queues, type ReplyJobData, type StatusJobData } from "../queue/queues.ts";
+import { closeQueues, createQueues, QUEUE_NAMES, type InboundJobData, type ReplyJobData, type StatusJobData } from "../queue/queues.ts";
 import { GraphClient } from "../whatsapp/graph-client.ts";
 import { processInbound, type InboundDeps } from "./inbound.ts";
-import { retryDelayMs, type RetryDelaySettings } from "./policy.ts";
+import { decideFate, retryDelayMs, type RetryDelaySettings } from "./policy.ts";
+import { reconcile } from "./reconcile.ts";
 import { processReply, type ReplyDeps } from "./reply.ts";
 import { processStatus } from "./status.ts";
 
@@ -20,6 +21,7 @@ export type WorkerDeps = InboundDeps &
     lockMs: number;
     retry: RetryDelaySettings;
     metrics: Metrics;
+    reconcile: { intervalMs: number; afterMs: number };
   };
 
 export interface Workers {
@@ -27,19 +29,23 @@ export interface Workers {
   close(timeoutMs: number): Promise<void>;
 }
 
-/** The worker role as configured: its own Graph and Claude clients over the shared connections. */
-export function startConfiguredWorkers(
-  config: Config,
-  shared: { db: Db; queues: Queues; logger: Logger; metrics: Metrics; connection: Redis },
-): Workers {
-  return startWorkers({
+/** A run may start a send only this soon after marking its part `sending` (see SendTiming). */
+const SEND_LEASE_MAX_MS = 5_000;
+
+/**
+ * The worker role as configured: its own Graph and Claude clients, and its own queue handles
+ * on its own connection (one that waits out a Redis outage, unlike the web role's).
+ */
+export function startConfiguredWorkers(config: Config, shared: { db: Db; logger: Logger; metrics: Metrics; connection: Redis }): Workers {
+  const queues = createQueues(shared.connection, { prefix: config.queuePrefix, attempts: config.jobs.attempts });
+  const workers = startWorkers({
     ...shared,
+    queues,
     graph: new GraphClient({
       baseUrl: config.whatsapp.graphBaseUrl,
       version: config.whatsapp.graphVersion,
       accessToken: config.whatsapp.accessToken,
       timeoutMs: config.whatsapp.graphTimeoutMs,
-      reconcileWaitMs: config.whatsapp.sendReconcileWaitMs,
     }),
     claude: new ClaudeClient({ ...config.anthropic }),
     prefix: config.queuePrefix,
@@ -52,7 +58,20 @@ export function startConfiguredWorkers(
     concurrency: { reply: config.jobs.replyConcurrency, inbound: config.jobs.inboundConcurrency },
     lockMs: config.jobs.lockMs,
     retry: { baseDelayMs: config.jobs.retryBaseDelayMs, maxDelayMs: config.jobs.retryMaxDelayMs },
+    send: {
+      leaseMs: Math.min(SEND_LEASE_MAX_MS, config.jobs.lockMs / 2),
+      timeoutMs: config.whatsapp.graphTimeoutMs,
+      reconcileWaitMs: config.whatsapp.sendReconcileWaitMs,
+    },
+    reconcile: config.reconcile,
   });
+  return {
+    all: workers.all,
+    async close(timeoutMs) {
+      await workers.close(timeoutMs);
+      await closeQueues(queues);
+    },
+  };
 }
 
 export function startWorkers(deps: WorkerDeps): Workers {
@@ -60,22 +79,57 @@ export function startWorkers(deps: WorkerDeps): Workers {
   // A worker that dies mid-job loses its lock after lockMs; the job then runs again elsewhere.
   const common = { connection: deps.connection, prefix: deps.prefix, settings, lockDuration: deps.lockMs, stalledInterval: deps.lockMs };
 
+  /**
+   * What every job shares: a wait (Postgres or Redis away, a postponement) moves the job to
+   * the delayed set without spending an attempt, for as long as it takes (law 6); a run
+   * fenced out by a newer one ends quietly (law 8). Everything else is the job's own failure.
+   */
+  const guarded =
+    <T>(queue: string, processor: (job: Job<T>) => Promise<unknown>) =>
+    async (job: Job<T>, token?: string): Promise<unknown> => {
+      try {
+        return await processor(job);
+      } catch (error) {
+        const fate = decideFate(error, job, deps.retry);
+        if (fate.action === "stop") {
+          deps.logger.warn({ event: "job.fenced_out", queue, job: job.id, reason: fate.reason }, "another worker took this job over; this run stops");
+          return "fenced_out";
+        }
+        if (fate.action !== "wait") throw error;
+        deps.logger.info({ event: "job.waiting", queue, job: job.id, delayMs: fate.delayMs, reason: fate.reason }, "job waits without spending an attempt");
+        await job.moveToDelayed(Date.now() + fate.delayMs, token);
+        throw new DelayedError();
+      }
+    };
+
   const all = [
-    new Worker<InboundJobData>(QUEUE_NAMES.inbound, (job: Job<InboundJobData>) => processInbound(deps, job.data), {
+    new Worker<InboundJobData>(QUEUE_NAMES.inbound, guarded("inbound", (job) => processInbound(deps, job.data)), {
       ...common,
       concurrency: deps.concurrency.inbound,
     }),
     // Replies wait on Claude for seconds: many run at once, one per conversation (law 8).
-    new Worker<ReplyJobData>(QUEUE_NAMES.reply, (job: Job<ReplyJobData>) => processReply(deps, job), {
-      ...common,
-      concurrency: deps.concurrency.reply,
-      // BullMQ honours a manual queue.rateLimit() (Meta's sender-wide limits, see
-      // processReply) only for workers with a limiter; this one is far above any real rate.
-      limiter: { max: 10_000, duration: 1000 },
-    }),
-    new Worker<StatusJobData>(QUEUE_NAMES.status, (job: Job<StatusJobData>) => processStatus(deps, job.data), {
+    new Worker<ReplyJobData>(
+      QUEUE_NAMES.reply,
+      guarded("reply", (job: Job<ReplyJobData>) =>
+        processReply(deps, job, async (kept) => {
+          await job.updateData({ ...job.data, ...kept, accepted: { ...job.data.accepted, ...kept.accepted } });
+        }),
+      ),
+      {
+        ...common,
+        concurrency: deps.concurrency.reply,
+        // BullMQ honours a manual queue.rateLimit() (Meta's sender-wide limits, see
+        // processReply) only for workers with a limiter; this one is far above any real rate.
+        limiter: { max: 10_000, duration: 1000 },
+      },
+    ),
+    new Worker<StatusJobData>(QUEUE_NAMES.status, guarded("status", (job) => processStatus(deps, job.data)), {
       ...common,
       concurrency: deps.concurrency.inbound,
+    }),
+    new Worker(QUEUE_NAMES.reconcile, guarded("reconcile", () => reconcile({ ...deps, redis: deps.connection, afterMs: deps.reconcile.afterMs })), {
+      ...common,
+      concurrency: 1,
     }),
   ];
   for (const worker of all) {
@@ -87,11 +141,12 @@ export function startWorkers(deps: WorkerDeps): Workers {
       const final = job ? job.attemptsMade >= (job.opts.attempts ?? 1) : true;
       deps.logger[final ? "error" : "warn"](
         { event: final ? "job.failed" : "job.retrying", queue: worker.name, job: job?.id, attempt: job?.attemptsMade, err: error },
-        final ? "job failed for good; it stays in the failed set for inspection" : "job failed; will retry",
+        final ? "job failed for good; the reconciler drives it again or dead-letters it" : "job failed; will retry",
       );
     });
     worker.on("error", (error) => deps.logger.error({ event: "worker.error", queue: worker.name, err: error }, "worker error"));
   }
+  startSweeps(deps);
 
   return {
     all,
@@ -110,4 +165,14 @@ export function startWorkers(deps: WorkerDeps): Workers {
       }
     },
   };
+}
+
+/** One sweep now (this worker just started) and one every interval across all workers (a BullMQ job scheduler: one worker runs each). */
+function startSweeps(deps: Pick<WorkerDeps, "queues" | "reconcile" | "logger">): void {
+  const { reconcile: queue } = deps.queues;
+  const keep = { removeOnComplete: { count: 100 }, removeOnFail: { count: 100 } };
+  Promise.all([
+    queue.add("sweep", {}, keep),
+    queue.upsertJobScheduler("sweep", { every: deps.reconcile.intervalMs }, { name: "sweep", opts: keep }),
+  ]).catch((error: unknown) => deps.logger.warn({ event: "reconcile.schedule_failed", err: error }, "could not schedule the reconciler; the next start-up will"));
 }

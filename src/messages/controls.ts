@@ -19,3 +19,6 @@ export function controlOf(text: string | undefined, keywords: ControlKeywords): 
   if (keywords.handoffKeywords.includes(word)) return "handoff";
   return undefined;
 }
+
+/** A pause until a person resumes it: far enough to never end by itself. */
+export const PAUSED_INDEFINITELY = new Date("9999-12-31T00:00:00Z");

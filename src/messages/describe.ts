@@ -141,6 +141,6 @@ function fallback(settings: DescribeSettings, what: string): InboundOutcome {
 }
 
 /** A configured answer, or none when it is configured empty. */
-export function say(text: string, reason: string): InboundOutcome {
+function say(text: string, reason: string): InboundOutcome {
   return text ? { kind: "canned", text, reason } : { kind: "skip", reason };
 }

@@ -1,21 +1,41 @@
+import { createHash } from "node:crypto";
 import { Queue, type JobsOptions } from "bullmq";
 import type { Redis } from "ioredis";
 import type { InboundItem, StatusItem } from "../webhook/payload.ts";
 
 /** The job catalog: queue names, job payloads, and how each job is added. */
 
-export const QUEUE_NAMES = { inbound: "inbound", reply: "reply", status: "status" } as const;
+export const QUEUE_NAMES = { inbound: "inbound", reply: "reply", status: "status", reconcile: "reconcile" } as const;
 
 export type InboundJobData = Omit<InboundItem, "kind">;
 export type StatusJobData = Omit<StatusItem, "kind">;
 export interface ReplyJobData {
   conversationId: string;
+  /**
+   * Claude's answer, kept in the job itself when Postgres could not take it: paid for once,
+   * stored when the database is back, never asked for again (law 4).
+   */
+  draft?: KeptDraft;
+  /** Parts Meta took (part id → wamid) while Postgres could not record it: recorded first when it can (law 5). */
+  accepted?: Record<string, string>;
+}
+
+export interface KeptDraft {
+  replyId: string;
+  text: string;
+  model: string;
+  inputTokens: number;
+  outputTokens: number;
+  cacheReadTokens: number;
+  cacheCreationTokens: number;
 }
 
 export interface Queues {
   inbound: Queue<InboundJobData>;
   reply: Queue<ReplyJobData>;
   status: Queue<StatusJobData>;
+  /** One repeating job: the reconciler's sweep (src/jobs/reconcile.ts). */
+  reconcile: Queue<Record<string, never>>;
 }
 
 export interface QueueSettings {
@@ -33,37 +53,61 @@ export function createQueues(connection: Redis, settings: QueueSettings): Queues
     inbound: new Queue<InboundJobData>(QUEUE_NAMES.inbound, options),
     reply: new Queue<ReplyJobData>(QUEUE_NAMES.reply, options),
     status: new Queue<StatusJobData>(QUEUE_NAMES.status, options),
+    reconcile: new Queue<Record<string, never>>(QUEUE_NAMES.reconcile, { connection, prefix: settings.prefix }),
   };
 }
 
 export async function closeQueues(queues: Queues): Promise<void> {
-  await Promise.all([queues.inbound.close(), queues.reply.close(), queues.status.close()]);
+  await Promise.all(Object.values(queues).map((queue) => queue.close()));
 }
 
-/** BullMQ job ids may not contain ":"; wamids do not, but a hostile body might. */
-const jobIdPart = (value: string) => value.replaceAll(":", "_");
+/**
+ * A job id from Meta's ids that nothing hostile can break or make collide: BullMQ refuses ":"
+ * in ids, and a lone surrogate cannot round-trip through Redis's bytes. The hash runs over
+ * the UTF-16 code units themselves, so "a:b", "a_b" and "\ud800" all stay apart.
+ */
+function stableId(kind: string, ...parts: string[]): string {
+  const hash = createHash("sha256");
+  for (const part of parts) hash.update(Buffer.from(`${part.length}:${part}`, "utf16le"));
+  return `${kind}.${hash.digest("hex").slice(0, 40)}`;
+}
 
 /** The job id derives from the wamid, so enqueueing the same message twice is harmless (law 3). */
+export const inboundJobId = (wamid: string) => stableId("in", wamid);
+export const statusJobId = (wamid: string, status: string) => stableId("st", wamid, status);
+
 export async function enqueueInbound(queues: Queues, item: InboundItem): Promise<void> {
   const { kind: _kind, ...data } = item;
-  await queues.inbound.add("inbound", data, { jobId: `in.${jobIdPart(item.message.id)}` });
+  await queues.inbound.add("inbound", data, { jobId: inboundJobId(item.message.id) });
 }
 
 export async function enqueueStatus(queues: Queues, item: StatusItem): Promise<void> {
   const { kind: _kind, ...data } = item;
-  await queues.status.add("status", data, { jobId: `st.${jobIdPart(item.status.id)}.${item.status.status}` });
+  await queues.status.add("status", data, { jobId: statusJobId(item.status.id, item.status.status) });
 }
+
+const replyDeduplicationId = (conversationId: string) => `conv.${conversationId}`;
 
 /**
  * Law 8: one reply job per conversation at a time, across every worker. BullMQ's
  * deduplication keeps at most one active and one waiting job per conversation
- * (`keepLastIfActive`); while the waiting one is still delayed, each new message pushes it
- * back (`reschedule`), so a burst gets one answer.
+ * (`keepLastIfActive`). A job already waiting or delayed absorbs the new work as it is:
+ * nothing moves its delay, because that delay may be a retry waiting out Meta's pair limit,
+ * a Retry-After or a maybe-sent part's status (law 5), not only the debounce. The debounce
+ * slides in the reply job itself (a burst still gets one answer).
  */
-export async function scheduleReply(queues: Queues, conversationId: string, debounceMs: number): Promise<void> {
+export async function scheduleReply(queues: Queues, conversationId: string, delayMs: number): Promise<void> {
   await queues.reply.add(
     "reply",
     { conversationId },
-    { delay: debounceMs, deduplication: { id: `conv.${conversationId}`, keepLastIfActive: true, reschedule: true } },
+    { delay: delayMs, deduplication: { id: replyDeduplicationId(conversationId), keepLastIfActive: true } },
   );
+}
+
+/** Whether the conversation has a reply job that will run (waiting, delayed or active), for the reconciler. */
+export async function hasLiveReplyJob(queues: Queues, conversationId: string): Promise<boolean> {
+  const jobId = await queues.reply.getDeduplicationJobId(replyDeduplicationId(conversationId));
+  if (!jobId) return false;
+  const state = await queues.reply.getJobState(jobId);
+  return state === "waiting" || state === "delayed" || state === "active" || state === "prioritized" || state === "waiting-children";
 }

@@ -28,3 +28,18 @@ export async function redisPersistenceWarnings(redis: Redis): Promise<string[]> 
   if (aof !== "yes") warnings.push("appendonly is off; a Redis restart loses queued jobs and claims");
   return warnings;
 }
+
+/** What ioredis and Redis say when Redis is away, restarting or failing over. */
+const UNAVAILABLE =
+  /Connection is closed|enableOfflineQueue|Command timed out|Reached the max retries per request|ECONNREFUSED|ECONNRESET|ETIMEDOUT|^LOADING|^READONLY|^CLUSTERDOWN|^TRYAGAIN|^MASTERDOWN|^BUSY/;
+
+/**
+ * True when an error says Redis is unreachable (a blip, a restart, a failover), not that a
+ * command was wrong: not the message's fault, so its job waits rather than spending attempts.
+ */
+export function isRedisUnavailable(error: unknown): boolean {
+  if (!(error instanceof Error)) return false;
+  if (error.name === "MaxRetriesPerRequestError") return true;
+  const code = (error as { code?: unknown }).code;
+  return (typeof code === "string" && UNAVAILABLE.test(code)) || UNAVAILABLE.test(error.message);
+}

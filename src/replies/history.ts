@@ -18,10 +18,12 @@ export interface HistoryDeps {
 /** Recent history (our sent replies and the user's messages) followed by the messages to answer. */
 export async function conversationTurns(deps: HistoryDeps, reply: Reply): Promise<ChatTurn[]> {
   const { db, historyMessages } = deps;
-  const [current, earlier, replies] = await Promise.all([
-    db.inboundMessage.findMany({ where: { replyId: reply.id }, orderBy: { sentAt: "asc" } }),
+  const current = await db.inboundMessage.findMany({ where: { replyId: reply.id }, orderBy: [{ sentAt: "asc" }, { createdAt: "asc" }] });
+  const newest = current.reduce((at, m) => (m.createdAt > at ? m.createdAt : at), new Date(0));
+  const [earlier, replies] = await Promise.all([
+    // What came before these messages; messages after them get answers of their own.
     db.inboundMessage.findMany({
-      where: { conversationId: reply.conversationId, text: { not: null }, NOT: { replyId: reply.id } },
+      where: { conversationId: reply.conversationId, text: { not: null }, createdAt: { lte: newest }, NOT: { replyId: reply.id } },
       orderBy: { createdAt: "desc" },
       take: historyMessages,
     }),

@@ -1,17 +1,15 @@
 import type { Config, NumberSettings } from "../config.ts";
 import type { Db } from "../db/client.ts";
 import { PermanentError } from "../errors.ts";
-import type { Conversation } from "../generated/prisma/client.ts";
 import type { Logger } from "../logger.ts";
-import { appendParts } from "./parts.ts";
+import { type ConversationView, type Lease, replaceUnsentWithTemplate } from "./state.ts";
 
 /** Meta accepts free-form messages only within 24 h of the customer's last message (WHATSAPP.md §7). */
 export const SERVICE_WINDOW_MS = 24 * 60 * 60 * 1000;
 
-/** Read at the moment of use: a message that arrived meanwhile extends the window. */
-export async function windowOpen(db: Db, conversationId: string): Promise<boolean> {
-  const { lastInboundAt } = await db.conversation.findUniqueOrThrow({ where: { id: conversationId }, select: { lastInboundAt: true } });
-  return lastInboundAt !== null && Date.now() - lastInboundAt.getTime() < SERVICE_WINDOW_MS;
+/** `lastInboundAt` as read at the moment of use: a message that arrived meanwhile extends the window. */
+export function windowOpen(lastInboundAt: Date | null, now = Date.now()): boolean {
+  return lastInboundAt !== null && now - lastInboundAt.getTime() < SERVICE_WINDOW_MS;
 }
 
 /**
@@ -21,7 +19,9 @@ export async function windowOpen(db: Db, conversationId: string): Promise<boolea
  */
 export async function templateInstead(
   deps: { db: Db; numbers: Config["numbers"] },
-  conversation: Conversation, replyId: string,
+  lease: Lease,
+  conversation: ConversationView,
+  replyId: string,
   log: Logger,
 ): Promise<void> {
   const template: NumberSettings["windowClosedTemplate"] = deps.numbers.get(conversation.phoneNumberId)?.windowClosedTemplate;
@@ -33,11 +33,6 @@ export async function templateInstead(
       detail: { lastInboundAt: conversation.lastInboundAt?.toISOString() },
     });
   }
-  await deps.db.$transaction(async (tx) => {
-    await tx.outboundMessage.deleteMany({ where: { replyId, sendState: { not: "accepted" } } });
-    const text = `[Template "${template.name}" (${template.language}): the 24-hour window had closed]`;
-    await appendParts(tx, replyId, [text], template.name);
-    await tx.reply.update({ where: { id: replyId }, data: { state: "ready", text } });
-  });
+  await replaceUnsentWithTemplate(deps.db, lease, replyId, template);
   log.info({ event: "reply.template_instead", template: template.name }, "window closed: sending the number's template instead");
 }

@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyPluginAsync } from "fastify";
 import type { Metrics } from "../http/metrics.ts";
 import type { Redis } from "ioredis";
-import { enqueueInbound, enqueueStatus, type Queues } from "../queue/queues.ts";
+import { enqueueInbound, enqueueStatus, inboundJobId, type Queues, statusJobId } from "../queue/queues.ts";
 import { claimAndEnqueue, type ClaimSettings } from "./claim.ts";
 import { walkWebhook } from "./payload.ts";
 import { safeEqual, verifyMetaSignature } from "./signature.ts";
@@ -66,10 +66,8 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
             request.log.info({ event: "webhook.ignored", reason: item.reason, where: item.where }, "item ignored");
             return;
           }
-          const key =
-            item.kind === "message"
-              ? `${deps.keyPrefix}:claim:msg:${item.message.id}`
-              : `${deps.keyPrefix}:claim:st:${item.status.id}:${item.status.status}`;
+          // The claim is named after the job it guards: one hashed id, safe from hostile wamids.
+          const key = `${deps.keyPrefix}:claim:${item.kind === "message" ? inboundJobId(item.message.id) : statusJobId(item.status.id, item.status.status)}`;
           const outcome = await claimAndEnqueue(deps.redis, key, deps.claim, () =>
             item.kind === "message" ? enqueueInbound(deps.queues, item) : enqueueStatus(deps.queues, item),
           ).catch((error: unknown) => {

@@ -36,8 +36,6 @@ export interface GraphClientOptions {
   version: string;
   accessToken: string;
   timeoutMs: number;
-  /** The retry floor after an ambiguous send: time for a status webhook to reconcile it (law 5). */
-  reconcileWaitMs: number;
 }
 
 export interface SendTextInput {
@@ -91,7 +89,10 @@ export class GraphClient {
       throw new PermanentError({ source: "graph", code: "media_too_large", reason: `The file is ${size} bytes; the limit is ${maxBytes}` });
     }
     const response = await this.fetch(url, { method: "GET" });
-    if (!response.ok) throw graphFailure(response, await response.json().catch(() => undefined));
+    if (!response.ok) {
+      const text = await response.text().catch(() => "");
+      throw graphFailure(response, safeJson(text), text);
+    }
     const data = Buffer.from(await response.arrayBuffer());
     if (data.length > maxBytes) {
       throw new PermanentError({ source: "graph", code: "media_too_large", reason: `The file is ${data.length} bytes; the limit is ${maxBytes}` });
@@ -118,18 +119,23 @@ export class GraphClient {
       method,
       ...(payload === undefined ? {} : { headers: { "content-type": "application/json" }, body: JSON.stringify(payload) }),
     });
-    const text = await response.text().catch(() => "");
-    let body: unknown;
+    let text: string;
     try {
-      body = text ? JSON.parse(text) : undefined;
-    } catch {
-      body = undefined;
+      text = await response.text();
+    } catch (error) {
+      // The answer broke off: whatever it said, Meta may have acted on the request.
+      throw new RetryableError({ source: "graph", code: "answer_lost", reason: `Meta's answer (HTTP ${response.status}) broke off before it was read`, ambiguous: true, cause: error });
     }
+    const body = safeJson(text);
     if (response.ok) return body;
-    throw graphFailure(response, body);
+    throw graphFailure(response, body, text);
   }
 
-  /** Every call carries the token and a timeout; a transport failure is retryable and, for a send, ambiguous. */
+  /**
+   * Every call carries the token and a timeout. A transport failure is retryable; for a send it
+   * is ambiguous (Meta may have taken the message, law 5) unless the connection was never made,
+   * so nothing was written.
+   */
   private async fetch(url: string, init: { method: string; headers?: Record<string, string>; body?: string }): Promise<Response> {
     try {
       return await fetch(url, {
@@ -143,37 +149,67 @@ export class GraphClient {
         signal: AbortSignal.timeout(this.options.timeoutMs),
       });
     } catch (error) {
-      const timedOut = error instanceof Error && error.name === "TimeoutError";
-      throw new RetryableError({
-        source: "graph",
-        code: timedOut ? "timeout" : "network",
-        reason: timedOut ? `Meta did not answer within ${this.options.timeoutMs} ms` : "Could not reach Meta's Graph API",
-        ambiguous: true,
-        minDelayMs: this.options.reconcileWaitMs,
-        cause: error,
-      });
+      throw transportFailure(error, this.options.timeoutMs);
     }
+  }
+}
+
+/** Connection failures before a byte of the request could be written: Meta cannot have it. */
+const NOT_CONNECTED = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "ENETUNREACH", "EHOSTUNREACH", "UND_ERR_CONNECT_TIMEOUT"]);
+
+function transportFailure(error: unknown, timeoutMs: number): RetryableError {
+  const timedOut = error instanceof Error && error.name === "TimeoutError";
+  const code = (error as { cause?: { code?: unknown } }).cause?.code;
+  const neverConnected = typeof code === "string" && NOT_CONNECTED.has(code);
+  return new RetryableError({
+    source: "graph",
+    code: timedOut ? "timeout" : neverConnected ? "unreachable" : "network",
+    reason: timedOut
+      ? `Meta did not answer within ${timeoutMs} ms`
+      : neverConnected
+        ? "Could not connect to Meta's Graph API"
+        : "The connection to Meta's Graph API broke off",
+    detail: typeof code === "string" ? { cause: code } : undefined,
+    ambiguous: !neverConnected,
+    cause: error,
+  });
+}
+
+function safeJson(text: string): unknown {
+  if (!text) return undefined;
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
   }
 }
 
 function acceptedWamid(body: unknown): { wamid: string } {
   const parsed = sendResponseSchema.safeParse(body);
   if (!parsed.success) {
-    // Meta answered 2xx, so the message was probably accepted: retrying could send it twice.
-    throw new PermanentError({ source: "graph", reason: "Meta accepted the send but returned no message id", detail: { body } });
+    // Meta answered 2xx, so the message was probably taken, but we cannot tell which wamid it
+    // has: a maybe-sent part, reconciled by its status webhook (law 5).
+    throw new RetryableError({ source: "graph", code: "unreadable_answer", reason: "Meta accepted the send but its answer carried no message id", detail: { body }, ambiguous: true });
   }
   return { wamid: parsed.data.messages[0]!.id };
 }
 
-function graphFailure(response: Response, body: unknown): RetryableError | PermanentError {
+/**
+ * Meta refused, with its own error body: a proof that it did not take the message, keyed on
+ * `error.code` (WHATSAPP.md §6). Any other answer (an edge proxy's HTML page, an empty 5xx)
+ * proves nothing about the request behind it: ambiguous.
+ */
+function graphFailure(response: Response, body: unknown, text: string): RetryableError | PermanentError {
   const parsed = graphErrorSchema.safeParse(body);
   if (!parsed.success) {
     const retry = response.status === 429 || response.status >= 500;
     const init = {
       source: "graph" as const,
       code: `http_${response.status}`,
-      reason: `Meta answered HTTP ${response.status} without an error body`,
+      reason: `Meta answered HTTP ${response.status} without a Graph error body${text ? "" : " (empty)"}`,
+      detail: { httpStatus: response.status, contentType: response.headers.get("content-type") ?? undefined, body: text.slice(0, 300) || undefined },
       minDelayMs: retryAfterMs(response),
+      ambiguous: true,
     };
     return retry ? new RetryableError(init) : new PermanentError(init);
   }

@@ -15,9 +15,17 @@ export interface RecordedRequest {
   at: number;
 }
 
+/**
+ * How the fake answers a send. A send it answers with 200, however late (`delayMs` past the
+ * client's timeout), Meta took; `html` is what an edge proxy says in Meta's place.
+ */
 export type ScriptedAnswer =
   | { status: number; body?: unknown; delayMs?: number; headers?: Record<string, string> }
+  | { status: number; html: string; delayMs?: number }
   | { hang: true };
+
+/** An edge proxy's error page, as a 502 or 504 from in front of Graph looks. */
+export const PROXY_502_PAGE = "<html><head><title>502 Bad Gateway</title></head><body><center><h1>502 Bad Gateway</h1></center></body></html>";
 
 export class FakeGraph {
   readonly requests: RecordedRequest[] = [];
@@ -95,6 +103,11 @@ export class FakeGraph {
     const answer = this.script.shift();
     if (answer && "hang" in answer) return; // never answers: the client's timeout fires
     if (answer?.delayMs) await new Promise((r) => setTimeout(r, answer.delayMs));
+    if (answer && "html" in answer) {
+      res.writeHead(answer.status, { "content-type": "text/html" });
+      res.end(answer.html);
+      return;
+    }
     if (answer && answer.status !== 200) return json(res, answer.status, answer.body, answer.headers);
     const wamid = `wamid.OUT${++this.counter}`;
     return json(res, 200, answer?.body ?? {

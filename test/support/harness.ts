@@ -57,6 +57,8 @@ export interface HarnessOptions {
   workers?: number;
   /** Where the system's logs go (default: nowhere, or TEST_LOG_LEVEL to stdout). */
   logger?: Logger;
+  /** A Postgres server of the test's own (test/support/private-postgres.ts), instead of the shared one. */
+  databaseUrl?: string;
 }
 
 export interface Harness {
@@ -87,7 +89,7 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
     GRAPH_API_BASE_URL: graph.url,
     ANTHROPIC_BASE_URL: claude.url,
     QUEUE_PREFIX: prefix,
-    DATABASE_URL: withSchema(TEST_DATABASE_URL, schema),
+    DATABASE_URL: withSchema(options.databaseUrl ?? TEST_DATABASE_URL, schema),
     ...options.env,
   });
   const config = loadConfig(env);
@@ -117,7 +119,7 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
     startWorkers(count = Math.max(1, options.workers ?? 1)) {
       for (let i = 0; i < count; i++) {
         const connection = createWorkerRedis(config.redisUrl);
-        const workers = startConfiguredWorkers(config, { db, queues, logger, metrics, connection });
+        const workers = startConfiguredWorkers(config, { db, logger, metrics, connection });
         running.push({ workers, connection });
       }
     },
@@ -148,7 +150,7 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
       await deleteKeys(redis, prefix).catch(() => undefined);
       await redis.quit().catch(() => undefined);
       await db.$disconnect();
-      await dropSchema(schema);
+      await dropSchema(schema, options.databaseUrl);
       await Promise.all([graph.stop(), claude.stop()]);
     },
   };
@@ -179,8 +181,8 @@ async function deleteKeys(redis: Redis, prefix: string): Promise<void> {
   } while (cursor !== "0");
 }
 
-export async function dropSchema(schema: string): Promise<void> {
-  const client = new pg.Client({ connectionString: TEST_DATABASE_URL });
+export async function dropSchema(schema: string, databaseUrl = TEST_DATABASE_URL): Promise<void> {
+  const client = new pg.Client({ connectionString: databaseUrl });
   await client.connect();
   await client.query(`DROP SCHEMA IF EXISTS ${pg.escapeIdentifier(schema)} CASCADE`);
   await client.end();

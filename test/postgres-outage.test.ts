@@ -1,0 +1,98 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { isDatabaseUnavailable } from "../src/db/client.ts";
+import { eventually, type Harness, settle, startHarness } from "./support/harness.ts";
+import { PrivatePostgres } from "./support/private-postgres.ts";
+import { textWebhook } from "./support/webhook-bodies.ts";
+
+/**
+ * Law 6 under the fault that threatens it: Postgres goes away (a failover, a restart), for
+ * real: a server of this file's own, stopped with `pg_ctl -m immediate` and started again.
+ * Its absence is not the messages' fault: no job spends its attempts on it, nothing ends in
+ * BullMQ's failed set, and what Claude wrote meanwhile is not paid for twice (law 4).
+ */
+
+let pg: PrivatePostgres;
+let h: Harness | undefined;
+beforeAll(async () => {
+  pg = await PrivatePostgres.start();
+});
+afterEach(async () => {
+  await pg.resume().catch(() => undefined); // a test that failed mid-outage leaves it stopped
+  await h?.close();
+  h = undefined;
+});
+afterAll(async () => pg?.destroy());
+
+/** Two attempts, each retry within 300 ms: an outage of seconds outlasts the whole budget. */
+const SMALL_BUDGET = { JOB_ATTEMPTS: "2", RETRY_BASE_DELAY_MS: "50", RETRY_MAX_DELAY_MS: "300", REPLY_DEBOUNCE_MS: "0" };
+
+async function failedJobs(h: Harness): Promise<number> {
+  const counts = await Promise.all([h.queues.inbound, h.queues.reply, h.queues.status].map((q) => q.getJobCounts("failed")));
+  return counts.reduce((sum, c) => sum + (c.failed ?? 0), 0);
+}
+
+describe("Postgres away for longer than the retry budget", () => {
+  it("every message written meanwhile is answered once when it returns; no job spends its attempts or ends in the failed set", async () => {
+    h = await startHarness({ databaseUrl: pg.url, env: SMALL_BUDGET });
+    await pg.crash();
+    const customers = ["491510000001", "491510000002", "491510000003", "491510000004", "491510000005"];
+    for (const from of customers) expect((await h.deliver(textWebhook({ text: `hi from ${from}`, from }).body)).statusCode).toBe(200);
+    // Ten times the whole retry budget: on a budget-spending worker every job would have failed for good by now.
+    await settle(3000);
+    expect(await failedJobs(h)).toBe(0);
+
+    await pg.resume();
+    await eventually(() => h!.graph.sends.length === customers.length, "every customer to be answered", 30_000);
+    await settle();
+    expect(h.graph.sends.map((s) => s.body.to).sort()).toEqual(customers);
+    expect(h.claude.requests).toHaveLength(customers.length);
+    expect(await h.db.deadLetter.count()).toBe(0);
+    expect(await failedJobs(h)).toBe(0);
+    const inbound = await h.queues.inbound.getJobs(["completed"]);
+    // Each ran more than once (it waited for the database) and spent one attempt: the one that succeeded.
+    expect(inbound.map((j) => j.attemptsMade)).toEqual(customers.map(() => 1));
+    expect(inbound.every((j) => j.attemptsStarted > 1)).toBe(true);
+  }, 60_000);
+
+  it("Claude's answer that arrives while Postgres is away is kept in the job, then stored and sent without a second Claude call", async () => {
+    h = await startHarness({ databaseUrl: pg.url, env: SMALL_BUDGET });
+    h.claude.latencyMs = 1500;
+    await h.deliver(textWebhook({ text: "what are your opening hours?" }).body);
+    await eventually(() => h!.claude.inFlight === 1, "Claude to be writing the answer");
+    await pg.crash();
+    await eventually(() => h!.claude.inFlight === 0, "Claude to answer", 10_000);
+
+    const kept = await eventually(async () => {
+      const jobs = await h!.queues.reply.getJobs(["delayed", "waiting", "active"]);
+      return jobs.find((j) => j.data.draft)?.data.draft;
+    }, "the answer to be kept in the reply job's data (Redis)");
+    expect(kept.text).toBe("Reply #1");
+    await settle(1000); // the job keeps waiting for the database, spending no attempt
+
+    await pg.resume();
+    await eventually(() => h!.graph.sends.length === 1, "the kept answer to be sent", 30_000);
+    await settle();
+    expect(h.graph.sentTexts).toEqual(["Reply #1"]);
+    expect(h.claude.requests).toHaveLength(1);
+    expect(await h.db.reply.findFirstOrThrow()).toMatchObject({ state: "sent", text: "Reply #1" });
+    expect(await failedJobs(h)).toBe(0);
+  }, 60_000);
+});
+
+describe("telling an outage from a bad request", () => {
+  it("recognises what Prisma and the pg driver throw when Postgres is gone, and nothing else", async () => {
+    h = await startHarness({ databaseUrl: pg.url, workers: 0 });
+    await h.db.contact.count(); // a pooled connection that will break
+    await pg.crash();
+    const errors: unknown[] = [];
+    for (const query of [() => h!.db.contact.count(), () => h!.db.contact.count(), () => h!.db.$queryRaw`SELECT 1`, () => h!.db.$transaction(async (tx) => tx.contact.count())]) {
+      errors.push(await query().then(() => undefined, (error: unknown) => error));
+    }
+    expect(errors.every((e) => e !== undefined && isDatabaseUnavailable(e))).toBe(true);
+    await pg.resume();
+    const badRequest = await h.db.$queryRaw`SELECT * FROM no_such_table`.then(() => undefined, (error: unknown) => error);
+    expect(badRequest).toBeDefined();
+    expect(isDatabaseUnavailable(badRequest)).toBe(false);
+    expect(isDatabaseUnavailable(new Error("reply has no messages to answer"))).toBe(false);
+  }, 60_000);
+});
