@@ -28,6 +28,15 @@ const int = (name: string, fallback: number, min: number, max: number) =>
       return parsed;
     });
 
+/**
+ * A URL as it may be shown in an error: whatever precedes its last "@" is credentials
+ * (`redis://:password@host`), and start-up errors land in terminals and log collectors.
+ * Works on strings that do not parse, which are the ones we echo.
+ */
+function redactUrl(raw: string): string {
+  return raw.replace(/^([a-z][a-z0-9+.-]*:\/\/)?[^]*@/i, "$1***@");
+}
+
 const url = (name: string, fallback: string) =>
   z
     .string()
@@ -37,7 +46,7 @@ const url = (name: string, fallback: string) =>
       try {
         return new URL(raw).toString().replace(/\/$/, "");
       } catch {
-        ctx.addIssue({ code: "custom", message: `${name} must be a URL, got "${raw}"` });
+        ctx.addIssue({ code: "custom", message: `${name} must be a URL, got "${redactUrl(raw)}"` });
         return z.NEVER;
       }
     });
