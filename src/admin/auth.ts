@@ -78,8 +78,8 @@ export function registerStaffAuth(app: FastifyInstance, deps: StaffAuthDeps): vo
     const body = signInBody.safeParse(request.body ?? {});
     if (!body.success) return reply.code(400).send({ error: "body must be { email, password }" });
     const email = body.data.email.trim().toLowerCase();
-    const limited = await overLimit(deps, `email:${email}`, SIGN_IN_LIMIT.perEmail) || (await overLimit(deps, `ip:${request.ip}`, SIGN_IN_LIMIT.perAddress));
-    if (limited) {
+    const [forEmail = 0, forAddress = 0] = await countSignInAttempts(deps, [`email:${email}`, `ip:${request.ip}`]);
+    if (forEmail > SIGN_IN_LIMIT.perEmail || forAddress > SIGN_IN_LIMIT.perAddress) {
       request.log.warn({ event: "staff.sign_in_limited" }, "too many sign-in attempts");
       return reply.code(429).header("retry-after", String(SIGN_IN_LIMIT.windowMs / 1000)).send({ error: "too many attempts; try again later" });
     }
@@ -112,11 +112,25 @@ function unauthorized(reply: FastifyReply) {
   return reply.code(401).header("www-authenticate", "Bearer").send({ error: "unauthorized" });
 }
 
-async function overLimit(deps: StaffAuthDeps, who: string, max: number): Promise<boolean> {
-  const key = `${deps.keyPrefix}:signin:${who}`;
-  const count = await deps.redis.incr(key);
-  if (count === 1) await deps.redis.pexpire(key, SIGN_IN_LIMIT.windowMs);
-  return count > max;
+/**
+ * Counts one attempt on each counter and returns the counts. INCR and PEXPIRE ... NX (Redis 7)
+ * go in one MULTI, so no crash or error between them can leave a counter that never expires
+ * (a lockout for good); NX starts the window only on a counter that has none, which also
+ * repairs such a counter. One key per command, all under the queue prefix's hash tag: one
+ * slot in a Redis Cluster.
+ */
+async function countSignInAttempts(deps: StaffAuthDeps, counters: string[]): Promise<number[]> {
+  const multi = deps.redis.multi();
+  for (const counter of counters) {
+    const key = `${deps.keyPrefix}:signin:${counter}`;
+    multi.incr(key).pexpire(key, SIGN_IN_LIMIT.windowMs, "NX");
+  }
+  const replies = await multi.exec();
+  if (!replies) throw new Error("sign-in counters: MULTI was aborted");
+  const failed = replies.find(([error]) => error);
+  if (failed) throw failed[0];
+  // Replies alternate: INCR's count, then PEXPIRE's 0 or 1.
+  return replies.filter((_, index) => index % 2 === 0).map(([, count]) => Number(count));
 }
 
 
