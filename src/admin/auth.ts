@@ -14,8 +14,12 @@ import { PUBLIC_ROUTES } from "./page.ts";
 
 const API_ACTOR = "api";
 const SESSION_COOKIE = "wa_staff";
-/** Per email and per address, in a 15-minute window. */
-const SIGN_IN_LIMIT = { perEmail: 5, perAddress: 20, windowMs: 15 * 60 * 1000 };
+/**
+ * Attempts per email from one address, and per address, in a 15-minute window. The email's
+ * limit is per address too: counted per email alone, anyone could lock every staff member out
+ * by guessing wrong five times for each; this way an attacker locks out only themselves.
+ */
+const SIGN_IN_LIMIT = { perEmailAndAddress: 5, perAddress: 20, windowMs: 15 * 60 * 1000 };
 
 declare module "fastify" {
   interface FastifyRequest {
@@ -78,8 +82,8 @@ export function registerStaffAuth(app: FastifyInstance, deps: StaffAuthDeps): vo
     const body = signInBody.safeParse(request.body ?? {});
     if (!body.success) return reply.code(400).send({ error: "body must be { email, password }" });
     const email = body.data.email.trim().toLowerCase();
-    const [forEmail = 0, forAddress = 0] = await countSignInAttempts(deps, [`email:${email}`, `ip:${request.ip}`]);
-    if (forEmail > SIGN_IN_LIMIT.perEmail || forAddress > SIGN_IN_LIMIT.perAddress) {
+    const [forEmail = 0, forAddress = 0] = await countSignInAttempts(deps, [`email:${encodeURIComponent(email)}:${request.ip}`, `ip:${request.ip}`]);
+    if (forEmail > SIGN_IN_LIMIT.perEmailAndAddress || forAddress > SIGN_IN_LIMIT.perAddress) {
       request.log.warn({ event: "staff.sign_in_limited" }, "too many sign-in attempts");
       return reply.code(429).header("retry-after", String(SIGN_IN_LIMIT.windowMs / 1000)).send({ error: "too many attempts; try again later" });
     }
