@@ -10,7 +10,7 @@ import type { Redis } from "ioredis";
 import { webhookRoutes } from "./webhook/routes.ts";
 
 export interface AppDeps {
-  config: Pick<Config, "whatsapp" | "adminToken" | "adminSecureCookies" | "claim" | "queuePrefix">;
+  config: Pick<Config, "whatsapp" | "adminToken" | "adminSecureCookies" | "claim" | "queuePrefix" | "trustProxy">;
   logger: Logger;
   redis: Redis;
   queues: Queues;
@@ -25,6 +25,9 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     loggerInstance: deps.logger as FastifyBaseLogger,
     // Law 11: the process never crashes on input; unknown errors answer a generic 500.
     return503OnClosing: true,
+    // Behind a load balancer (DESIGN.md §5) the socket's address is the balancer's; request.ip
+    // must be the client's, or the sign-in limits would count every person as one.
+    trustProxy: fastifyTrustProxy(deps.config.trustProxy),
   });
 
   app.setErrorHandler((error: Error & { statusCode?: number }, request, reply) => {
@@ -58,4 +61,13 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     }),
   );
   return app;
+}
+
+/**
+ * Fastify 5.12 ignores a bare hop count (it trusts nothing then), so n hops is said as a
+ * function: trust the n nearest senders, which is right when every way in passes n proxies.
+ */
+function fastifyTrustProxy(trust: Config["trustProxy"]): boolean | string[] | ((address: string, hop: number) => boolean) {
+  if (typeof trust === "number") return (_address, hop) => hop < trust;
+  return typeof trust === "boolean" ? trust : [...trust];
 }

@@ -1,4 +1,5 @@
 import { readFileSync } from "node:fs";
+import { isIP } from "node:net";
 import { dirname, resolve } from "node:path";
 import { z } from "zod";
 
@@ -51,6 +52,43 @@ const url = (name: string, fallback: string) =>
       }
     });
 
+/** proxy-addr's names for address ranges, which Fastify's trustProxy accepts beside addresses and CIDRs. */
+const PROXY_RANGE_NAMES = new Set(["loopback", "linklocal", "uniquelocal"]);
+
+function isAddressOrRange(entry: string): boolean {
+  if (PROXY_RANGE_NAMES.has(entry)) return true;
+  const [address = "", bits, ...rest] = entry.split("/");
+  const family = isIP(address);
+  if (family === 0 || rest.length > 0) return false;
+  if (bits === undefined) return true;
+  if (family === 4 && isIP(bits) === 4) return true; // 10.0.0.0/255.0.0.0
+  return /^\d{1,3}$/.test(bits) && Number(bits) <= (family === 4 ? 32 : 128);
+}
+
+/**
+ * Whose X-Forwarded-For to believe: nobody (the default: a client could write any address
+ * there), everyone, the nearest n hops, or the listed proxies (addresses, CIDRs).
+ */
+const trustProxy = z
+  .string()
+  .optional()
+  .transform((value, ctx): boolean | number | string[] => {
+    const raw = value?.trim() ?? "";
+    if (raw === "" || raw === "false" || raw === "0") return false;
+    if (raw === "true") return true;
+    if (/^\d+$/.test(raw)) return Number(raw);
+    const entries = raw.split(",").map((entry) => entry.trim());
+    const bad = entries.filter((entry) => !isAddressOrRange(entry));
+    if (bad.length > 0) {
+      ctx.addIssue({
+        code: "custom",
+        message: `TRUST_PROXY must be "true", "false", a number of hops or a comma-separated list of addresses and CIDRs; not an address: ${bad.map((b) => `"${b}"`).join(", ")}`,
+      });
+      return z.NEVER;
+    }
+    return entries;
+  });
+
 /** A comma-separated list, matched case-insensitively against a whole message. */
 const keywords = (fallback: string) =>
   z
@@ -69,6 +107,7 @@ const sayOrNothing = (fallback: string) => z.string().optional().transform((valu
 const envSchema = z.object({
   PORT: int("PORT", 3000, 0, 65535),
   HOST: z.string().optional().default("0.0.0.0"),
+  TRUST_PROXY: trustProxy,
   WHATSAPP_VERIFY_TOKEN: required("WHATSAPP_VERIFY_TOKEN"),
   WHATSAPP_APP_SECRET: required("WHATSAPP_APP_SECRET"),
   WHATSAPP_ACCESS_TOKEN: required("WHATSAPP_ACCESS_TOKEN"),
@@ -189,6 +228,11 @@ export const ENV_VARIABLES: readonly string[] = Object.keys(envSchema.shape);
 export interface Config {
   readonly port: number;
   readonly host: string;
+  /**
+   * Which proxies' X-Forwarded-For names the client (request.ip, which the sign-in limits
+   * count by): none, all, the nearest n hops, or these addresses and CIDRs.
+   */
+  readonly trustProxy: boolean | number | readonly string[];
   readonly whatsapp: {
     readonly verifyToken: string;
     readonly appSecret: string;
@@ -282,6 +326,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
   return Object.freeze({
     port: e.PORT,
     host: e.HOST,
+    trustProxy: e.TRUST_PROXY,
     whatsapp: {
       verifyToken: e.WHATSAPP_VERIFY_TOKEN,
       appSecret: e.WHATSAPP_APP_SECRET,

@@ -43,6 +43,22 @@ describe("configuration", () => {
     expect(problems).toHaveLength(6);
   });
 
+  it("TRUST_PROXY trusts no X-Forwarded-For by default; else all, a number of hops, or the listed proxies", () => {
+    expect(loadConfig(testEnv()).trustProxy).toBe(false);
+    expect(loadConfig(testEnv({ TRUST_PROXY: "false" })).trustProxy).toBe(false);
+    expect(loadConfig(testEnv({ TRUST_PROXY: "true" })).trustProxy).toBe(true);
+    expect(loadConfig(testEnv({ TRUST_PROXY: "2" })).trustProxy).toBe(2);
+    expect(loadConfig(testEnv({ TRUST_PROXY: "10.0.0.0/8, 192.168.1.7,fd00::/8,loopback" })).trustProxy).toEqual([
+      "10.0.0.0/8",
+      "192.168.1.7",
+      "fd00::/8",
+      "loopback",
+    ]);
+    expect(problemsOf(testEnv({ TRUST_PROXY: "10.0.0.0/33, lb.internal" }))).toEqual([
+      'TRUST_PROXY must be "true", "false", a number of hops or a comma-separated list of addresses and CIDRs; not an address: "10.0.0.0/33", "lb.internal"',
+    ]);
+  });
+
   it("an unreadable SYSTEM_PROMPT_FILE is named", () => {
     expect(problemsOf(testEnv({ SYSTEM_PROMPT_FILE: "/nonexistent/prompt.txt" }))[0]).toMatch(/^SYSTEM_PROMPT_FILE cannot be read/);
   });

@@ -82,6 +82,7 @@ export function registerStaffAuth(app: FastifyInstance, deps: StaffAuthDeps): vo
     const body = signInBody.safeParse(request.body ?? {});
     if (!body.success) return reply.code(400).send({ error: "body must be { email, password }" });
     const email = body.data.email.trim().toLowerCase();
+    // request.ip is the client's own address when TRUST_PROXY names the load balancer.
     const [forEmail = 0, forAddress = 0] = await countSignInAttempts(deps, [`email:${encodeURIComponent(email)}:${request.ip}`, `ip:${request.ip}`]);
     if (forEmail > SIGN_IN_LIMIT.perEmailAndAddress || forAddress > SIGN_IN_LIMIT.perAddress) {
       request.log.warn({ event: "staff.sign_in_limited" }, "too many sign-in attempts");
