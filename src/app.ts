@@ -10,7 +10,7 @@ import type { Redis } from "ioredis";
 import { webhookRoutes } from "./webhook/routes.ts";
 
 export interface AppDeps {
-  config: Pick<Config, "whatsapp" | "adminToken" | "adminSecureCookies" | "claim" | "queuePrefix" | "trustProxy">;
+  config: Pick<Config, "whatsapp" | "adminToken" | "adminSecureCookies" | "claim" | "queuePrefix" | "trustProxy" | "metrics">;
   logger: Logger;
   redis: Redis;
   queues: Queues;
@@ -38,7 +38,10 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   });
 
   app.register(healthRoutes({ redis: deps.redis, db: deps.db }));
-  app.register(metricsRoutes({ metrics: deps.metrics, queues: deps.queues, db: deps.db }));
+  // The webhook's port faces the internet: metrics (queue depths, error rates) are served here
+  // only to METRICS_TOKEN's bearer; without it, not at all (buildMetricsApp serves them).
+  const metricsToken = deps.config.metrics.token;
+  if (metricsToken) app.register(metricsRoutes({ metrics: deps.metrics, queues: deps.queues, db: deps.db, bearerToken: metricsToken }));
   app.register(
     webhookRoutes({
       redis: deps.redis,
@@ -60,6 +63,25 @@ export function buildApp(deps: AppDeps): FastifyInstance {
       secureCookies: deps.config.adminSecureCookies,
     }),
   );
+  return app;
+}
+
+export interface MetricsAppDeps {
+  logger: Logger;
+  queues: Queues;
+  db: Db;
+  metrics: Metrics;
+}
+
+/** The metrics listener (METRICS_PORT), in every role: a worker-only process has its own counters to show. */
+export function buildMetricsApp(deps: MetricsAppDeps): FastifyInstance {
+  const app = Fastify({
+    loggerInstance: deps.logger as FastifyBaseLogger,
+    // A scrape every few seconds is not news; failures to collect are still logged.
+    disableRequestLogging: true,
+    return503OnClosing: true,
+  });
+  app.register(metricsRoutes({ metrics: deps.metrics, queues: deps.queues, db: deps.db }));
   return app;
 }
 

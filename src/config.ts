@@ -108,6 +108,14 @@ const envSchema = z.object({
   PORT: int("PORT", 3000, 0, 65535),
   HOST: z.string().optional().default("0.0.0.0"),
   TRUST_PROXY: trustProxy,
+  METRICS_PORT: int("METRICS_PORT", 9464, 0, 65535),
+  METRICS_HOST: z.string().trim().optional(),
+  METRICS_TOKEN: z
+    .string()
+    .trim()
+    .optional()
+    .transform((v) => v || undefined)
+    .refine((v) => v === undefined || v.length >= 16, { error: "METRICS_TOKEN must be at least 16 characters" }),
   WHATSAPP_VERIFY_TOKEN: required("WHATSAPP_VERIFY_TOKEN"),
   WHATSAPP_APP_SECRET: required("WHATSAPP_APP_SECRET"),
   WHATSAPP_ACCESS_TOKEN: required("WHATSAPP_ACCESS_TOKEN"),
@@ -233,6 +241,11 @@ export interface Config {
    * count by): none, all, the nearest n hops, or these addresses and CIDRs.
    */
   readonly trustProxy: boolean | number | readonly string[];
+  /**
+   * Prometheus scrapes `/metrics` on a listener of its own (port 0: none), in every role, so
+   * the webhook's public port need not serve it; there it answers only with the token's bearer.
+   */
+  readonly metrics: { readonly port: number; readonly host: string; readonly token: string | undefined };
   readonly whatsapp: {
     readonly verifyToken: string;
     readonly appSecret: string;
@@ -321,12 +334,17 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
 
   const numbers = env.PHONE_NUMBERS_FILE ? loadNumbers(env.PHONE_NUMBERS_FILE, problems) : new Map<string, NumberSettings>();
 
+  if (parsed.success && parsed.data.METRICS_PORT !== 0 && parsed.data.METRICS_PORT === parsed.data.PORT) {
+    problems.push(`METRICS_PORT must differ from PORT (both ${parsed.data.PORT}): metrics have a listener of their own; 0 turns it off`);
+  }
+
   if (problems.length > 0 || !parsed.success) throw new ConfigError(problems);
   const e = parsed.data;
   return Object.freeze({
     port: e.PORT,
     host: e.HOST,
     trustProxy: e.TRUST_PROXY,
+    metrics: { port: e.METRICS_PORT, host: e.METRICS_HOST || e.HOST, token: e.METRICS_TOKEN },
     whatsapp: {
       verifyToken: e.WHATSAPP_VERIFY_TOKEN,
       appSecret: e.WHATSAPP_APP_SECRET,
