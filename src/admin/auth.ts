@@ -10,6 +10,7 @@ import { PUBLIC_ROUTES } from "./page.ts";
  * Who is acting on /admin: automation with the ADMIN_TOKEN bearer (attributed as "api"), or a
  * person signed in with a session cookie (httpOnly, SameSite=Strict), whose changes must also
  * carry the session's CSRF token in X-CSRF-Token. Sign-in attempts are rate limited.
+ * `request.operator` says whether the actor may see what only operators see.
  */
 
 const API_ACTOR = "api";
@@ -25,6 +26,8 @@ declare module "fastify" {
   interface FastifyRequest {
     /** "api" or the signed-in person's email; set for every authenticated /admin request. */
     actor: string;
+    /** May see the queues themselves: automation with the ADMIN_TOKEN, or a person with the operator role. */
+    operator: boolean;
   }
 }
 
@@ -48,6 +51,7 @@ function cookieValue(header: string | undefined, name: string): string | undefin
 
 export function registerStaffAuth(app: FastifyInstance, deps: StaffAuthDeps): void {
   app.decorateRequest("actor", "");
+  app.decorateRequest("operator", false);
   const setCookie = (reply: FastifyReply, value: string, maxAgeS: number) =>
     reply.header(
       "set-cookie",
@@ -61,6 +65,7 @@ export function registerStaffAuth(app: FastifyInstance, deps: StaffAuthDeps): vo
     if (header.startsWith("Bearer ")) {
       if (safeEqual(header.slice("Bearer ".length), deps.adminToken)) {
         request.actor = API_ACTOR;
+        request.operator = true;
         return;
       }
       return unauthorized(reply);
@@ -76,6 +81,7 @@ export function registerStaffAuth(app: FastifyInstance, deps: StaffAuthDeps): vo
       }
     }
     request.actor = session.email;
+    request.operator = session.role === "operator";
   });
 
   app.post("/admin/session", async (request, reply) => {
