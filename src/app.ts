@@ -10,7 +10,7 @@ import type { Redis } from "ioredis";
 import { webhookRoutes } from "./webhook/routes.ts";
 
 export interface AppDeps {
-  config: Pick<Config, "whatsapp" | "adminToken" | "adminSecureCookies" | "claim" | "queuePrefix">;
+  config: Pick<Config, "whatsapp" | "adminToken" | "adminSecureCookies" | "claim" | "queuePrefix" | "trustProxy" | "metrics">;
   logger: Logger;
   redis: Redis;
   queues: Queues;
@@ -25,6 +25,9 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     loggerInstance: deps.logger as FastifyBaseLogger,
     // Law 11: the process never crashes on input; unknown errors answer a generic 500.
     return503OnClosing: true,
+    // Behind a load balancer (DESIGN.md §5) the socket's address is the balancer's; request.ip
+    // must be the client's, or the sign-in limits would count every person as one.
+    trustProxy: fastifyTrustProxy(deps.config.trustProxy),
   });
 
   app.setErrorHandler((error: Error & { statusCode?: number }, request, reply) => {
@@ -35,7 +38,10 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   });
 
   app.register(healthRoutes({ redis: deps.redis, db: deps.db }));
-  app.register(metricsRoutes({ metrics: deps.metrics, queues: deps.queues, db: deps.db }));
+  // The webhook's port faces the internet: metrics (queue depths, error rates) are served here
+  // only to METRICS_TOKEN's bearer; without it, not at all (buildMetricsApp serves them).
+  const metricsToken = deps.config.metrics.token;
+  if (metricsToken) app.register(metricsRoutes({ metrics: deps.metrics, queues: deps.queues, db: deps.db, bearerToken: metricsToken }));
   app.register(
     webhookRoutes({
       redis: deps.redis,
@@ -58,4 +64,32 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     }),
   );
   return app;
+}
+
+export interface MetricsAppDeps {
+  logger: Logger;
+  queues: Queues;
+  db: Db;
+  metrics: Metrics;
+}
+
+/** The metrics listener (METRICS_PORT), in every role: a worker-only process has its own counters to show. */
+export function buildMetricsApp(deps: MetricsAppDeps): FastifyInstance {
+  const app = Fastify({
+    loggerInstance: deps.logger as FastifyBaseLogger,
+    // A scrape every few seconds is not news; failures to collect are still logged.
+    disableRequestLogging: true,
+    return503OnClosing: true,
+  });
+  app.register(metricsRoutes({ metrics: deps.metrics, queues: deps.queues, db: deps.db }));
+  return app;
+}
+
+/**
+ * Fastify 5.12 ignores a bare hop count (it trusts nothing then), so n hops is said as a
+ * function: trust the n nearest senders, which is right when every way in passes n proxies.
+ */
+function fastifyTrustProxy(trust: Config["trustProxy"]): boolean | string[] | ((address: string, hop: number) => boolean) {
+  if (typeof trust === "number") return (_address, hop) => hop < trust;
+  return typeof trust === "boolean" ? trust : [...trust];
 }

@@ -1,4 +1,5 @@
 import { readFileSync } from "node:fs";
+import { isIP } from "node:net";
 import { dirname, resolve } from "node:path";
 import { z } from "zod";
 
@@ -28,6 +29,15 @@ const int = (name: string, fallback: number, min: number, max: number) =>
       return parsed;
     });
 
+/**
+ * A URL as it may be shown in an error: whatever precedes its last "@" is credentials
+ * (`redis://:password@host`), and start-up errors land in terminals and log collectors.
+ * Works on strings that do not parse, which are the ones we echo.
+ */
+function redactUrl(raw: string): string {
+  return raw.replace(/^([a-z][a-z0-9+.-]*:\/\/)?[^]*@/i, "$1***@");
+}
+
 const url = (name: string, fallback: string) =>
   z
     .string()
@@ -37,10 +47,47 @@ const url = (name: string, fallback: string) =>
       try {
         return new URL(raw).toString().replace(/\/$/, "");
       } catch {
-        ctx.addIssue({ code: "custom", message: `${name} must be a URL, got "${raw}"` });
+        ctx.addIssue({ code: "custom", message: `${name} must be a URL, got "${redactUrl(raw)}"` });
         return z.NEVER;
       }
     });
+
+/** proxy-addr's names for address ranges, which Fastify's trustProxy accepts beside addresses and CIDRs. */
+const PROXY_RANGE_NAMES = new Set(["loopback", "linklocal", "uniquelocal"]);
+
+function isAddressOrRange(entry: string): boolean {
+  if (PROXY_RANGE_NAMES.has(entry)) return true;
+  const [address = "", bits, ...rest] = entry.split("/");
+  const family = isIP(address);
+  if (family === 0 || rest.length > 0) return false;
+  if (bits === undefined) return true;
+  if (family === 4 && isIP(bits) === 4) return true; // 10.0.0.0/255.0.0.0
+  return /^\d{1,3}$/.test(bits) && Number(bits) <= (family === 4 ? 32 : 128);
+}
+
+/**
+ * Whose X-Forwarded-For to believe: nobody (the default: a client could write any address
+ * there), everyone, the nearest n hops, or the listed proxies (addresses, CIDRs).
+ */
+const trustProxy = z
+  .string()
+  .optional()
+  .transform((value, ctx): boolean | number | string[] => {
+    const raw = value?.trim() ?? "";
+    if (raw === "" || raw === "false" || raw === "0") return false;
+    if (raw === "true") return true;
+    if (/^\d+$/.test(raw)) return Number(raw);
+    const entries = raw.split(",").map((entry) => entry.trim());
+    const bad = entries.filter((entry) => !isAddressOrRange(entry));
+    if (bad.length > 0) {
+      ctx.addIssue({
+        code: "custom",
+        message: `TRUST_PROXY must be "true", "false", a number of hops or a comma-separated list of addresses and CIDRs; not an address: ${bad.map((b) => `"${b}"`).join(", ")}`,
+      });
+      return z.NEVER;
+    }
+    return entries;
+  });
 
 /** A comma-separated list, matched case-insensitively against a whole message. */
 const keywords = (fallback: string) =>
@@ -60,6 +107,15 @@ const sayOrNothing = (fallback: string) => z.string().optional().transform((valu
 const envSchema = z.object({
   PORT: int("PORT", 3000, 0, 65535),
   HOST: z.string().optional().default("0.0.0.0"),
+  TRUST_PROXY: trustProxy,
+  METRICS_PORT: int("METRICS_PORT", 9464, 0, 65535),
+  METRICS_HOST: z.string().trim().optional(),
+  METRICS_TOKEN: z
+    .string()
+    .trim()
+    .optional()
+    .transform((v) => v || undefined)
+    .refine((v) => v === undefined || v.length >= 16, { error: "METRICS_TOKEN must be at least 16 characters" }),
   WHATSAPP_VERIFY_TOKEN: required("WHATSAPP_VERIFY_TOKEN"),
   WHATSAPP_APP_SECRET: required("WHATSAPP_APP_SECRET"),
   WHATSAPP_ACCESS_TOKEN: required("WHATSAPP_ACCESS_TOKEN"),
@@ -182,6 +238,16 @@ export const ENV_VARIABLES: readonly string[] = Object.keys(envSchema.shape);
 export interface Config {
   readonly port: number;
   readonly host: string;
+  /**
+   * Which proxies' X-Forwarded-For names the client (request.ip, which the sign-in limits
+   * count by): none, all, the nearest n hops, or these addresses and CIDRs.
+   */
+  readonly trustProxy: boolean | number | readonly string[];
+  /**
+   * Prometheus scrapes `/metrics` on a listener of its own (port 0: none), in every role, so
+   * the webhook's public port need not serve it; there it answers only with the token's bearer.
+   */
+  readonly metrics: { readonly port: number; readonly host: string; readonly token: string | undefined };
   readonly whatsapp: {
     readonly verifyToken: string;
     readonly appSecret: string;
@@ -272,11 +338,17 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
 
   const numbers = env.PHONE_NUMBERS_FILE ? loadNumbers(env.PHONE_NUMBERS_FILE, problems) : new Map<string, NumberSettings>();
 
+  if (parsed.success && parsed.data.METRICS_PORT !== 0 && parsed.data.METRICS_PORT === parsed.data.PORT) {
+    problems.push(`METRICS_PORT must differ from PORT (both ${parsed.data.PORT}): metrics have a listener of their own; 0 turns it off`);
+  }
+
   if (problems.length > 0 || !parsed.success) throw new ConfigError(problems);
   const e = parsed.data;
   return Object.freeze({
     port: e.PORT,
     host: e.HOST,
+    trustProxy: e.TRUST_PROXY,
+    metrics: { port: e.METRICS_PORT, host: e.METRICS_HOST || e.HOST, token: e.METRICS_TOKEN },
     whatsapp: {
       verifyToken: e.WHATSAPP_VERIFY_TOKEN,
       appSecret: e.WHATSAPP_APP_SECRET,

@@ -1,5 +1,5 @@
 import { existsSync } from "node:fs";
-import { buildApp } from "./app.ts";
+import { buildApp, buildMetricsApp } from "./app.ts";
 import { ConfigError, loadConfig, type Config } from "./config.ts";
 import { createDb } from "./db/client.ts";
 import { migrate } from "./db/migrate.ts";
@@ -56,6 +56,7 @@ async function run(role: Exclude<Role, "migrate">, config: Config, logger: Logge
 
   const metrics = createMetrics({ defaultMetrics: true });
   const app = role !== "worker" ? buildApp({ config, logger, redis, queues, db, metrics }) : undefined;
+  const metricsApp = config.metrics.port !== 0 ? buildMetricsApp({ logger, queues, db, metrics }) : undefined;
   let workers: Workers | undefined;
   let workerRedis: ReturnType<typeof createWorkerRedis> | undefined;
 
@@ -69,6 +70,7 @@ async function run(role: Exclude<Role, "migrate">, config: Config, logger: Logge
     logger.info({ event: "worker.started", concurrency: config.jobs.replyConcurrency }, "worker started");
   }
   if (app) await app.listen({ port: config.port, host: config.host });
+  if (metricsApp) await metricsApp.listen({ port: config.metrics.port, host: config.metrics.host });
 
   let stopping = false;
   const shutdown = async (signal: string) => {
@@ -83,6 +85,7 @@ async function run(role: Exclude<Role, "migrate">, config: Config, logger: Logge
     try {
       await app?.close(); // stop taking webhooks first; in-flight requests finish
       await workers?.close(config.shutdownTimeoutMs);
+      await metricsApp?.close(); // scraped until the workers are done: the drain shows
       await closeQueues(queues);
       await Promise.allSettled([redis.quit(), workerRedis?.quit(), db.$disconnect()]);
       logger.info({ event: "shutdown.done" }, "stopped");

@@ -1,32 +1,88 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { addStaff } from "../src/staff/accounts.ts";
+import { addStaff, setStaffRole } from "../src/staff/accounts.ts";
 import { type Harness, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
 
-/** Issue 4: BullMQ's queues for operators at /admin/queues, behind the same sign-in, with security headers. */
+/**
+ * Issue 4: BullMQ's queues at /admin/queues, behind the same sign-in, with security headers.
+ * Issue 7 (10.5): for operators only, and read-only.
+ */
+
+const PASSWORD = "correct horse battery staple";
 
 let h: Harness;
 beforeAll(async () => {
   h = await startHarness({ workers: 0 });
-  await addStaff(h.db, "ops@example.com", "correct horse battery staple");
+  await addStaff(h.db, "ops@example.com", PASSWORD, "operator");
+  await addStaff(h.db, "ana@example.com", PASSWORD);
 });
 afterAll(async () => h?.close());
 
+async function sessionCookie(email: string): Promise<string> {
+  const signIn = await h.app.inject({ method: "POST", url: "/admin/session", payload: { email, password: PASSWORD } });
+  expect(signIn.statusCode).toBe(200);
+  return String(signIn.headers["set-cookie"]).split(";")[0]!;
+}
+
+/** The board's page, one of its assets, and its API. */
+const BOARD_URLS = ["/admin/queues", "/admin/queues/static/images/logo.svg", "/admin/queues/api/queues"];
+
 describe("/admin/queues (bull-board)", () => {
   it("refuses the unauthenticated, its page and its API alike", async () => {
-    for (const url of ["/admin/queues", "/admin/queues/api/queues"]) {
+    for (const url of BOARD_URLS) {
       expect((await h.app.inject({ method: "GET", url })).statusCode).toBe(401);
     }
   });
 
-  it("shows the inbound, reply and status queues to a signed-in person", async () => {
-    const signIn = await h.app.inject({ method: "POST", url: "/admin/session", payload: { email: "ops@example.com", password: "correct horse battery staple" } });
-    const cookie = String(signIn.headers["set-cookie"]).split(";")[0]!;
+  it("shows the inbound, reply and status queues to a signed-in operator", async () => {
+    const cookie = await sessionCookie("ops@example.com");
+    for (const url of BOARD_URLS) expect((await h.app.inject({ method: "GET", url, headers: { cookie } })).statusCode, url).toBe(200);
     const page = await h.app.inject({ method: "GET", url: "/admin/queues", headers: { cookie } });
-    expect(page.statusCode).toBe(200);
     expect(page.headers["content-type"]).toMatch(/^text\/html/);
     const api = await h.app.inject({ method: "GET", url: "/admin/queues/api/queues", headers: { cookie } });
     expect(api.statusCode).toBe(200);
     expect((api.json().queues as { name: string }[]).map((q) => q.name).sort()).toEqual(["inbound", "reconcile", "reply", "status"]);
+  });
+
+  it("refuses staff who are not operators (job payloads carry message text and phone numbers), page, assets and API", async () => {
+    const cookie = await sessionCookie("ana@example.com");
+    for (const url of BOARD_URLS) {
+      const res = await h.app.inject({ method: "GET", url, headers: { cookie } });
+      expect(res.statusCode, url).toBe(403);
+      expect(res.body).not.toContain("inbound");
+    }
+    const session = await h.app.inject({ method: "GET", url: "/admin/session", headers: { cookie } });
+    const change = await h.app.inject({
+      method: "PUT",
+      url: "/admin/queues/api/queues/reply/pause",
+      headers: { cookie, "x-csrf-token": session.json().csrfToken as string },
+    });
+    expect(change.statusCode).toBe(403);
+    expect((await h.app.inject({ method: "GET", url: "/admin/dlq", headers: { cookie } })).statusCode).toBe(200); // their own work is still theirs
+  });
+
+  it("a role change applies to sessions already open", async () => {
+    await addStaff(h.db, "ivo@example.com", PASSWORD, "operator");
+    const cookie = await sessionCookie("ivo@example.com");
+    const queues = () => h.app.inject({ method: "GET", url: "/admin/queues/api/queues", headers: { cookie } });
+    expect((await queues()).statusCode).toBe(200);
+    expect(await setStaffRole(h.db, "ivo@example.com", "staff")).toBe(true);
+    expect((await queues()).statusCode).toBe(403);
+  });
+
+  it("stays open to the ADMIN_TOKEN bearer", async () => {
+    const api = await h.app.inject({ method: "GET", url: "/admin/queues/api/queues", headers: { authorization: `Bearer ${TEST_ADMIN_TOKEN}` } });
+    expect(api.statusCode).toBe(200);
+  });
+
+  it("is read-only: no retry, clean, promote or remove, in the page or through its API", async () => {
+    const authorization = `Bearer ${TEST_ADMIN_TOKEN}`;
+    const api = await h.app.inject({ method: "GET", url: "/admin/queues/api/queues", headers: { authorization } });
+    const queues = api.json().queues as { name: string; readOnlyMode: boolean }[];
+    expect(queues.map((q) => [q.name, q.readOnlyMode]).sort()).toEqual([["inbound", true], ["reply", true], ["status", true]]);
+    for (const url of ["/admin/queues/api/queues/reply/clean/completed", "/admin/queues/api/queues/reply/retry/failed", "/admin/queues/api/queues/reply/pause"]) {
+      expect((await h.app.inject({ method: "PUT", url, headers: { authorization } })).statusCode, url).toBe(405);
+    }
+    expect(await h.queues.reply.isPaused()).toBe(false);
   });
 });
 

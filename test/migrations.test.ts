@@ -122,6 +122,13 @@ describe("migrations", () => {
         data: { conversationId: conversation.id, replyId: reply.id, dedupKey: "k1", source: "graph", code: "131047", reason: "r", detail: { x: 1 }, attempts: 2, state: "open", actedBy: "api", actedAt: new Date(), note: "n" },
       });
       await db.deadLetterAction.create({ data: { deadLetterId: letter.id, actor: "api", action: "discard", detail: { note: "n" } } });
+      const staff = await db.staffMember.create({ data: { email: "ops@example.com", passwordHash: "$argon2id$x", role: "operator", disabledAt: null } });
+      await db.staffSession.create({ data: { tokenHash: "t1", staffId: staff.id, csrfToken: "c1", expiresAt: new Date() } });
+      expect(await db.staffMember.findUniqueOrThrow({ where: { id: staff.id }, include: { sessions: true } })).toMatchObject({
+        role: "operator",
+        sessions: [{ tokenHash: "t1", csrfToken: "c1" }],
+      });
+      expect((await db.staffMember.create({ data: { email: "ana@example.com", passwordHash: "$argon2id$y" } })).role).toBe("staff");
       const loaded = await db.conversation.findUniqueOrThrow({
         where: { phoneNumberId_contactId: { phoneNumberId: "106540352242922", contactId: contact.id } },
         include: { contact: true, messages: true, replies: { include: { parts: true, deadLetters: true, messages: true } }, deadLetters: true },

@@ -1,6 +1,7 @@
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { buildApp } from "../src/app.ts";
+import { buildApp, buildMetricsApp } from "../src/app.ts";
+import { loadConfig } from "../src/config.ts";
 import { createDb } from "../src/db/client.ts";
 import { createMetrics } from "../src/http/metrics.ts";
 import { redisPersistenceWarnings } from "../src/queue/redis.ts";
@@ -41,22 +42,54 @@ describe("health", () => {
 });
 
 describe("/metrics", () => {
-  it("reports webhook items, finished jobs, queue depths and open dead letters in Prometheus text format", async () => {
-    h.graph.answerSends({ status: 400, body: graphError(131026, "Message undeliverable") });
-    await h.deliver(textWebhook({ text: "hi" }).body);
-    await eventually(async () => (await h.db.deadLetter.count()) === 1, "a dead letter");
-    await eventually(async () => {
-      const text = (await h.app.inject({ method: "GET", url: "/metrics" })).body;
-      return text.includes('wa_jobs_total{queue="reply",outcome="dead_lettered"} 1');
-    }, "the reply job to be counted");
+  it("the metrics app reports webhook items, finished jobs, queue depths and open dead letters in Prometheus text format", async () => {
+    const metricsApp = buildMetricsApp({ logger: pino({ level: "silent" }), queues: h.queues, db: h.db, metrics: h.metrics });
+    try {
+      h.graph.answerSends({ status: 400, body: graphError(131026, "Message undeliverable") });
+      await h.deliver(textWebhook({ text: "hi" }).body);
+      await eventually(async () => (await h.db.deadLetter.count()) === 1, "a dead letter");
+      await eventually(async () => {
+        const text = (await metricsApp.inject({ method: "GET", url: "/metrics" })).body;
+        return text.includes('wa_jobs_total{queue="reply",outcome="dead_lettered"} 1');
+      }, "the reply job to be counted");
 
-    const res = await h.app.inject({ method: "GET", url: "/metrics" });
-    expect(res.statusCode).toBe(200);
-    expect(res.headers["content-type"]).toMatch(/^text\/plain/);
-    expect(res.body).toContain('wa_webhook_items_total{kind="message",outcome="enqueued"} 1');
-    expect(res.body).toContain('wa_jobs_total{queue="inbound",outcome="done"} 1');
-    expect(res.body).toContain("wa_dead_letters_open 1");
-    expect(res.body).toMatch(/wa_queue_jobs\{queue="reply",state="completed"\} \d+/);
+      const res = await metricsApp.inject({ method: "GET", url: "/metrics" });
+      expect(res.statusCode).toBe(200);
+      expect(res.headers["content-type"]).toMatch(/^text\/plain/);
+      expect(res.body).toContain('wa_webhook_items_total{kind="message",outcome="enqueued"} 1');
+      expect(res.body).toContain('wa_jobs_total{queue="inbound",outcome="done"} 1');
+      expect(res.body).toContain("wa_dead_letters_open 1");
+      expect(res.body).toMatch(/wa_queue_jobs\{queue="reply",state="completed"\} \d+/);
+    } finally {
+      await metricsApp.close();
+    }
+  });
+
+  it("the webhook's port does not serve them without METRICS_TOKEN", async () => {
+    expect(h.config.metrics.token).toBeUndefined();
+    expect((await h.app.inject({ method: "GET", url: "/metrics" })).statusCode).toBe(404);
+  });
+
+  it("with METRICS_TOKEN, the webhook's port serves them to that bearer only, from the same registry as the metrics app", async () => {
+    const token = "metrics-token-0123456789";
+    const config = loadConfig({ ...h.env, METRICS_TOKEN: token });
+    const logger = pino({ level: "silent" });
+    const metrics = createMetrics();
+    const app = buildApp({ config, logger, redis: h.redis, queues: h.queues, db: h.db, metrics });
+    const metricsApp = buildMetricsApp({ logger, queues: h.queues, db: h.db, metrics });
+    try {
+      for (const headers of [{}, { authorization: "Bearer wrong-token-0123456789" }, { authorization: token }, { authorization: `Basic ${token}` }]) {
+        const refused = await app.inject({ method: "GET", url: "/metrics", headers });
+        expect(refused.statusCode).toBe(401);
+        expect(refused.body).not.toContain("wa_");
+      }
+      const res = await app.inject({ method: "GET", url: "/metrics", headers: { authorization: `Bearer ${token}` } });
+      expect(res.statusCode).toBe(200);
+      expect(res.body).toContain("wa_dead_letters_open");
+      expect((await metricsApp.inject({ method: "GET", url: "/metrics" })).body).toContain("wa_dead_letters_open");
+    } finally {
+      await Promise.all([app.close(), metricsApp.close()]);
+    }
   });
 });
 

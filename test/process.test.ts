@@ -17,10 +17,10 @@ afterEach(async () => {
 describe("the process", () => {
   it("serves webhooks and replies, and on SIGTERM finishes the reply in flight, closes and exits 0", async () => {
     h = await startHarness({ workers: 0 });
-    const port = await freePort();
+    const [port, metricsPort] = [await freePort(), await freePort()];
     let output = "";
     child = spawn(process.execPath, ["--import", "tsx", "src/main.ts", "all", "--migrate"], {
-      env: { ...process.env, ...h.env, PORT: String(port), HOST: "127.0.0.1", LOG_LEVEL: "info" },
+      env: { ...process.env, ...h.env, PORT: String(port), HOST: "127.0.0.1", METRICS_PORT: String(metricsPort), LOG_LEVEL: "info" },
       stdio: ["ignore", "pipe", "pipe"],
     });
     child.stdout!.on("data", (chunk: Buffer) => (output += chunk.toString()));
@@ -30,6 +30,10 @@ describe("the process", () => {
     const base = `http://127.0.0.1:${port}`;
     await eventually(() => fetch(`${base}/readyz`).then((r) => r.ok, () => false), "the process to be ready", 60_000);
     expect(output).toContain('"event":"db.migrated"');
+    const scrape = await fetch(`http://127.0.0.1:${metricsPort}/metrics`);
+    expect(scrape.status).toBe(200);
+    expect(await scrape.text()).toContain("process_cpu_user_seconds_total");
+    expect((await fetch(`${base}/metrics`)).status).toBe(404); // not on the webhook's port
 
     h.claude.latencyMs = 1500; // Claude is still writing when the signal arrives
     const { body } = textWebhook({ text: "still there?" });
@@ -47,5 +51,24 @@ describe("the process", () => {
     expect(await h.db.reply.count({ where: { state: "sent" } })).toBe(1);
     expect(output).toContain('"event":"shutdown.done"');
     await expect(fetch(`${base}/healthz`)).rejects.toThrow(); // no longer listening
+    await expect(fetch(`http://127.0.0.1:${metricsPort}/metrics`)).rejects.toThrow();
+  }, 90_000);
+
+  it("a worker-only process serves its own job counters on METRICS_PORT", async () => {
+    h = await startHarness({ workers: 0 });
+    const metricsPort = await freePort();
+    child = spawn(process.execPath, ["--import", "tsx", "src/main.ts", "worker"], {
+      env: { ...process.env, ...h.env, METRICS_PORT: String(metricsPort), METRICS_HOST: "127.0.0.1" },
+      stdio: "ignore",
+    });
+    const exited = new Promise<number | null>((resolve) => child!.once("exit", (code) => resolve(code)));
+    const scrape = () => fetch(`http://127.0.0.1:${metricsPort}/metrics`).then((r) => (r.ok ? r.text() : ""), () => "");
+    await eventually(scrape, "the worker's metrics listener", 60_000);
+
+    expect((await h.deliver(textWebhook({ text: "hello worker" }).body)).statusCode).toBe(200);
+    await eventually(() => h!.graph.sentTexts.length === 1, "the worker process to reply", 20_000);
+    await eventually(async () => (await scrape()).includes('wa_jobs_total{queue="reply",outcome="sent"} 1'), "its reply to be counted");
+    child.kill("SIGTERM");
+    expect(await exited).toBe(0);
   }, 90_000);
 });

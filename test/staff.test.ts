@@ -58,6 +58,19 @@ describe("npm run staff", () => {
     expect((await staffCli(["frobnicate"])).status).toBe(2);
   });
 
+  it("adds operators, changes a role, and lists each account's role", async () => {
+    expect(await staffCli(["add", "olga@example.com", "--operator"], `${PASSWORD}\n`)).toMatchObject({ status: 0, out: "added olga@example.com (operator)\n" });
+    expect((await staffCli(["list"])).out).toMatch(/^olga@example\.com\tactive\toperator\tsince /m);
+    expect(await staffCli(["role", "Olga@example.com", "staff"])).toMatchObject({ status: 0, out: "olga@example.com is now staff\n" });
+    expect((await staffCli(["list"])).out).toMatch(/^olga@example\.com\tactive\tstaff\tsince /m);
+    expect(await staffCli(["role", "olga@example.com", "operator"])).toMatchObject({ status: 0, out: "olga@example.com is now operator\n" });
+    expect(await staffCli(["role", "olga@example.com", "admin"])).toMatchObject({ status: 1, out: '"admin" is not a role: use staff or operator\n' });
+    expect(await staffCli(["role", "nobody@example.com", "operator"])).toMatchObject({ status: 1, out: "no account for nobody@example.com\n" });
+    expect((await staffCli(["role", "olga@example.com"])).status).toBe(2);
+    expect((await h.db.staffMember.findUniqueOrThrow({ where: { email: "olga@example.com" } })).role).toBe("operator");
+    expect((await h.db.staffMember.findUniqueOrThrow({ where: { email: "ana@example.com" } })).role).toBe("staff"); // the default
+  });
+
   it("stores only a hash", async () => {
     const member = await h.db.staffMember.findUniqueOrThrow({ where: { email: "ana@example.com" } });
     expect(member.passwordHash).toMatch(/^\$argon2id\$/);

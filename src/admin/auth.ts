@@ -10,17 +10,24 @@ import { PUBLIC_ROUTES } from "./page.ts";
  * Who is acting on /admin: automation with the ADMIN_TOKEN bearer (attributed as "api"), or a
  * person signed in with a session cookie (httpOnly, SameSite=Strict), whose changes must also
  * carry the session's CSRF token in X-CSRF-Token. Sign-in attempts are rate limited.
+ * `request.operator` says whether the actor may see what only operators see.
  */
 
 const API_ACTOR = "api";
 const SESSION_COOKIE = "wa_staff";
-/** Per email and per address, in a 15-minute window. */
-const SIGN_IN_LIMIT = { perEmail: 5, perAddress: 20, windowMs: 15 * 60 * 1000 };
+/**
+ * Attempts per email from one address, and per address, in a 15-minute window. The email's
+ * limit is per address too: counted per email alone, anyone could lock every staff member out
+ * by guessing wrong five times for each; this way an attacker locks out only themselves.
+ */
+const SIGN_IN_LIMIT = { perEmailAndAddress: 5, perAddress: 20, windowMs: 15 * 60 * 1000 };
 
 declare module "fastify" {
   interface FastifyRequest {
     /** "api" or the signed-in person's email; set for every authenticated /admin request. */
     actor: string;
+    /** May see the queues themselves: automation with the ADMIN_TOKEN, or a person with the operator role. */
+    operator: boolean;
   }
 }
 
@@ -44,6 +51,7 @@ function cookieValue(header: string | undefined, name: string): string | undefin
 
 export function registerStaffAuth(app: FastifyInstance, deps: StaffAuthDeps): void {
   app.decorateRequest("actor", "");
+  app.decorateRequest("operator", false);
   const setCookie = (reply: FastifyReply, value: string, maxAgeS: number) =>
     reply.header(
       "set-cookie",
@@ -57,6 +65,7 @@ export function registerStaffAuth(app: FastifyInstance, deps: StaffAuthDeps): vo
     if (header.startsWith("Bearer ")) {
       if (safeEqual(header.slice("Bearer ".length), deps.adminToken)) {
         request.actor = API_ACTOR;
+        request.operator = true;
         return;
       }
       return unauthorized(reply);
@@ -72,14 +81,16 @@ export function registerStaffAuth(app: FastifyInstance, deps: StaffAuthDeps): vo
       }
     }
     request.actor = session.email;
+    request.operator = session.role === "operator";
   });
 
   app.post("/admin/session", async (request, reply) => {
     const body = signInBody.safeParse(request.body ?? {});
     if (!body.success) return reply.code(400).send({ error: "body must be { email, password }" });
     const email = body.data.email.trim().toLowerCase();
-    const limited = await overLimit(deps, `email:${email}`, SIGN_IN_LIMIT.perEmail) || (await overLimit(deps, `ip:${request.ip}`, SIGN_IN_LIMIT.perAddress));
-    if (limited) {
+    // request.ip is the client's own address when TRUST_PROXY names the load balancer.
+    const [forEmail = 0, forAddress = 0] = await countSignInAttempts(deps, [`email:${encodeURIComponent(email)}:${request.ip}`, `ip:${request.ip}`]);
+    if (forEmail > SIGN_IN_LIMIT.perEmailAndAddress || forAddress > SIGN_IN_LIMIT.perAddress) {
       request.log.warn({ event: "staff.sign_in_limited" }, "too many sign-in attempts");
       return reply.code(429).header("retry-after", String(SIGN_IN_LIMIT.windowMs / 1000)).send({ error: "too many attempts; try again later" });
     }
@@ -112,11 +123,25 @@ function unauthorized(reply: FastifyReply) {
   return reply.code(401).header("www-authenticate", "Bearer").send({ error: "unauthorized" });
 }
 
-async function overLimit(deps: StaffAuthDeps, who: string, max: number): Promise<boolean> {
-  const key = `${deps.keyPrefix}:signin:${who}`;
-  const count = await deps.redis.incr(key);
-  if (count === 1) await deps.redis.pexpire(key, SIGN_IN_LIMIT.windowMs);
-  return count > max;
+/**
+ * Counts one attempt on each counter and returns the counts. INCR and PEXPIRE ... NX (Redis 7)
+ * go in one MULTI, so no crash or error between them can leave a counter that never expires
+ * (a lockout for good); NX starts the window only on a counter that has none, which also
+ * repairs such a counter. One key per command, all under the queue prefix's hash tag: one
+ * slot in a Redis Cluster.
+ */
+async function countSignInAttempts(deps: StaffAuthDeps, counters: string[]): Promise<number[]> {
+  const multi = deps.redis.multi();
+  for (const counter of counters) {
+    const key = `${deps.keyPrefix}:signin:${counter}`;
+    multi.incr(key).pexpire(key, SIGN_IN_LIMIT.windowMs, "NX");
+  }
+  const replies = await multi.exec();
+  if (!replies) throw new Error("sign-in counters: MULTI was aborted");
+  const failed = replies.find(([error]) => error);
+  if (failed) throw failed[0];
+  // Replies alternate: INCR's count, then PEXPIRE's 0 or 1.
+  return replies.filter((_, index) => index % 2 === 0).map(([, count]) => Number(count));
 }
 
 

@@ -173,10 +173,21 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
       return { ok: true };
     });
 
-    // Operators see BullMQ's own queues through bull-board, behind the same sign-in.
+    // BullMQ's own queues through bull-board, behind the same sign-in, for operators only: job
+    // payloads carry message text and phone numbers. Read-only: its buttons (retry, clean,
+    // promote, remove) send no X-CSRF-Token, so a session could not use them anyway, and
+    // resending belongs to the dead-letter routes, which keep the send-once guarantees.
     const board = new FastifyAdapter();
     board.setBasePath("/admin/queues");
-    createBullBoard({ queues: Object.values(deps.queues).map((queue) => new BullMQAdapter(queue)), serverAdapter: board });
-    await app.register(board.registerPlugin(), { prefix: "/admin/queues" });
+    createBullBoard({
+      queues: Object.values(deps.queues).map((queue) => new BullMQAdapter(queue, { readOnlyMode: true })),
+      serverAdapter: board,
+    });
+    await app.register(async (operatorsOnly) => {
+      operatorsOnly.addHook("onRequest", async (request, reply) => {
+        if (!request.operator) return reply.code(403).send({ error: "the queues are for operators" });
+      });
+      await operatorsOnly.register(board.registerPlugin(), { prefix: "/admin/queues" });
+    });
   };
 }

@@ -2,6 +2,7 @@ import type { FastifyInstance, FastifyPluginAsync } from "fastify";
 import { Counter, Gauge, Registry, collectDefaultMetrics } from "prom-client";
 import type { Db } from "../db/client.ts";
 import type { Queues } from "../queue/queues.ts";
+import { safeEqual } from "../webhook/signature.ts";
 
 /** Prometheus metrics. One registry per process (tests make one per system under test). */
 export interface Metrics {
@@ -32,10 +33,40 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
 
 const JOB_STATES = ["waiting", "active", "delayed", "failed", "completed"] as const;
 
-export function metricsRoutes(deps: { metrics: Metrics; queues: Queues; db: Db }): FastifyPluginAsync {
+/**
+ * `/metrics`. On the metrics listener it is open (that port belongs on the private network);
+ * on the web port it exists only with `bearerToken`, and answers only to that bearer.
+ */
+export function metricsRoutes(deps: { metrics: Metrics; queues: Queues; db: Db; bearerToken?: string | undefined }): FastifyPluginAsync {
   const { registry } = deps.metrics;
-  // Gauges read the shared state (Redis, Postgres) at scrape time, so every web process
-  // reports the same queue depths and open dead letters.
+  registerStateGauges(deps);
+  return async (app: FastifyInstance) => {
+    app.get("/metrics", async (request, reply) => {
+      if (deps.bearerToken !== undefined) {
+        const header = request.headers.authorization ?? "";
+        if (!header.startsWith("Bearer ") || !safeEqual(header.slice("Bearer ".length), deps.bearerToken)) {
+          return reply.code(401).header("www-authenticate", "Bearer").send({ error: "unauthorized" });
+        }
+      }
+      try {
+        const body = await registry.metrics();
+        return reply.type(registry.contentType).send(body);
+      } catch (error) {
+        request.log.warn({ event: "metrics.unavailable", err: error }, "could not collect metrics");
+        return reply.code(503).send("# metrics unavailable: Redis or Postgres did not answer\n");
+      }
+    });
+  };
+}
+
+/**
+ * Gauges that read the shared state (Redis, Postgres) at scrape time, so every process reports
+ * the same queue depths and open dead letters. Registered once per registry: the metrics
+ * listener and the web port may serve the same one.
+ */
+function registerStateGauges(deps: { metrics: Metrics; queues: Queues; db: Db }): void {
+  const { registry } = deps.metrics;
+  if (registry.getSingleMetric("wa_queue_jobs")) return;
   new Gauge({
     name: "wa_queue_jobs",
     help: "Jobs in each BullMQ queue by state",
@@ -56,16 +87,4 @@ export function metricsRoutes(deps: { metrics: Metrics; queues: Queues; db: Db }
       this.set(await deps.db.deadLetter.count({ where: { state: "open" } }));
     },
   });
-
-  return async (app: FastifyInstance) => {
-    app.get("/metrics", async (request, reply) => {
-      try {
-        const body = await registry.metrics();
-        return reply.type(registry.contentType).send(body);
-      } catch (error) {
-        request.log.warn({ event: "metrics.unavailable", err: error }, "could not collect metrics");
-        return reply.code(503).send("# metrics unavailable: Redis or Postgres did not answer\n");
-      }
-    });
-  };
 }

@@ -2,8 +2,15 @@ import { createHash, randomBytes } from "node:crypto";
 import { hash, verify } from "@node-rs/argon2";
 import { z } from "zod";
 import type { Db } from "../db/client.ts";
+import { StaffRole } from "../generated/prisma/client.ts";
 
-/** Support staff accounts and their browser sessions. Passwords are argon2id hashes. */
+/**
+ * Support staff accounts and their browser sessions. Passwords are argon2id hashes. A role
+ * says what a person may see: "staff" work the dead-letter queue; "operator"s also see the
+ * queues themselves (bull-board), whose job payloads carry message text and phone numbers.
+ */
+
+const STAFF_ROLES: readonly StaffRole[] = Object.values(StaffRole);
 
 export const MIN_PASSWORD_LENGTH = 12;
 export const SESSION_TTL_MS = 12 * 60 * 60 * 1000;
@@ -14,13 +21,25 @@ export class StaffInputError extends Error {
   override readonly name = "StaffInputError";
 }
 
-export async function addStaff(db: Db, address: string, password: string): Promise<{ id: string; email: string }> {
+export function parseStaffRole(value: string): StaffRole {
+  const role = STAFF_ROLES.find((r) => r === value.trim().toLowerCase());
+  if (!role) throw new StaffInputError(`"${value}" is not a role: use ${STAFF_ROLES.join(" or ")}`);
+  return role;
+}
+
+export async function addStaff(db: Db, address: string, password: string, role: StaffRole = "staff"): Promise<{ id: string; email: string; role: StaffRole }> {
   const parsed = email.safeParse(address.trim().toLowerCase());
   if (!parsed.success) throw new StaffInputError(`"${address}" is not an email address`);
   if (password.length < MIN_PASSWORD_LENGTH) throw new StaffInputError(`the password must be at least ${MIN_PASSWORD_LENGTH} characters`);
   const existing = await db.staffMember.findUnique({ where: { email: parsed.data } });
   if (existing) throw new StaffInputError(`${parsed.data} already has an account`);
-  return db.staffMember.create({ data: { email: parsed.data, passwordHash: await hash(password) }, select: { id: true, email: true } });
+  return db.staffMember.create({ data: { email: parsed.data, passwordHash: await hash(password), role }, select: { id: true, email: true, role: true } });
+}
+
+/** Takes effect on the person's open sessions at once: every request reads the role afresh. */
+export async function setStaffRole(db: Db, address: string, role: StaffRole): Promise<boolean> {
+  const changed = await db.staffMember.updateMany({ where: { email: address.trim().toLowerCase() }, data: { role } });
+  return changed.count > 0;
 }
 
 /** Disabling also ends every session the person has open. */
@@ -35,7 +54,7 @@ export async function disableStaff(db: Db, address: string): Promise<boolean> {
 }
 
 export function listStaff(db: Db) {
-  return db.staffMember.findMany({ orderBy: { email: "asc" }, select: { email: true, disabledAt: true, createdAt: true } });
+  return db.staffMember.findMany({ orderBy: { email: "asc" }, select: { email: true, role: true, disabledAt: true, createdAt: true } });
 }
 
 /** Verifies against a real hash even for an unknown email, so timing does not reveal who has an account. */
@@ -57,10 +76,10 @@ export async function createSession(db: Db, staffId: string): Promise<{ token: s
   return { token, csrfToken, expiresAt };
 }
 
-export async function findSession(db: Db, token: string): Promise<{ email: string; csrfToken: string } | null> {
+export async function findSession(db: Db, token: string): Promise<{ email: string; role: StaffRole; csrfToken: string } | null> {
   const session = await db.staffSession.findUnique({ where: { tokenHash: tokenHash(token) }, include: { staff: true } });
   if (!session || session.expiresAt <= new Date() || session.staff.disabledAt) return null;
-  return { email: session.staff.email, csrfToken: session.csrfToken };
+  return { email: session.staff.email, role: session.staff.role, csrfToken: session.csrfToken };
 }
 
 export async function endSession(db: Db, token: string): Promise<void> {

@@ -79,24 +79,28 @@ export class GraphClient {
 
   /**
    * A customer's media (WHATSAPP.md §8): its id gives a URL that expires after 5 minutes, so
-   * both steps run when the media is needed. Larger than `maxBytes` is refused unread.
+   * both steps run when the media is needed. Larger than `maxBytes` is refused unread when
+   * Meta or the download says its size, and otherwise as soon as the bytes pass the limit:
+   * never buffered whole, however large the file.
    */
   async downloadMedia(mediaId: string, maxBytes: number): Promise<DownloadedMedia> {
     const info = mediaInfoSchema.safeParse(await this.request("GET", encodeURIComponent(mediaId)));
     if (!info.success) throw new PermanentError({ source: "graph", code: "media_info", reason: "Meta returned no download URL for the media" });
     const { url, mime_type: mimeType, file_size: size } = info.data;
-    if (size !== undefined && size > maxBytes) {
-      throw new PermanentError({ source: "graph", code: "media_too_large", reason: `The file is ${size} bytes; the limit is ${maxBytes}` });
-    }
+    const tooLarge = (reason: string) => new PermanentError({ source: "graph", code: "media_too_large", reason });
+    if (size !== undefined && size > maxBytes) throw tooLarge(`The file is ${size} bytes; the limit is ${maxBytes}`);
     const response = await this.fetch(url, { method: "GET" });
     if (!response.ok) {
       const text = await response.text().catch(() => "");
       throw graphFailure(response, safeJson(text), text);
     }
-    const data = Buffer.from(await response.arrayBuffer());
-    if (data.length > maxBytes) {
-      throw new PermanentError({ source: "graph", code: "media_too_large", reason: `The file is ${data.length} bytes; the limit is ${maxBytes}` });
+    const announced = Number(response.headers.get("content-length") ?? Number.NaN);
+    if (announced > maxBytes) {
+      await response.body?.cancel(); // closes the connection: nothing more is downloaded
+      throw tooLarge(`The file is ${announced} bytes; the limit is ${maxBytes}`);
     }
+    const data = await readWithin(response.body, maxBytes);
+    if (!data) throw tooLarge(`The file is larger than the limit of ${maxBytes} bytes`);
     return { mimeType, data };
   }
 
@@ -181,6 +185,27 @@ function safeJson(text: string): unknown {
     return JSON.parse(text);
   } catch {
     return undefined;
+  }
+}
+
+/**
+ * A response body, read only while it stays within `maxBytes`: undefined as soon as it grows
+ * past them, the stream cancelled (which closes the connection) rather than read to its end.
+ */
+async function readWithin(body: ReadableStream<Uint8Array> | null, maxBytes: number): Promise<Buffer | undefined> {
+  if (!body) return Buffer.alloc(0);
+  const reader = body.getReader();
+  const chunks: Uint8Array[] = [];
+  let received = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) return Buffer.concat(chunks, received);
+    received += value.byteLength;
+    if (received > maxBytes) {
+      await reader.cancel();
+      return undefined;
+    }
+    chunks.push(value);
   }
 }
 

@@ -27,6 +27,21 @@ export type ScriptedAnswer =
 /** An edge proxy's error page, as a 502 or 504 from in front of Graph looks. */
 export const PROXY_502_PAGE = "<html><head><title>502 Bad Gateway</title></head><body><center><h1>502 Bad Gateway</h1></center></body></html>";
 
+/** Media served a chunk every `everyMs`, without Content-Length unless `announceLength`, and without file_size. */
+export interface SlowMedia {
+  chunkBytes: number;
+  everyMs: number;
+  announceLength?: boolean;
+}
+
+export interface SlowDownload {
+  id: string;
+  bytesWritten: number;
+  finished: boolean;
+  /** The connection closed before the whole file was written. */
+  closedByClient: boolean;
+}
+
 export class FakeGraph {
   readonly requests: RecordedRequest[] = [];
   private readonly script: ScriptedAnswer[] = [];
@@ -35,7 +50,9 @@ export class FakeGraph {
   /** Read receipts answer 500 while set: they are best effort and must never block a reply. */
   failReadReceipts = false;
   /** Customers' media by id, served by the two-step download of WHATSAPP.md §8. */
-  readonly media = new Map<string, { mimeType: string; bytes: Buffer }>();
+  readonly media = new Map<string, { mimeType: string; bytes: Buffer; slowly?: SlowMedia }>();
+  /** How each download of media served `slowly` went. */
+  readonly slowDownloads: SlowDownload[] = [];
 
   get url(): string {
     return this.server.url;
@@ -76,6 +93,7 @@ export class FakeGraph {
     const id = decodeURIComponent(download?.[1] ?? path.split("/").pop() ?? "");
     const media = this.media.get(id);
     if (!media) return json(res, 400, graphError(100, "Invalid parameter", "media id not found or expired"));
+    if (download && media.slowly) return this.trickle(res, id, media.bytes, media.mimeType, media.slowly);
     if (download) {
       res.writeHead(200, { "content-type": media.mimeType });
       res.end(media.bytes);
@@ -86,8 +104,32 @@ export class FakeGraph {
       url: `${this.url}/download/${encodeURIComponent(id)}`,
       mime_type: media.mimeType,
       sha256: "0".repeat(64),
-      file_size: String(media.bytes.length), // Meta has sent it as a string too
+      // Meta has sent it as a string too; slow media leaves it out, as Meta may.
+      ...(media.slowly ? {} : { file_size: String(media.bytes.length) }),
       id,
+    });
+  }
+
+  /** Writes the file a chunk at a time, noting how far it got before the client hung up. */
+  private trickle(res: ServerResponse, id: string, bytes: Buffer, mimeType: string, slowly: SlowMedia): void {
+    const download: SlowDownload = { id, bytesWritten: 0, finished: false, closedByClient: false };
+    this.slowDownloads.push(download);
+    res.writeHead(200, { "content-type": mimeType, ...(slowly.announceLength ? { "content-length": String(bytes.length) } : {}) });
+    res.flushHeaders();
+    const timer = setInterval(() => {
+      if (download.bytesWritten >= bytes.length) {
+        clearInterval(timer);
+        download.finished = true;
+        res.end();
+        return;
+      }
+      const chunk = bytes.subarray(download.bytesWritten, download.bytesWritten + slowly.chunkBytes);
+      res.write(chunk);
+      download.bytesWritten += chunk.length;
+    }, slowly.everyMs);
+    res.once("close", () => {
+      clearInterval(timer);
+      if (!download.finished) download.closedByClient = true;
     });
   }
 

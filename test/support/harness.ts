@@ -7,7 +7,7 @@ import { buildApp } from "../../src/app.ts";
 import { type Config, loadConfig } from "../../src/config.ts";
 import { createDb, type Db } from "../../src/db/client.ts";
 import { migrate } from "../../src/db/migrate.ts";
-import { createMetrics } from "../../src/http/metrics.ts";
+import { createMetrics, type Metrics } from "../../src/http/metrics.ts";
 import { startConfiguredWorkers, type Workers } from "../../src/jobs/workers.ts";
 import { closeQueues, createQueues, type Queues } from "../../src/queue/queues.ts";
 import { createFailFastRedis, createWorkerRedis } from "../../src/queue/redis.ts";
@@ -47,6 +47,9 @@ export function testEnv(overrides: Record<string, string> = {}): Record<string, 
     // Two test files run at once, some with a worker process beside them: stay well under
     // Postgres's 100 connections.
     DATABASE_POOL_SIZE: "10",
+    // Processes a test starts would all want the default metrics port; a test that wants the
+    // listener picks a free port.
+    METRICS_PORT: "0",
     ...overrides,
   };
 }
@@ -69,6 +72,8 @@ export interface Harness {
   db: Db;
   redis: Redis;
   queues: Queues;
+  /** The registry the app and the workers count in; serve it with buildMetricsApp. */
+  metrics: Metrics;
   graph: FakeGraph;
   claude: FakeAnthropic;
   schema: string;
@@ -112,6 +117,7 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
     db,
     redis,
     queues,
+    metrics,
     graph,
     claude,
     schema,
