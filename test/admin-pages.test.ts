@@ -78,7 +78,7 @@ describe("/admin/queues (bull-board)", () => {
     const authorization = `Bearer ${TEST_ADMIN_TOKEN}`;
     const api = await h.app.inject({ method: "GET", url: "/admin/queues/api/queues", headers: { authorization } });
     const queues = api.json().queues as { name: string; readOnlyMode: boolean }[];
-    expect(queues.map((q) => [q.name, q.readOnlyMode]).sort()).toEqual([["inbound", true], ["reply", true], ["status", true]]);
+    expect(queues.map((q) => [q.name, q.readOnlyMode]).sort()).toEqual([["inbound", true], ["reconcile", true], ["reply", true], ["status", true]]);
     for (const url of ["/admin/queues/api/queues/reply/clean/completed", "/admin/queues/api/queues/reply/retry/failed", "/admin/queues/api/queues/reply/pause"]) {
       expect((await h.app.inject({ method: "PUT", url, headers: { authorization } })).statusCode, url).toBe(405);
     }

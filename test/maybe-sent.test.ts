@@ -1,0 +1,142 @@
+import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
+import { describe, expect, it } from "vitest";
+import { PermanentError, RetryableError } from "../src/errors.ts";
+import { GraphClient } from "../src/whatsapp/graph-client.ts";
+import { graphError, PROXY_502_PAGE } from "./support/fake-graph.ts";
+import { eventually, type Harness, settle } from "./support/harness.ts";
+import { harnessPerTest } from "./support/per-test.ts";
+import { freePort } from "./support/ports.ts";
+import { statusWebhook, textWebhook } from "./support/webhook-bodies.ts";
+
+/**
+ * Law 5: only proof of refusal means "not sent". Meta may have taken a send whose answer we
+ * never read (a timeout, a reset, a proxy's 502 page): such a part stays `sending`, and nothing
+ * sends it again before its status webhook could have come, not even a new message from the
+ * customer. Only Graph's error body, or a connection never made, makes it safe at once.
+ */
+
+const harness = harnessPerTest();
+
+/** Short timings: a send times out after 300 ms; a maybe-sent part waits 500 ms + 300 ms + 1500 ms. */
+const FAST = { GRAPH_TIMEOUT_MS: "300", SEND_RECONCILE_WAIT_MS: "1500", JOB_LOCK_MS: "1000", REPLY_DEBOUNCE_MS: "50" };
+const RESEND_AFTER_MS = 500 + 300 + 1500;
+
+const partOf = (h: Harness, text: string) => h.db.outboundMessage.findFirstOrThrow({ where: { text } });
+const statusFor = (bizOpaque: string, wamid: string) => statusWebhook({ id: wamid, status: "sent", biz_opaque_callback_data: bizOpaque });
+
+describe("a send Meta may have taken", () => {
+  it("timed out while Meta took it, then the customer writes again: the first reply reaches them once, the second once", async () => {
+    const h = await harness({ env: FAST });
+    h.graph.answerSends({ status: 200, delayMs: 1200 }); // Meta takes it, and answers after our timeout
+    await h.deliver(textWebhook({ text: "do you deliver on Sundays?" }).body);
+    await eventually(async () => (await h.db.outboundMessage.count({ where: { sendState: "sending", wamid: null } })) === 1 && h.graph.sends.length === 1, "the first send to time out");
+
+    // The customer writes again while the first reply's status is on its way.
+    await h.deliver(textWebhook({ text: "and on holidays?" }).body);
+    await settle(600);
+    expect(h.graph.sentTexts).toEqual(["Reply #1"]); // not sent again behind the new message
+
+    const first = await partOf(h, "Reply #1");
+    expect((await h.deliver(statusFor(first.id, "wamid.LATE1"))).statusCode).toBe(200);
+    await eventually(() => h.graph.sends.length === 2, "the answer to the second message", 15_000);
+    await settle(RESEND_AFTER_MS);
+    expect(h.graph.sentTexts).toEqual(["Reply #1", "Reply #2"]);
+    expect(h.claude.requests).toHaveLength(2);
+    expect(await h.db.outboundMessage.findUniqueOrThrow({ where: { id: first.id } })).toMatchObject({ sendState: "accepted", wamid: "wamid.LATE1" });
+  });
+
+  it("a 502 with an edge proxy's HTML page is maybe-sent: it waits for its status and is not sent again", async () => {
+    const h = await harness({ env: FAST });
+    h.graph.answerSends({ status: 502, html: PROXY_502_PAGE });
+    await h.deliver(textWebhook({ text: "is the shop open?" }).body);
+    const part = await eventually(() => h.db.outboundMessage.findFirst({ where: { sendState: "sending", wamid: null } }), "the 502");
+    await settle(RESEND_AFTER_MS / 2);
+    expect(h.graph.sends).toHaveLength(1);
+    await h.deliver(statusFor(part.id, "wamid.BEHIND502"));
+    await eventually(async () => (await h.db.reply.count({ where: { state: "sent" } })) === 1, "the reply to be recorded sent", 15_000);
+    expect(h.graph.sends).toHaveLength(1);
+    expect(await h.db.deadLetter.count()).toBe(0);
+  });
+
+  it("with no status at all, the maybe-sent part goes out again only after its wait (law 5's window), as the same part", async () => {
+    const h = await harness({ env: FAST });
+    h.graph.answerSends({ status: 504 }); // an empty 5xx proves nothing either
+    await h.deliver(textWebhook({ text: "hello?" }).body);
+    await eventually(async () => (await h.db.reply.count({ where: { state: "sent" } })) === 1, "the resend", 20_000);
+    const [first, second] = h.graph.sends;
+    expect(h.graph.sends).toHaveLength(2);
+    expect(second!.at - first!.at).toBeGreaterThanOrEqual(RESEND_AFTER_MS - 100);
+    expect(second!.body.biz_opaque_callback_data).toBe(first!.body.biz_opaque_callback_data); // one part, so a late status finds it
+  });
+
+  it("Graph's own error body proves Meta refused: the part is sent again at the next attempt, without waiting", async () => {
+    const h = await harness({ env: { ...FAST, SEND_RECONCILE_WAIT_MS: "60000" } });
+    h.graph.answerSends({ status: 500, body: graphError(131000, "Something went wrong") });
+    await h.deliver(textWebhook({ text: "hello" }).body);
+    await eventually(async () => (await h.db.reply.count({ where: { state: "sent" } })) === 1, "the retry", 10_000);
+    expect(h.graph.sends).toHaveLength(2);
+    expect(h.graph.sends[1]!.at - h.graph.sends[0]!.at).toBeLessThan(5000); // far sooner than the 60 s reconcile wait
+  });
+});
+
+describe("a waiting retry keeps its delay", () => {
+  it("Meta's pair limit (≥ 6 s) is not cut short by the customer's next message", async () => {
+    const h = await harness({ env: { REPLY_DEBOUNCE_MS: "50" } });
+    h.graph.answerSends({ status: 400, body: graphError(131056, "(Business Account, Consumer Account) pair rate limit hit") });
+    await h.deliver(textWebhook({ text: "first" }).body);
+    await eventually(() => h.graph.sends.length === 1, "the refused send");
+    await settle(300);
+    await h.deliver(textWebhook({ text: "second" }).body); // on the same conversation
+    await eventually(() => h.graph.sends.length === 3, "both answers", 20_000);
+    expect(h.graph.sends[1]!.at - h.graph.sends[0]!.at).toBeGreaterThanOrEqual(6000);
+    expect(h.graph.sentTexts).toEqual(["Reply #1", "Reply #1", "Reply #2"]);
+  });
+});
+
+describe("the Graph client tells refusal from ambiguity", () => {
+  type Handler = (req: IncomingMessage, res: ServerResponse) => void;
+  async function answering(handler: Handler): Promise<{ client: GraphClient; close: () => Promise<void> }> {
+    const server = createServer(handler);
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const { port } = server.address() as { port: number };
+    const client = new GraphClient({ baseUrl: `http://127.0.0.1:${port}`, version: "v24.0", accessToken: "t", timeoutMs: 300 });
+    return { client, close: () => new Promise((resolve) => { server.closeAllConnections(); server.close(() => resolve()); }) };
+  }
+  const send = (client: GraphClient) => client.sendText({ phoneNumberId: "1", to: "2", text: "hi", bizOpaqueCallbackData: "p" }).then(() => undefined, (error: unknown) => error);
+
+  const page = (status: number, contentType: string, body: string): Handler => (_req, res) => {
+    res.writeHead(status, { "content-type": contentType });
+    res.end(body);
+  };
+  it.each<[string, Handler, typeof RetryableError | typeof PermanentError]>([
+    ["a timeout", () => undefined, RetryableError],
+    ["a connection reset after the request", (req) => req.socket.destroy(), RetryableError],
+    ["a 502 HTML page", page(502, "text/html", PROXY_502_PAGE), RetryableError],
+    ["a 2xx whose body is not Graph's", page(200, "application/json", '{"ok"'), RetryableError],
+    ["a 403 page from a firewall", page(403, "text/html", "<h1>Forbidden</h1>"), PermanentError],
+  ])("%s is ambiguous", async (_what, handler, kind) => {
+    const { client, close } = await answering(handler);
+    try {
+      const error = await send(client);
+      expect(error).toBeInstanceOf(kind);
+      expect((error as RetryableError).ambiguous).toBe(true);
+    } finally {
+      await close();
+    }
+  });
+
+  it("Graph's error body and a connection refused are proof that nothing was sent", async () => {
+    const { client, close } = await answering((_req, res) => {
+      res.writeHead(500, { "content-type": "application/json" });
+      res.end(JSON.stringify(graphError(131000, "Something went wrong")));
+    });
+    try {
+      const refused = await send(client);
+      expect(refused).toMatchObject({ code: "131000", ambiguous: false });
+    } finally {
+      await close();
+    }
+    const nobody = new GraphClient({ baseUrl: `http://127.0.0.1:${await freePort()}`, version: "v24.0", accessToken: "t", timeoutMs: 300 });
+    expect(await send(nobody)).toMatchObject({ code: "unreachable", ambiguous: false });
+  });
+});
