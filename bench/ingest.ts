@@ -228,7 +228,7 @@ async function redisOnlyLoop(
       const item: InboundItem = { ...template, message: { ...template.message, id } };
       const start = performance.now();
       if (start >= closesAt) return;
-      const outcome = await claimAndEnqueue(h.redis, `${prefix}:claim:${inboundJobId(id)}`, h.config.claim, () => enqueueInbound(queues, item)).then(
+      const outcome = await claimAndEnqueue(h.redis, `${prefix}:claim:${inboundJobId(id)}`, h.config.claim, () => enqueueInbound(queues, item, Date.now())).then(
         () => "200",
         () => "error",
       );

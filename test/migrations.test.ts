@@ -112,7 +112,7 @@ describe("migrations", () => {
         },
       });
       await db.inboundMessage.create({
-        data: { wamid: "wamid.M1", conversationId: conversation.id, type: "text", text: "hi", sentAt: new Date(), payload: { a: [1, "é"] }, replyId: reply.id, skipReason: null, cannedText: "c", control: "opt_out" },
+        data: { wamid: "wamid.M1", conversationId: conversation.id, type: "text", text: "hi", sentAt: new Date(), payload: { a: [1, "é"] }, replyId: reply.id, skipReason: null, cannedText: "c", control: "opt_out", arrival: 5n },
       });
       await db.outboundMessage.create({
         data: { replyId: reply.id, seq: 0, text: "hola", template: "follow_up", sendState: "accepted", wamid: "wamid.O1", status: "read", statusRank: 3, statusAt: new Date(), acceptedAt: new Date(), sendAttempt: 2, resendAfter: new Date() },
@@ -135,7 +135,7 @@ describe("migrations", () => {
       });
       expect(loaded.contact).toMatchObject({ name: "Ana" });
       expect(loaded).toMatchObject({ pausedUntil: expect.any(Date), pausedBy: "api", optedOutAt: expect.any(Date), replyFence: 7n });
-      expect(loaded.messages[0]).toMatchObject({ cannedText: "c", control: "opt_out" });
+      expect(loaded.messages[0]).toMatchObject({ cannedText: "c", control: "opt_out", arrival: 5n });
       expect(loaded.replies[0]!.parts.map((p) => p.sendState).sort()).toEqual(["accepted", "unconfirmed"]);
       expect(loaded.replies[0]).toMatchObject({ kind: "canned", cacheReadTokens: 7, cacheCreationTokens: 3 });
       expect(loaded.messages[0]).toMatchObject({ wamid: "wamid.M1", payload: { a: [1, "é"] }, replyId: reply.id });

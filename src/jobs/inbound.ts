@@ -58,6 +58,7 @@ export async function processInbound(deps: InboundDeps, data: InboundJobData): P
         text: await withQuote(deps.db, message, described.kind === "answer" ? described.text : (message.text?.body ?? null)),
         cannedText: described.kind === "canned" ? described.text : null,
         control,
+        arrival: data.arrival === undefined ? null : BigInt(data.arrival),
         sentAt,
         payload: message as Prisma.InputJsonValue,
         skipReason: described.kind === "skip" ? described.reason : null,

@@ -7,7 +7,13 @@ import type { InboundItem, StatusItem } from "../webhook/payload.ts";
 
 export const QUEUE_NAMES = { inbound: "inbound", reply: "reply", status: "status", reconcile: "reconcile" } as const;
 
-export type InboundJobData = Omit<InboundItem, "kind">;
+export type InboundJobData = Omit<InboundItem, "kind" | "position"> & {
+  /**
+   * When the webhook received it, in microseconds, plus its position in the delivery: the
+   * order of a burst within one of Meta's one-second timestamps (absent on older jobs).
+   */
+  arrival?: number;
+};
 export type StatusJobData = Omit<StatusItem, "kind">;
 export interface ReplyJobData {
   conversationId: string;
@@ -76,8 +82,9 @@ function stableId(kind: string, ...parts: string[]): string {
 export const inboundJobId = (wamid: string) => stableId("in", wamid);
 export const statusJobId = (wamid: string, status: string) => stableId("st", wamid, status);
 
-export async function enqueueInbound(queues: Queues, item: InboundItem): Promise<void> {
-  const { kind: _kind, ...data } = item;
+export async function enqueueInbound(queues: Queues, item: InboundItem, receivedAtMs: number): Promise<void> {
+  const { kind: _kind, position, ...rest } = item;
+  const data: InboundJobData = { ...rest, arrival: receivedAtMs * 1000 + position };
   await queues.inbound.add("inbound", data, { jobId: inboundJobId(item.message.id) });
 }
 

@@ -18,7 +18,10 @@ export interface HistoryDeps {
 /** Recent history (our sent replies and the user's messages) followed by the messages to answer. */
 export async function conversationTurns(deps: HistoryDeps, reply: Reply): Promise<ChatTurn[]> {
   const { db, historyMessages } = deps;
-  const current = await db.inboundMessage.findMany({ where: { replyId: reply.id }, orderBy: [{ sentAt: "asc" }, { createdAt: "asc" }] });
+  const current = await db.inboundMessage.findMany({
+    where: { replyId: reply.id },
+    orderBy: [{ sentAt: "asc" }, { arrival: { sort: "asc", nulls: "first" } }, { createdAt: "asc" }],
+  });
   const newest = current.reduce((at, m) => (m.createdAt > at ? m.createdAt : at), new Date(0));
   const [earlier, replies] = await Promise.all([
     // What came before these messages; messages after them get answers of their own.

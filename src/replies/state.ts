@@ -77,8 +77,9 @@ export async function beginReply(db: Db, conversationId: string, settings: Begin
 
     const messages = await tx.inboundMessage.findMany({
       where: { conversationId, replyId: null, skipReason: null },
-      // Meta's timestamps have one-second resolution; storage order breaks the ties.
-      orderBy: [{ sentAt: "asc" }, { createdAt: "asc" }],
+      // Meta's timestamps have one-second resolution; the order the webhook received them in
+      // breaks the ties (inbound jobs store them concurrently, so storage order would not).
+      orderBy: [{ sentAt: "asc" }, { arrival: { sort: "asc", nulls: "first" } }, { createdAt: "asc" }],
       select: { id: true, wamid: true, text: true, cannedText: true, control: true, createdAt: true },
     });
     if (messages.length === 0) return { kind: "nothing_to_answer" };

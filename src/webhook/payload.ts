@@ -59,6 +59,8 @@ const changeSchema = z.object({ field: z.string(), value: z.unknown() });
 
 export interface InboundItem {
   kind: "message";
+  /** Its place among the messages of this delivery: Meta lists them in the order they were written. */
+  position: number;
   phoneNumberId: string;
   contactName: string | undefined;
   message: InboundMessagePayload;
@@ -112,6 +114,8 @@ export function walkWebhook(body: unknown): WebhookItem[] {
       items.push(...walkValue(value.data, where));
     });
   });
+  let position = 0;
+  for (const item of items) if (item.kind === "message") item.position = position++;
   return items;
 }
 
@@ -126,7 +130,7 @@ function walkValue(value: z.infer<typeof valueSchema>, where: string): WebhookIt
   (value.messages ?? []).forEach((raw, i) => {
     const message = inboundMessageSchema.safeParse(raw);
     if (message.success) {
-      items.push({ kind: "message", phoneNumberId, contactName: names.get(message.data.from), message: message.data });
+      items.push({ kind: "message", position: 0, phoneNumberId, contactName: names.get(message.data.from), message: message.data });
     } else {
       items.push({ kind: "ignored", reason: "message without id, from, timestamp or type", where: `${where}.messages[${i}]` });
     }

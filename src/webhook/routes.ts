@@ -56,6 +56,7 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
         return reply.code(400).send({ error: "malformed JSON" });
       }
 
+      const receivedAt = Date.now();
       const items = walkWebhook(body);
       // Every item is claimed and enqueued; 200 only when all are safe (law 2). One failing
       // item does not stop the others: they are enqueued, and the redelivery finds them done.
@@ -69,7 +70,7 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
           // The claim is named after the job it guards: one hashed id, safe from hostile wamids.
           const key = `${deps.keyPrefix}:claim:${item.kind === "message" ? inboundJobId(item.message.id) : statusJobId(item.status.id, item.status.status)}`;
           const outcome = await claimAndEnqueue(deps.redis, key, deps.claim, () =>
-            item.kind === "message" ? enqueueInbound(deps.queues, item) : enqueueStatus(deps.queues, item),
+            item.kind === "message" ? enqueueInbound(deps.queues, item, receivedAt) : enqueueStatus(deps.queues, item),
           ).catch((error: unknown) => {
             deps.metrics.webhookItems.inc({ kind: item.kind, outcome: "failed" });
             throw error;

@@ -7,7 +7,8 @@ ALTER TABLE "contacts" DROP COLUMN "opted_out_at";
 
 -- What a message asks of the bot, stored with it; what the bot does is decided at reply time.
 ALTER TABLE "inbound_messages" ADD COLUMN "canned_text" TEXT,
-ADD COLUMN "control" TEXT;
+ADD COLUMN "control" TEXT,
+ADD COLUMN "arrival" BIGINT;
 
 -- A maybe-sent part a person chose not to wait for: kept, so a late status still finds it (law 5).
 ALTER TYPE "send_state" ADD VALUE 'unconfirmed';
