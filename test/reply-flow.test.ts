@@ -1,6 +1,7 @@
 import { spawn } from "node:child_process";
 import { describe, expect, it } from "vitest";
 import { anthropicError } from "./support/fake-anthropic.ts";
+import { inboundJobId } from "../src/queue/queues.ts";
 import { graphError } from "./support/fake-graph.ts";
 import { eventually, type Harness, settle } from "./support/harness.ts";
 import { harnessPerTest } from "./support/per-test.ts";
@@ -280,5 +281,20 @@ describe("a long reply", () => {
       expect(text).not.toMatch(/[\ud800-\udbff]$/);
     }
     expect(h.graph.sentTexts.join(" ").replace(/\s+/g, " ")).toBe(long.trim().replace(/\s+/g, " "));
+  });
+});
+
+describe("hostile ids stay apart", () => {
+  it('wamids "a:b", "a_b" and one with a lone surrogate are three messages, each answered once', async () => {
+    const h = await harness();
+    const ids = ["wamid.HOSTILE.a:b", "wamid.HOSTILE.a_b", "wamid.HOSTILE.\ud800x"];
+    const { body } = textWebhook(...ids.map((id, i) => ({ id, text: `message ${i}`, from: `4477000000${i}` })));
+    expect((await h.deliver(body)).statusCode).toBe(200);
+    expect(new Set(ids.map(inboundJobId)).size).toBe(3);
+    for (const id of ids) expect(await h.queues.inbound.getJob(inboundJobId(id)), id).toBeDefined();
+    await eventually(() => h.graph.sends.length === 3, "three answers");
+    await settle();
+    expect(h.graph.sends.map((s) => s.body.to).sort()).toEqual(["44770000000", "44770000001", "44770000002"]);
+    expect(await h.db.inboundMessage.count()).toBe(3);
   });
 });

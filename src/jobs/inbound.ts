@@ -26,7 +26,8 @@ export interface InboundDeps {
  * Then shows the user we are on it and schedules the conversation's reply.
  */
 export async function processInbound(deps: InboundDeps, data: InboundJobData): Promise<void> {
-  const { message, phoneNumberId } = data;
+  const { phoneNumberId } = data;
+  const message = wellFormed(data.message);
   const log = deps.logger.child({ wamid: message.id });
   const sentAt = new Date(Number(message.timestamp) * 1000);
 
@@ -85,6 +86,17 @@ export async function processInbound(deps: InboundDeps, data: InboundJobData): P
     });
   }
   await scheduleReply(deps.queues, conversation.id, deps.replyDebounceMs);
+}
+
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
+
+/**
+ * Postgres's text and jsonb refuse a lone UTF-16 surrogate, which only a hostile body carries
+ * (JSON allows "\ud800"): it is stored as U+FFFD, or the message could never be stored at all.
+ * The job id was derived from the original (src/queue/queues.ts), so queues keep such ids apart.
+ */
+function wellFormed<T>(value: T): T {
+  return JSON.parse(JSON.stringify(value, (_key, v: unknown) => (typeof v === "string" ? v.replace(LONE_SURROGATE, "\ufffd") : v))) as T;
 }
 
 /** A reply to a specific message keeps that context for Claude (WHATSAPP.md §3, `context`). */
