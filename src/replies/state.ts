@@ -255,13 +255,18 @@ export async function markReplySent(db: Db, replyId: string): Promise<boolean> {
 
 /**
  * Past the 24-hour window only an approved template reaches the customer: it replaces what
- * was never sent (pending parts; a maybe-sent part stays, law 5). Once in place it is not added
- * again.
+ * was never sent (pending parts). A maybe-sent free-form part is never deleted (law 5): once
+ * its wait for a status is over it becomes `unconfirmed`, since it can no longer be sent as
+ * free text; until then it stays `sending`, and the template waits behind it. Once in place
+ * the template is not added again.
  */
 export async function replaceUnsentWithTemplate(db: Db, lease: Lease, replyId: string, template: { name: string; language: string }): Promise<void> {
   await db.$transaction(async (tx) => {
     await assertLease(tx, lease);
     await tx.outboundMessage.deleteMany({ where: { replyId, sendState: "pending", NOT: { template: template.name } } });
+    await tx.$executeRaw`
+      UPDATE outbound_messages SET send_state = 'unconfirmed'
+      WHERE reply_id = ${replyId}::uuid AND send_state = 'sending' AND template IS NULL AND wamid IS NULL AND resend_after <= now()`;
     const live = await tx.outboundMessage.count({
       where: { replyId, template: template.name, sendState: { not: "unconfirmed" }, OR: [{ status: null }, { status: { not: "failed" } }] },
     });
