@@ -1,0 +1,72 @@
+import { type ChildProcess, spawn } from "node:child_process";
+import { afterEach, describe, expect, it } from "vitest";
+import { eventually, type Harness, settle } from "./support/harness.ts";
+import { harnessPerTest } from "./support/per-test.ts";
+import { statusWebhook, textWebhook } from "./support/webhook-bodies.ts";
+
+/**
+ * Law 8 when a worker freezes (a GC pause, a stopped VM, a partition from Redis) past its
+ * BullMQ lock and another worker takes the job over: the database's fence, not only the
+ * queue's lock, keeps one voice. A real worker process is sent SIGSTOP mid-reply for longer
+ * than JOB_LOCK_MS, a second worker takes over, then the first gets SIGCONT: the customer
+ * gets one reply.
+ */
+
+const harness = harnessPerTest();
+let child: ChildProcess | undefined;
+afterEach(() => {
+  if (child && child.exitCode === null) {
+    child.kill("SIGCONT");
+    child.kill("SIGKILL");
+  }
+  child = undefined;
+});
+
+function startWorkerProcess(h: Harness): ChildProcess {
+  return spawn(process.execPath, ["--import", "tsx", "src/main.ts", "worker"], { env: { ...process.env, ...h.env, LOG_LEVEL: "silent" }, stdio: "ignore" });
+}
+
+const fence = async (h: Harness) => (await h.db.conversation.findFirstOrThrow()).replyFence;
+const ENV = { JOB_LOCK_MS: "1000", REPLY_DEBOUNCE_MS: "0" };
+
+describe("a worker frozen past its lock", () => {
+  it("frozen while Meta was taking its send: the worker that takes over waits for the status instead of sending again", async () => {
+    const h = await harness({ workers: 0, env: { ...ENV, GRAPH_TIMEOUT_MS: "8000", SEND_RECONCILE_WAIT_MS: "2000" } });
+    h.graph.answerSends({ status: 200, delayMs: 2500 }); // Meta takes it; its answer comes while the sender is frozen
+    child = startWorkerProcess(h);
+    await h.deliver(textWebhook({ text: "can I change my order?" }).body);
+    await eventually(() => h.graph.sends.length === 1, "the worker process to reach Meta with the send", 60_000);
+    child.kill("SIGSTOP");
+
+    h.startWorkers(); // takes the job over once its lock has expired
+    await eventually(async () => (await fence(h)) >= 2n, "the second worker to take the conversation over", 15_000);
+    await settle(1500); // a second worker that resent a maybe-sent part would have done it by now
+    expect(h.graph.sends).toHaveLength(1);
+
+    child.kill("SIGCONT"); // the frozen worker wakes up, behind the new one's fence
+    const part = await h.db.outboundMessage.findFirstOrThrow();
+    await h.deliver(statusWebhook({ id: "wamid.TAKEN", status: "sent", biz_opaque_callback_data: part.id }));
+    await eventually(async () => (await h.db.reply.count({ where: { state: "sent" } })) === 1, "the reply to be recorded sent", 20_000);
+    await settle(1000);
+    expect(h.graph.sends).toHaveLength(1);
+    expect(h.claude.requests).toHaveLength(1);
+  }, 90_000);
+
+  it("frozen while Claude was writing: the worker that takes over answers, and the frozen one's late draft is never sent", async () => {
+    const h = await harness({ workers: 0, env: ENV });
+    h.claude.latencyMs = 2500;
+    child = startWorkerProcess(h);
+    await h.deliver(textWebhook({ text: "what sizes do you have?" }).body);
+    await eventually(() => h.claude.inFlight === 1, "the worker process to be waiting on Claude", 60_000);
+    child.kill("SIGSTOP");
+
+    h.startWorkers();
+    await eventually(() => h.graph.sends.length === 1, "the second worker's answer", 20_000);
+    child.kill("SIGCONT");
+    await eventually(() => h.claude.inFlight === 0, "both Claude calls to be answered");
+    await settle(2000); // the woken worker has its draft ("Reply #1") by now: it must not send it
+    expect(h.graph.sentTexts).toEqual(["Reply #2"]);
+    expect(h.claude.requests).toHaveLength(2); // the one cost of a freeze mid-call
+    expect(await h.db.reply.findFirstOrThrow()).toMatchObject({ state: "sent", text: "Reply #2" });
+  }, 90_000);
+});
