@@ -1,0 +1,113 @@
+import { type Queue, Worker } from "bullmq";
+import { Redis } from "ioredis";
+import pino from "pino";
+import { afterEach, describe, expect, it } from "vitest";
+import { reconcile } from "../src/jobs/reconcile.ts";
+import { eventually, type Harness, settle, TEST_REDIS_URL } from "./support/harness.ts";
+import { harnessPerTest } from "./support/per-test.ts";
+import { textWebhook } from "./support/webhook-bodies.ts";
+
+/**
+ * Law 6's last line: the reconciler. Whatever left work where no one looks (a job BullMQ gave
+ * up on, a job Redis lost), it is found, driven again once, then dead-lettered, and logged.
+ * The faults are injected into the real queues: a worker that crashes on every job it takes
+ * (to BullMQ, a stalled or crashing worker looks exactly like this), and jobs removed from
+ * Redis behind the system's back.
+ */
+
+const harness = harnessPerTest();
+let rogues: { worker: Worker; connection: Redis }[] = [];
+afterEach(async () => {
+  await Promise.all(rogues.map(async (r) => {
+    await r.worker.close(true);
+    r.connection.disconnect();
+  }));
+  rogues = [];
+});
+
+/** A worker on the system's queue that crashes on every job, spending all its attempts. */
+function crashingWorker(h: Harness, queue: Queue): void {
+  const connection = new Redis(TEST_REDIS_URL, { maxRetriesPerRequest: null });
+  const worker = new Worker(queue.name, async (): Promise<unknown> => {
+    throw new Error("the worker crashed mid-job");
+  }, { connection, prefix: h.prefix, settings: { backoffStrategy: () => 0 } });
+  rogues.push({ worker, connection });
+}
+
+async function stopCrashingWorkers(): Promise<void> {
+  await Promise.all(rogues.map((r) => r.worker.close()));
+}
+
+function capturedLogs() {
+  const lines: { event?: string }[] = [];
+  const logger = pino({ level: "info" }, { write: (line: string) => void lines.push(JSON.parse(line) as { event?: string }) });
+  return { logger, events: () => lines.map((l) => l.event) };
+}
+
+const failedCount = async (queue: Queue) => (await queue.getJobCounts("failed")).failed ?? 0;
+const SWEEP_NOW = { RECONCILE_AFTER_MS: "0", RECONCILE_INTERVAL_MS: "3600000", REPLY_DEBOUNCE_MS: "0" };
+
+describe("the reconciler", () => {
+  it("drives a reply job BullMQ gave up on again at start-up: the message is answered once, and the failed set is empty", async () => {
+    const logs = capturedLogs();
+    const h = await harness({ env: SWEEP_NOW, logger: logs.logger });
+    await h.queues.reply.pause();
+    const { body, wamids } = textWebhook({ text: "are you open today?" });
+    await h.deliver(body);
+    await eventually(() => h.db.inboundMessage.findUnique({ where: { wamid: wamids[0] } }), "the message to be stored");
+    await h.stopWorkers();
+
+    crashingWorker(h, h.queues.reply);
+    await h.queues.reply.resume();
+    await eventually(async () => (await failedCount(h.queues.reply)) === 1, "the reply job to fail for good");
+    await stopCrashingWorkers();
+
+    h.startWorkers(); // a worker starts: its first sweep finds the failed job
+    await eventually(() => h.graph.sends.length === 1, "the answer", 15_000);
+    await settle();
+    expect(h.graph.sends).toHaveLength(1);
+    expect(h.claude.requests).toHaveLength(1);
+    expect(await failedCount(h.queues.reply)).toBe(0);
+    expect(logs.events()).toContain("reconcile.failed_job_redriven");
+  });
+
+  it("finds stored messages whose reply job Redis lost: driven again once; lost again, they become one dead letter", async () => {
+    const h = await harness({ env: SWEEP_NOW });
+    await h.queues.reply.pause();
+    const { body, wamids } = textWebhook({ text: "hello?" });
+    await h.deliver(body);
+    await eventually(() => h.db.inboundMessage.findUnique({ where: { wamid: wamids[0] } }), "the message to be stored");
+    await h.stopWorkers();
+    const deps = { db: h.db, queues: h.queues, redis: h.redis, prefix: h.prefix, logger: pino({ level: "silent" }), afterMs: 0 };
+
+    await h.queues.reply.drain(true); // Redis lost the job (a failover without AOF, say)
+    expect(await reconcile(deps)).toMatchObject({ redriven: 1, deadLettered: 0 });
+    expect(await h.queues.reply.getJobCounts("waiting")).toMatchObject({ waiting: 1 }); // the queue is paused: it waits
+
+    await h.queues.reply.drain(true); // and lost it again
+    expect(await reconcile(deps)).toMatchObject({ redriven: 0, deadLettered: 1 });
+    const letter = await h.db.deadLetter.findFirstOrThrow({ include: { reply: { include: { messages: true } } } });
+    expect(letter).toMatchObject({ state: "open", source: "internal", code: "stuck" });
+    expect(letter.reply!.messages.map((m) => m.wamid)).toEqual(wamids);
+
+    expect(await reconcile(deps)).toEqual({ redriven: 0, deadLettered: 0, failedJobs: 0 }); // once
+  });
+
+  it("drives a failed inbound job again once; failing again, its message is kept as a dead letter for staff", async () => {
+    const h = await harness({ workers: 0, env: SWEEP_NOW });
+    const deps = { db: h.db, queues: h.queues, redis: h.redis, prefix: h.prefix, logger: pino({ level: "silent" }), afterMs: 0 };
+    crashingWorker(h, h.queues.inbound);
+    const { body, wamids } = textWebhook({ text: "I want to cancel my order" });
+    await h.deliver(body);
+    await eventually(async () => (await failedCount(h.queues.inbound)) === 1, "the inbound job to fail for good");
+
+    expect(await reconcile(deps)).toMatchObject({ failedJobs: 1, deadLettered: 0 });
+    await eventually(async () => (await failedCount(h.queues.inbound)) === 1, "the job, driven again, to fail again");
+    expect(await reconcile(deps)).toMatchObject({ failedJobs: 1, deadLettered: 1 });
+
+    const message = await h.db.inboundMessage.findUniqueOrThrow({ where: { wamid: wamids[0] }, include: { reply: { include: { deadLetters: true } } } });
+    expect(message.text).toBe("I want to cancel my order");
+    expect(message.reply?.deadLetters).toMatchObject([{ state: "open", code: "inbound_failed" }]);
+    expect(await failedCount(h.queues.inbound)).toBe(0);
+  });
+});
