@@ -52,7 +52,9 @@ async function run(role: Exclude<Role, "migrate">, config: Config, logger: Logge
   const db = createDb(config.databaseUrl, { poolSize: config.databasePoolSize });
   const redis = createFailFastRedis(config.redisUrl);
   redis.on("error", (error) => logger.warn({ event: "redis.error", err: error }, "redis connection error"));
-  const queues = createQueues(redis, { prefix: config.queuePrefix, attempts: config.jobs.attempts });
+  const queues = createQueues(redis, { prefix: config.queuePrefix, attempts: config.jobs.attempts }, (error) =>
+    logger.warn({ event: "queue.error", err: error }, "queue connection error"),
+  );
 
   const metrics = createMetrics({ defaultMetrics: true });
   const app = role !== "worker" ? buildApp({ config, logger, redis, queues, db, metrics }) : undefined;
@@ -62,6 +64,8 @@ async function run(role: Exclude<Role, "migrate">, config: Config, logger: Logge
 
   if (role !== "web") {
     workerRedis = createWorkerRedis(config.redisUrl);
+    // It reconnects by itself and the jobs wait for it; say so once per error, not on stderr.
+    workerRedis.on("error", (error) => logger.warn({ event: "redis.error", role: "worker", err: error }, "worker's redis connection error"));
     workers = startConfiguredWorkers(config, { db, logger, metrics, connection: workerRedis });
     redisPersistenceWarnings(workerRedis).then(
       (warnings) => warnings.forEach((w) => logger.warn({ event: "redis.config_warning" }, w)),

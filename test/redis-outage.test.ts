@@ -90,3 +90,29 @@ describe("Redis outage on the web role (law 2)", () => {
     expect(await jobCount(h.queues.inbound)).toBe(2);
   });
 });
+
+describe("Redis outage on the worker role", () => {
+  it("Redis killed while a reply is in flight (AOF on, as in production): the worker rides it out and the reply goes out once", async () => {
+    const redis = await PrivateRedis.start({ aof: true });
+    const w = await startHarness({ env: { REDIS_URL: redis.url, REPLY_DEBOUNCE_MS: "0" } });
+    try {
+      w.claude.latencyMs = 1500;
+      expect((await w.deliver(textWebhook({ text: "still there?" }).body)).statusCode).toBe(200);
+      await eventually(() => w.claude.inFlight === 1, "the reply to be in Claude's hands");
+      await redis.kill();
+      await new Promise((r) => setTimeout(r, 2500)); // Claude answers and the send goes out while Redis is gone
+      await redis.resume();
+      await eventually(() => w.redis.status === "ready", "the test's own Redis connection to be back", 15_000);
+      await eventually(async () => ((await w.queues.reply.getJobCounts("completed")).completed ?? 0) >= 1, "the reply job to complete", 20_000);
+      expect(w.graph.sentTexts).toEqual(["Reply #1"]);
+      expect(w.claude.requests).toHaveLength(1);
+      const failed = await Promise.all([w.queues.inbound, w.queues.reply].map((q) => q.getJobCounts("failed")));
+      expect(failed.map((c) => c.failed ?? 0)).toEqual([0, 0]);
+    } finally {
+      await redis.resume();
+      await eventually(() => w.redis.status === "ready", "the app's Redis connection to be ready before closing", 15_000);
+      await w.close();
+      await redis.destroy();
+    }
+  }, 60_000);
+});

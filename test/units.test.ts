@@ -1,7 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { classifyAnthropicError, toAlternatingMessages } from "../src/ai/claude.ts";
-import { PermanentError, RetryableError } from "../src/errors.ts";
+import { FencedOut, PermanentError, Postpone, RetryableError } from "../src/errors.ts";
 import { decideFate, retryDelayMs } from "../src/jobs/policy.ts";
+import { type PendingMessage, planNextAnswer } from "../src/messages/plan.ts";
 import { splitForWhatsApp } from "../src/replies/split.ts";
 import { ruleForGraphCode } from "../src/whatsapp/error-codes.ts";
 import Anthropic from "@anthropic-ai/sdk";
@@ -87,6 +88,21 @@ describe("which errors are retried (law 7)", () => {
     expect(decideFate(throughput, { attemptsMade: 2, attemptsStarted: 3, opts: { attempts: 3 } }, settings).action).toBe("throttle"); // costs no attempt
   });
 
+  it("our own infrastructure away, a postponement or a fenced-out run never spends an attempt, even on the last one", () => {
+    const settings = { baseDelayMs: 1000, maxDelayMs: 60_000 };
+    const last = { attemptsMade: 2, attemptsStarted: 9, opts: { attempts: 3 } };
+    const unreachable = Object.assign(new Error("Can't reach database server at 127.0.0.1:5432"), { code: "P1001" });
+    expect(decideFate(unreachable, last, settings)).toMatchObject({ action: "wait" });
+    expect(decideFate(Object.assign(new Error("connect ECONNREFUSED 127.0.0.1:6379"), { code: "ECONNREFUSED" }), last, settings).action).toBe("wait");
+    expect(decideFate(new Error("Connection is closed."), last, settings).action).toBe("wait");
+    expect(decideFate(new Postpone(Date.now() + 5000, "debounce"), last, settings)).toMatchObject({ action: "wait", delayMs: expect.any(Number) });
+    expect(decideFate(new FencedOut("taken over"), last, settings).action).toBe("stop");
+    // The waits so far set the backoff: seven starts without an attempt wait longer than one.
+    const first = decideFate(unreachable, { attemptsMade: 0, attemptsStarted: 1, opts: { attempts: 3 } }, settings);
+    const later = decideFate(unreachable, { attemptsMade: 0, attemptsStarted: 8, opts: { attempts: 3 } }, settings);
+    expect(first.action === "wait" && later.action === "wait" && later.delayMs > first.delayMs).toBe(true);
+  });
+
   it("backoff grows exponentially with jitter, is capped, and honours a failure's minimum", () => {
     const settings = { baseDelayMs: 1000, maxDelayMs: 60_000 };
     expect(retryDelayMs(1, undefined, settings, () => 0)).toBe(500);
@@ -113,5 +129,35 @@ describe("conversation history for Claude", () => {
       { role: "assistant", content: [{ type: "text", text: "Yes" }] },
       { role: "user", content: [{ type: "text", text: "price?" }] },
     ]);
+  });
+});
+
+describe("planning the next answer, in the order the customer wrote", () => {
+  const settings = { optOutReply: "Bye", optInReply: "Welcome back", handoffReply: "A person will answer" };
+  const open = { optedOut: false, paused: false };
+  let n = 0;
+  const m = (over: Partial<PendingMessage>): PendingMessage => ({ id: `m${++n}`, wamid: `w${n}`, text: null, cannedText: null, control: null, ...over });
+
+  it("a burst of questions is one answer; a configured answer after them waits for the next", () => {
+    const [a, b, voice, c] = [m({ text: "a" }), m({ text: "b" }), m({ cannedText: "no voice" }), m({ text: "c" })];
+    expect(planNextAnswer([a!, b!, voice!, c!], open, settings).answer).toEqual({ kind: "ai", messageIds: [a!.id, b!.id] });
+    expect(planNextAnswer([voice!, m({ cannedText: "no voice" }), c!], open, settings).answer).toMatchObject({ kind: "canned", text: "no voice" });
+  });
+
+  it("STOP then hi: the confirmation, hi skipped as opted out; hi then STOP: hi is answered first", () => {
+    const stop = m({ text: "STOP", control: "opt_out" });
+    const hi = m({ text: "hi" });
+    const first = planNextAnswer([stop, hi], open, settings);
+    expect(first).toMatchObject({ answer: { kind: "canned", messageIds: [stop.id], text: "Bye" }, effects: { optedOut: true } });
+    expect(planNextAnswer([hi], { optedOut: true, paused: false }, settings).skips).toEqual([{ id: hi.id, reason: "customer opted out" }]);
+    expect(planNextAnswer([hi, stop], open, settings)).toMatchObject({ answer: { kind: "ai", messageIds: [hi.id] }, effects: {} });
+  });
+
+  it("a second STOP and a repeated request for a person are skipped with their reasons", () => {
+    const stop = m({ text: "stop", control: "opt_out" });
+    expect(planNextAnswer([stop], { optedOut: true, paused: false }, settings).skips).toEqual([{ id: stop.id, reason: "opted out (repeated)" }]);
+    const human = m({ text: "human", control: "handoff" });
+    expect(planNextAnswer([human], { optedOut: false, paused: true }, settings).skips).toEqual([{ id: human.id, reason: "bot paused for a person (repeated request)" }]);
+    expect(planNextAnswer([human], open, settings)).toMatchObject({ answer: { kind: "canned", text: "A person will answer" }, effects: { handoffWamid: human.wamid } });
   });
 });

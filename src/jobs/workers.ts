@@ -37,7 +37,9 @@ const SEND_LEASE_MAX_MS = 5_000;
  * on its own connection (one that waits out a Redis outage, unlike the web role's).
  */
 export function startConfiguredWorkers(config: Config, shared: { db: Db; logger: Logger; metrics: Metrics; connection: Redis }): Workers {
-  const queues = createQueues(shared.connection, { prefix: config.queuePrefix, attempts: config.jobs.attempts });
+  const queues = createQueues(shared.connection, { prefix: config.queuePrefix, attempts: config.jobs.attempts }, (error) =>
+    shared.logger.warn({ event: "queue.error", role: "worker", err: error }, "queue connection error"),
+  );
   const workers = startWorkers({
     ...shared,
     queues,

@@ -52,15 +52,21 @@ export interface QueueSettings {
 /** Kept briefly for operators to inspect; the durable record is Postgres. */
 const KEEP = { removeOnComplete: { age: 3600, count: 1000 }, removeOnFail: { age: 7 * 24 * 3600 } } as const;
 
-export function createQueues(connection: Redis, settings: QueueSettings): Queues {
+/**
+ * `onError` hears the queues' connection errors (Redis away): BullMQ prints them to stderr
+ * when nobody listens, once per reconnection attempt.
+ */
+export function createQueues(connection: Redis, settings: QueueSettings, onError: (error: Error) => void = () => undefined): Queues {
   const defaultJobOptions: JobsOptions = { attempts: settings.attempts, backoff: { type: "policy" }, ...KEEP };
   const options = { connection, prefix: settings.prefix, defaultJobOptions };
-  return {
+  const queues: Queues = {
     inbound: new Queue<InboundJobData>(QUEUE_NAMES.inbound, options),
     reply: new Queue<ReplyJobData>(QUEUE_NAMES.reply, options),
     status: new Queue<StatusJobData>(QUEUE_NAMES.status, options),
     reconcile: new Queue<Record<string, never>>(QUEUE_NAMES.reconcile, { connection, prefix: settings.prefix }),
   };
+  for (const queue of Object.values(queues)) queue.on("error", onError);
+  return queues;
 }
 
 export async function closeQueues(queues: Queues): Promise<void> {

@@ -125,6 +125,7 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
     startWorkers(count = Math.max(1, options.workers ?? 1)) {
       for (let i = 0; i < count; i++) {
         const connection = createWorkerRedis(config.redisUrl);
+        connection.on("error", () => undefined); // it reconnects by itself; tests that kill Redis expect these
         const workers = startConfiguredWorkers(config, { db, logger, metrics, connection });
         running.push({ workers, connection });
       }
