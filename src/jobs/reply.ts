@@ -213,7 +213,9 @@ async function sendParts(deps: ReplyDeps, lease: Lease, conversation: Conversati
       // Never send a template's stand-in text as a free-form message.
       throw new PermanentError({ source: "window", code: "template_missing", reason: `Template "${part.template}" is no longer configured for this number` });
     }
-    if (part.sendState === "sending") log.warn({ event: "reply.resend_unconfirmed", part: part.id }, "a previous send of this part is unconfirmed");
+    if (part.sendState === "sending" && part.resendAfter && part.resendAfter.getTime() > Date.now()) {
+      throw new Postpone(part.resendAfter.getTime(), "a maybe-sent part waits for its status webhook");
+    }
     const attempt = await markSending(deps.db, lease, part.id, leaseMs + timeoutMs + reconcileWaitMs);
     const markedAt = performance.now();
     if (attempt === null) {
@@ -225,7 +227,12 @@ async function sendParts(deps: ReplyDeps, lease: Lease, conversation: Conversati
     }
     // A run frozen right here (a GC pause, a stopped VM) must not send late: by now another
     // worker may have counted this part as maybe-sent and be waiting out `resend_after`.
-    if (performance.now() - markedAt > leaseMs) throw new FencedOut(`the send lease of part ${part.id} lapsed before the request went out`);
+    if (performance.now() - markedAt > leaseMs) {
+      await markRefused(deps.db, part.id, attempt); // it never left: whoever runs next may send it
+      throw new FencedOut(`the send lease of part ${part.id} lapsed before the request went out`);
+    }
+    // Law 5's unavoidable window: we started this send before and never learned its outcome.
+    if (part.sendState === "sending") log.warn({ event: "reply.resend_unconfirmed", part: part.id }, "no status came for an earlier send of this part; sending it again");
     let wamid: string;
     try {
       ({ wamid } = template
