@@ -84,6 +84,8 @@ async function openItem(id) {
   const contact = data.conversation.contact;
   $("#detail-title").textContent = `${contact.name ?? ""} +${contact.waId} — ${data.state}`;
   $("#window-warning").hidden = data.conversation.windowOpen;
+  $("#maybe-sent-warning").hidden = !data.reply?.maybeSent;
+  $("#delivered-note").hidden = !data.reply?.deliveredAfterAll;
   $("#error").textContent = JSON.stringify(data.error, null, 2);
   $("#draft").value = data.reply?.draft ?? "";
   const timeline = $("#timeline");
@@ -110,12 +112,19 @@ async function act(action) {
   if (action !== "pause" && action !== "discard" && !current.conversation.windowOpen
       && !confirm("The 24-hour window has closed; free text will fail with 131047. Send anyway?")) return;
   if (action === "regenerate" && !confirm("Regenerating calls Claude again (it costs money). Continue?")) return;
+  const resending = action === "send-edited" || action === "send-draft" || action === "regenerate";
+  // Law 5: a reply that may already have arrived is sent again only when the person says so.
+  const confirmMaybeSent = resending && current.reply?.maybeSent
+    ? confirm("This reply may already have arrived (Meta never answered its last send). Send it again anyway?")
+    : false;
+  if (resending && current.reply?.maybeSent && !confirmMaybeSent) return;
   const key = crypto.randomUUID(); // one key per intended action: a double click replays, never repeats
   const id = current.id;
+  const confirmed = confirmMaybeSent ? { confirmMaybeSent: true } : {};
   const requests = {
-    "send-edited": () => api("POST", `/admin/dlq/${id}/retry`, { text: $("#draft").value }, key),
-    "send-draft": () => api("POST", `/admin/dlq/${id}/retry`, {}, key),
-    regenerate: () => api("POST", `/admin/dlq/${id}/regenerate`, undefined, key),
+    "send-edited": () => api("POST", `/admin/dlq/${id}/retry`, { text: $("#draft").value, ...confirmed }, key),
+    "send-draft": () => api("POST", `/admin/dlq/${id}/retry`, confirmed, key),
+    regenerate: () => api("POST", `/admin/dlq/${id}/regenerate`, confirmed, key),
     discard: () => api("POST", `/admin/dlq/${id}/discard`, $("#note").value ? { note: $("#note").value } : {}, key),
     pause: () => api("POST", `/admin/conversations/${current.conversation.id}/pause`, {}, key),
   };
@@ -148,7 +157,7 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   $("#bulk").addEventListener("click", async () => {
     const code = new FormData($("#filters")).get("code");
-    if (!code) return alert("Type the reason code to resend first (e.g. http_503).");
+    if (!code) return alert("Type the reason code to resend first (e.g. 133004).");
     const { status, data } = await api("POST", "/admin/dlq/bulk-retry", { code }, crypto.randomUUID());
     alert(status < 300 ? `Resending ${data.resent} item(s), paced.` : `Not done: ${data.error}`);
     loadQueue();
