@@ -32,8 +32,8 @@ export interface ReconcileDeps {
   afterMs: number;
 }
 
-/** A mark lives long enough to tell "driven again and stuck again" from a new problem. */
-const MARK_TTL_MS = 24 * 60 * 60 * 1000;
+/** A mark lives long enough to tell "driven again and stuck again" from a new problem, days later. */
+const markTtlMs = (afterMs: number) => Math.max(10 * afterMs, 60 * 60 * 1000);
 const BATCH = 200;
 
 export interface SweepResult {
@@ -54,7 +54,7 @@ export async function reconcile(deps: ReconcileDeps): Promise<SweepResult> {
 
 /** True the first time for `what`, false while its mark lives: "driven again, once". */
 async function firstTime(deps: ReconcileDeps, what: string): Promise<boolean> {
-  return (await deps.redis.set(`${deps.prefix}:reconciled:${what}`, "1", "PX", MARK_TTL_MS, "NX")) === "OK";
+  return (await deps.redis.set(`${deps.prefix}:reconciled:${what}`, "1", "PX", markTtlMs(deps.afterMs), "NX")) === "OK";
 }
 
 async function settleStuckConversations(deps: ReconcileDeps, result: SweepResult): Promise<void> {
