@@ -242,13 +242,15 @@ export const SCENARIOS: Scenario[] = [
         }
       })();
       // Kill a worker whose draft is stored and sent (Meta has taken it) but not yet recorded,
-      // and which has no Claude call of its own in flight: a crash whose retry should cost
-      // neither a second Claude call nor a second send.
+      // and which has no Claude answer of its own in flight or just received (a draft not yet
+      // stored dies with the process: that second call would be the fault's, not the
+      // system's): a crash whose retry should cost neither a second Claude call nor a second send.
       const victim = await waitFor<RoleProcess>(
         () =>
           system.runningWorkers.find((w) => {
             const via = system.viaOf(w);
-            return system.graph.sendsInFlight(via) > 0 && (system.claudeInFlight.get(via) ?? 0) === 0;
+            const quietFor = Date.now() - (system.claudeAnsweredAt.get(via) ?? 0);
+            return system.graph.sendsInFlight(via) > 0 && (system.claudeInFlight.get(via) ?? 0) === 0 && quietFor >= 300;
           }),
         20_000,
         2,

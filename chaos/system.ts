@@ -21,6 +21,7 @@ const APP_SECRET = "chaos-app-secret";
 const ACCESS_TOKEN = "chaos-access-token";
 export const QUEUE_PREFIX = "{chaos}";
 const START_TIMEOUT_MS = 60_000;
+const WARM_UP_CUSTOMERS = 4;
 
 export interface SystemSettings {
   /** Directory name of this scenario's logs. */
@@ -55,7 +56,11 @@ export class ChaosSystem {
   readonly processes: RoleProcess[] = [];
   /** Claude requests not yet answered, by the base path of the process that made them. */
   readonly claudeInFlight = new Map<string, number>();
+  /** When Claude last answered each process. */
+  readonly claudeAnsweredAt = new Map<string, number>();
   lastClaudeAt = 0;
+  /** Claude requests made during the warm-up, which the scenario does not count. */
+  private claudeCallsBefore = 0;
   private workerCount = 0;
   private closed: Promise<void> | undefined;
 
@@ -73,7 +78,10 @@ export class ChaosSystem {
       const via = path.split("/")[1] ?? "";
       this.lastClaudeAt = Date.now();
       this.claudeInFlight.set(via, (this.claudeInFlight.get(via) ?? 0) + 1);
-      void answered.then(() => this.claudeInFlight.set(via, (this.claudeInFlight.get(via) ?? 1) - 1));
+      void answered.then(() => {
+        this.claudeInFlight.set(via, (this.claudeInFlight.get(via) ?? 1) - 1);
+        this.claudeAnsweredAt.set(via, Date.now());
+      });
     };
   }
 
@@ -101,6 +109,30 @@ export class ChaosSystem {
     const web = this.spawn("web", "web", { ...this.env("web"), PORT: String(this.webPort), HOST: "127.0.0.1" });
     const workers = Array.from({ length: this.settings.workers }, () => this.startWorker());
     await Promise.all([this.ready(web), ...workers]);
+    await this.warmUp();
+  }
+
+  /**
+   * A few conversations end to end before the scenario starts, so that it measures the fault
+   * and not a cold start (first queries, connection pools, the JIT); then the count restarts.
+   */
+  private async warmUp(): Promise<void> {
+    const waIds = Array.from({ length: WARM_UP_CUSTOMERS }, (_, i) => this.customers.warmUp(i));
+    const deadline = Date.now() + START_TIMEOUT_MS;
+    const answered = () => waIds.every((to) => this.graph.taken.some((send) => send.to === to));
+    while (!answered() || this.deliverer.busy) {
+      if (Date.now() > deadline) throw new Error(`the warm-up messages were not answered within ${START_TIMEOUT_MS} ms (logs: ${this.logDir})`);
+      await sleep(50);
+    }
+    await sleep(500); // the last status jobs run
+    this.graph.clearRecord();
+    this.deliverer.resetStats();
+    this.claudeCallsBefore = this.claude.requests.length;
+  }
+
+  /** Claude requests since the warm-up. */
+  get claudeCalls(): number {
+    return this.claude.requests.length - this.claudeCallsBefore;
   }
 
   /** The variables of the process reaching the fakes under base path `via`. */

@@ -80,6 +80,11 @@ export async function tally(system: ChaosSystem): Promise<Tally> {
   const deadLettered = (r: ReplyRow) => r.state === "dead" && r.open_letter;
 
   const stored = new Map(messages.map((m) => [m.wamid, m]));
+  const counted = new Set<string>();
+  for (const wamid of system.customers.written.keys()) {
+    const replyId = stored.get(wamid)?.reply_id;
+    if (replyId) counted.add(replyId);
+  }
   const result: Tally = {
     sentIn: system.customers.written.size,
     answered: 0,
@@ -87,8 +92,8 @@ export async function tally(system: ChaosSystem): Promise<Tally> {
     skipped: 0,
     lost: 0,
     lostBecause: { neverStored: 0, neverBound: 0, replyState: {} },
-    claudeCalls: system.claude.requests.length,
-    aiRepliesDone: replies.filter((r) => r.kind === "ai" && (reached(r) || deadLettered(r))).length,
+    claudeCalls: system.claudeCalls,
+    aiRepliesDone: replies.filter((r) => counted.has(r.id) && r.kind === "ai" && (reached(r) || deadLettered(r))).length,
     sendsTaken: system.graph.taken.length,
     partsTaken: takenParts.size,
     answeredYetDeadLettered: 0,

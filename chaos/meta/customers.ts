@@ -45,6 +45,16 @@ export class Customers {
     return wamid;
   }
 
+  /**
+   * Warm-up customer `i` writes: delivered like any message, but outside the scenario's
+   * count (and never twice). Returns their WhatsApp id.
+   */
+  warmUp(i: number): string {
+    const from = `1999${String(i).padStart(7, "0")}`;
+    void this.deliverer.deliver(textWebhook({ from, id: `wamid.CHAOS${this.tag}warm${i}`, text: "Hi! Are you open?", name: `Early bird ${i}` }).body);
+    return from;
+  }
+
   /** Which customer number a WhatsApp id belongs to. */
   indexOf(waId: string): number {
     return Number(waId.slice(4));

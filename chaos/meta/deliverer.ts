@@ -25,7 +25,7 @@ export interface DeliveryStats {
 export class WebhookDeliverer {
   /** No redelivery is started after this moment (ms since the epoch). */
   deadline = Number.POSITIVE_INFINITY;
-  readonly stats: DeliveryStats = { posts: 0, refused: {}, abandoned: 0 };
+  stats: DeliveryStats = { posts: 0, refused: {}, abandoned: 0 };
   /** When the last POST started: part of what "the system has gone quiet" means. */
   lastPostAt = 0;
   private inProgress = 0;
@@ -60,6 +60,11 @@ export class WebhookDeliverer {
     } finally {
       this.inProgress--;
     }
+  }
+
+  /** Starts counting afresh (after a warm-up). */
+  resetStats(): void {
+    this.stats = { posts: 0, refused: {}, abandoned: 0 };
   }
 
   /** Stops every redelivery at once (they count as abandoned). */

@@ -80,6 +80,12 @@ export class MetaGraph {
     return this.server.stop();
   }
 
+  /** Forgets the sends taken so far (after a warm-up). */
+  clearRecord(): void {
+    this.taken.length = 0;
+    this.markReads = 0;
+  }
+
   /** Sends from process `via` that Meta has not answered yet. */
   sendsInFlight(via: string): number {
     return this.inFlight.get(via) ?? 0;
