@@ -14,6 +14,13 @@ export interface ClaudeRequest {
 
 export type ClaudeAnswer = { status: number; body?: unknown } | { text: string };
 
+/** One request as it arrives: the path it came on, and a promise settled once it has been answered. */
+export interface ClaudeArrival {
+  path: string;
+  request: ClaudeRequest;
+  answered: Promise<void>;
+}
+
 export class FakeAnthropic {
   readonly requests: ClaudeRequest[] = [];
   private readonly script: ClaudeAnswer[] = [];
@@ -23,13 +30,19 @@ export class FakeAnthropic {
   /** Latency of every answer, to model Claude's seconds-long generations. */
   latencyMs = 0;
   reply: (request: ClaudeRequest) => string = (request) => `Reply #${this.requests.indexOf(request) + 1}`;
+  /**
+   * Told of every request as it arrives. Processes given their own base URL path (say
+   * `${url}/w1`) can be told apart by it: the chaos runner uses this to find which worker
+   * process is waiting on Claude.
+   */
+  onRequest: ((arrival: ClaudeArrival) => void) | undefined;
 
   get url(): string {
     return this.server.url;
   }
 
   async start(): Promise<this> {
-    await this.server.start((_req, body, res) => this.handle(body, res));
+    await this.server.start((req, body, res) => this.handle(req.url ?? "", body, res));
     return this;
   }
 
@@ -74,9 +87,12 @@ export class FakeAnthropic {
     };
   }
 
-  private async handle(raw: Buffer, res: ServerResponse): Promise<void> {
+  private async handle(path: string, raw: Buffer, res: ServerResponse): Promise<void> {
     const request = JSON.parse(raw.toString("utf8")) as ClaudeRequest;
     this.requests.push(request);
+    let answered!: () => void;
+    const settled = new Promise<void>((resolve) => (answered = resolve));
+    this.onRequest?.({ path, request, answered: settled });
     this.inFlight++;
     this.maxInFlight = Math.max(this.maxInFlight, this.inFlight);
     try {
@@ -104,6 +120,7 @@ export class FakeAnthropic {
       );
     } finally {
       this.inFlight--;
+      answered();
     }
   }
 }

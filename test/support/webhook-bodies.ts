@@ -75,6 +75,8 @@ export function statusWebhook(status: {
   id: string;
   status: string;
   timestamp?: number;
+  /** The customer the message went to (default the tests' usual customer). */
+  recipient_id?: string;
   biz_opaque_callback_data?: string;
   errors?: unknown[];
 }): string {

@@ -1,0 +1,103 @@
+import { fmt, table } from "../bench/stats.ts";
+import type { Scenario } from "./scenarios.ts";
+import type { Settled } from "./settle.ts";
+import type { DeliveryStats } from "./meta/deliverer.ts";
+
+/**
+ * The one table, and a few lines per scenario under it. The goals: 0 lost, one Claude call
+ * per answer (a frozen worker's call in flight may be paid twice), one send per reply part.
+ */
+
+export interface ScenarioResult {
+  scenario: Scenario;
+  note: string;
+  claudeAllowance: number;
+  outcome: Settled;
+  delivery: DeliveryStats;
+  duplicatesDelivered: number;
+  /** Processes that exited without being killed by the scenario, and how. */
+  unexpectedExits: string[];
+  elapsedMs: number;
+  logDir: string;
+}
+
+export interface ScenarioError {
+  scenario: Scenario;
+  error: unknown;
+  logDir: string;
+}
+
+export function missedGoals(r: ScenarioResult): string[] {
+  const t = r.outcome.tally;
+  const missed: string[] = [];
+  if (t.lost > 0) missed.push("lost");
+  if (t.claudeCalls > t.aiRepliesDone + r.claudeAllowance) missed.push("Claude");
+  if (t.sendsTaken > t.partsTaken) missed.push("sends");
+  return missed;
+}
+
+const ratio = (n: number, d: number) => (d === 0 ? (n === 0 ? "-" : `∞ (${n}/0)`) : `${fmt(n / d, 3)} (${n}/${d})`);
+
+export function formatReport(results: (ScenarioResult | ScenarioError)[]): string {
+  const rows = results.map((r) => {
+    const name = `${r.scenario.id}. ${r.scenario.slug}`;
+    if ("error" in r) return [name, "-", "-", "-", "-", "-", "-", `ERROR (logs: ${r.logDir})`];
+    const t = r.outcome.tally;
+    const missed = missedGoals(r);
+    return [
+      name,
+      fmt(t.sentIn),
+      fmt(t.answered),
+      fmt(t.deadLettered),
+      fmt(t.lost),
+      ratio(t.claudeCalls, t.aiRepliesDone),
+      ratio(t.sendsTaken, t.partsTaken),
+      missed.length ? `GOAL MISSED: ${missed.join(", ")}` : "met",
+    ];
+  });
+  const out = [
+    table(["scenario", "sent in", "answered", "dead-lettered", "lost", "Claude calls/answer", "sends/part", "goal"], rows),
+    "",
+    "  goal: 0 lost, Claude calls per answer 1.000 (5: plus the calls in flight in the frozen worker), sends per reply part 1.000",
+    "  answered: its reply reached the customer (Meta took a send of one of its parts, or the reply is `sent`); dead-lettered: reply",
+    "  dead with an open dead letter; lost: everything else (skipped messages aside), counted after the system settled or at the deadline.",
+    "",
+  ];
+  for (const r of results) out.push(...details(r), "");
+  return out.join("\n").trimEnd();
+}
+
+function details(r: ScenarioResult | ScenarioError): string[] {
+  const head = `${r.scenario.id}. ${r.scenario.slug}`;
+  if ("error" in r) {
+    const message = r.error instanceof Error ? r.error.message : String(r.error);
+    return [`${head}: the scenario could not run: ${message}`, `   logs: ${r.logDir}`];
+  }
+  const t = r.outcome.tally;
+  const lines = [`${head}: ${r.note}`];
+  const facts: string[] = [];
+  facts.push(r.outcome.settled ? `settled after ${fmt(r.elapsedMs / 1000)} s` : `deadline reached after ${fmt(r.elapsedMs / 1000)} s, not settled`);
+  if (t.lost > 0) {
+    const why = [
+      t.lostBecause.neverStored ? `${t.lostBecause.neverStored} never stored` : "",
+      t.lostBecause.neverBound ? `${t.lostBecause.neverBound} stored but never given a reply` : "",
+      ...Object.entries(t.lostBecause.replyState).map(([state, n]) => `${n} with a reply left "${state}"`),
+    ].filter(Boolean);
+    facts.push(`lost: ${why.join(", ")}`);
+  }
+  if (r.unexpectedExits.length) facts.push(`exited by themselves: ${r.unexpectedExits.join(", ")}`);
+  if (t.skipped) facts.push(`${t.skipped} skipped on purpose`);
+  if (t.answeredYetDeadLettered) facts.push(`${t.answeredYetDeadLettered} answered yet listed as open dead letters`);
+  if (t.unfinished) facts.push(`${t.unfinished} replies/parts left unfinished`);
+  const failed = Object.entries(r.outcome.failedJobs).filter(([, n]) => n !== 0);
+  if (failed.length) facts.push(`BullMQ failed set: ${failed.map(([q, n]) => `${q} ${Number.isNaN(n) ? "?" : n}`).join(", ")}`);
+  const refused = Object.entries(r.delivery.refused);
+  facts.push(
+    `webhooks: ${r.delivery.posts} POSTs (${r.duplicatesDelivered} duplicate deliveries)` +
+      (refused.length ? `, refused ${refused.map(([s, n]) => `${s}×${n}`).join(" ")}` : ", all 200 first time") +
+      (r.delivery.abandoned ? `, ${r.delivery.abandoned} never acknowledged` : ""),
+  );
+  lines.push(`   ${facts.join("; ")}`);
+  if (missedGoals(r).length || r.unexpectedExits.length || !r.outcome.settled) lines.push(`   logs: ${r.logDir}`);
+  return lines;
+}

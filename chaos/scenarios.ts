@@ -1,0 +1,274 @@
+import { sleep } from "../bench/stats.ts";
+import type { RoleProcess } from "./processes.ts";
+import type { ChaosSystem } from "./system.ts";
+
+/**
+ * The production faults, one scenario each. A scenario drives the customers and the fault,
+ * then says what it injected and by when the system must have answered everyone; the runner
+ * counts what happened. Every scenario gets a fresh system (its own Postgres and Redis).
+ */
+
+/** Small, fast settings, the same for every scenario unless it says otherwise. */
+export const COMMON_ENV: Readonly<Record<string, string>> = {
+  JOB_ATTEMPTS: "4",
+  RETRY_BASE_DELAY_MS: "500",
+  JOB_LOCK_MS: "2000",
+  GRAPH_TIMEOUT_MS: "1000",
+  SEND_RECONCILE_WAIT_MS: "3000",
+  REPLY_DEBOUNCE_MS: "200",
+  RECONCILE_INTERVAL_MS: "2000",
+  RECONCILE_AFTER_MS: "10000",
+  CLAIM_PENDING_TTL_MS: "5000",
+  REPLY_CONCURRENCY: "20",
+  INBOUND_CONCURRENCY: "10",
+  SHUTDOWN_TIMEOUT_MS: "2000",
+};
+
+const GRAPH_TIMEOUT_MS = Number(COMMON_ENV.GRAPH_TIMEOUT_MS);
+const JOB_LOCK_MS = Number(COMMON_ENV.JOB_LOCK_MS);
+
+export interface Injection {
+  /** One line: what was done to the system, with the measured times. */
+  note: string;
+  /** The scenario is over by then, settled or not (ms since the epoch). */
+  deadline: number;
+  /** Claude calls that may be paid twice because of the fault itself (a worker frozen mid-call). */
+  claudeAllowance?: number;
+}
+
+export interface Scenario {
+  id: number;
+  slug: string;
+  workers: number;
+  claudeLatencyMs: number;
+  /** Share of customer messages Meta delivers twice (default 0.1). */
+  duplicateRate?: number;
+  env?: Record<string, string>;
+  run(system: ChaosSystem): Promise<Injection>;
+}
+
+const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
+
+/** Polls `probe` until it returns a value (not undefined/false); undefined after `timeoutMs`. */
+async function waitFor<T>(probe: () => T | undefined | false, timeoutMs: number, pollMs = 10): Promise<T | undefined> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = probe();
+    if (value !== undefined && value !== false) return value;
+    if (Date.now() > deadline) return undefined;
+    await sleep(pollMs);
+  }
+}
+
+const totalClaudeInFlight = (system: ChaosSystem) => [...system.claudeInFlight.values()].reduce((a, b) => a + b, 0);
+
+export const SCENARIOS: Scenario[] = [
+  {
+    id: 1,
+    slug: "postgres-down-2min",
+    workers: 2,
+    claudeLatencyMs: 300,
+    async run(system) {
+      const pg = system.pg!;
+      for (let i = 0; i < 20; i++) {
+        system.customers.write(i);
+        await sleep(100);
+      }
+      await pg.crash();
+      const down = Date.now();
+      // The rest of the first wave, then customers keep writing through the outage.
+      for (let i = 20; i < 30; i++) {
+        system.customers.write(i);
+        await sleep(100);
+      }
+      for (let i = 0; i < 20; i++) {
+        await sleep(5000);
+        system.customers.write(i, `Hello again, any news? (customer ${i})`);
+      }
+      await sleep(Math.max(0, down + 120_000 - Date.now()));
+      await pg.resume();
+      const outage = Date.now() - down;
+      return {
+        note: `Postgres crashed (pg_ctl -m immediate) after 20 of 30 customers had written; 10 + 20 more messages during the ${seconds(outage)} outage; JOB_ATTEMPTS=4`,
+        deadline: Date.now() + 60_000,
+      };
+    },
+  },
+  {
+    id: 2,
+    slug: "postgres-down-mid-claude",
+    workers: 2,
+    claudeLatencyMs: 2000,
+    async run(system) {
+      const pg = system.pg!;
+      for (let i = 0; i < 10; i++) {
+        system.customers.write(i);
+        await sleep(100);
+      }
+      await waitFor(() => totalClaudeInFlight(system) >= 5, 15_000);
+      const inFlight = totalClaudeInFlight(system);
+      await pg.crash();
+      const down = Date.now();
+      await sleep(40_000);
+      await pg.resume();
+      return {
+        note: `10 customers; Postgres crashed with ${inFlight} Claude calls (2 s each) in flight, back after ${seconds(Date.now() - down)}`,
+        deadline: Date.now() + 45_000,
+      };
+    },
+  },
+  {
+    id: 3,
+    slug: "send-timeout",
+    workers: 2,
+    claudeLatencyMs: 200,
+    async run(system) {
+      const customers = 5;
+      // Meta takes each customer's first send but answers after the client gave up; the
+      // `sent` status comes ~3 s after it took it. Meanwhile the customer writes again.
+      system.graph.plan = (send) =>
+        send.nthToRecipient === 0 ? { kind: "late", answerAfterMs: GRAPH_TIMEOUT_MS + 1000, statusAfterMs: 3000 } : undefined;
+      const followUps: Promise<void>[] = [];
+      system.graph.onTaken((send) => {
+        if (send.fault !== "late") return;
+        const i = system.customers.indexOf(send.to);
+        followUps.push(sleep(1000).then(() => void system.customers.write(i, `And do you deliver? (customer ${i})`)));
+      });
+      for (let i = 0; i < customers; i++) {
+        system.customers.write(i);
+        await sleep(300);
+      }
+      const late = await waitFor(() => followUps.length >= customers && followUps.length, 30_000);
+      await Promise.all(followUps);
+      return {
+        note: `${customers} customers; Meta took each first send but answered after GRAPH_TIMEOUT_MS (${GRAPH_TIMEOUT_MS} ms), status 3 s after; ${late ?? followUps.length} customers wrote again 1 s after`,
+        deadline: Date.now() + 45_000,
+      };
+    },
+  },
+  {
+    id: 4,
+    slug: "send-502-html",
+    workers: 2,
+    claudeLatencyMs: 200,
+    async run(system) {
+      const customers = 5;
+      // Meta takes each customer's first send, but its edge answers 502 with an HTML page.
+      system.graph.plan = (send) => (send.nthToRecipient === 0 ? { kind: "html502", statusAfterMs: 2000 } : undefined);
+      const followUps: Promise<void>[] = [];
+      system.graph.onTaken((send) => {
+        if (send.fault !== "html502") return;
+        const i = system.customers.indexOf(send.to);
+        followUps.push(sleep(500).then(() => void system.customers.write(i, `And do you deliver? (customer ${i})`)));
+      });
+      for (let i = 0; i < customers; i++) {
+        system.customers.write(i);
+        await sleep(300);
+      }
+      const bad = await waitFor(() => followUps.length >= customers && followUps.length, 30_000);
+      await Promise.all(followUps);
+      return {
+        note: `${customers} customers; Meta took each first send but answered 502 with an HTML page, status 2 s after; ${bad ?? followUps.length} customers wrote again 0.5 s after`,
+        deadline: Date.now() + 45_000,
+      };
+    },
+  },
+  {
+    id: 5,
+    slug: "worker-frozen",
+    workers: 2,
+    claudeLatencyMs: 3000,
+    async run(system) {
+      const customers = 4;
+      for (let i = 0; i < customers; i++) {
+        system.customers.write(i);
+        await sleep(100);
+      }
+      const via = await waitFor(() => [...system.claudeInFlight].find(([v, n]) => n > 0 && v.startsWith("w"))?.[0], 15_000);
+      const victim = via ? system.processOf(via) : undefined;
+      if (!via || !victim) return { note: "no Claude call ever started: nothing frozen", deadline: Date.now() + 30_000 };
+      await sleep(300);
+      const frozenCalls = system.claudeInFlight.get(via) ?? 0;
+      victim.signal("SIGSTOP");
+      const frozenAt = Date.now();
+      await sleep(1000);
+      for (let i = 0; i < customers; i++) system.customers.write(i, `Also, can I pay by card? (customer ${i})`);
+      await sleep(Math.max(0, frozenAt + 3.5 * JOB_LOCK_MS - Date.now()));
+      victim.signal("SIGCONT");
+      return {
+        note: `${customers} customers, 2 workers; ${victim.name} SIGSTOPped with ${frozenCalls} Claude call(s) (3 s) in flight, for ${seconds(Date.now() - frozenAt)} (JOB_LOCK_MS ${JOB_LOCK_MS}); each customer wrote again meanwhile; then SIGCONT`,
+        deadline: Date.now() + 60_000,
+        claudeAllowance: frozenCalls,
+      };
+    },
+  },
+  {
+    id: 6,
+    slug: "redis-killed",
+    workers: 2,
+    claudeLatencyMs: 300,
+    async run(system) {
+      const redis = system.redis!;
+      let killedAt = 0;
+      for (let k = 0; k < 40; k++) {
+        if (k === 15) {
+          await redis.kill();
+          killedAt = Date.now();
+        }
+        system.customers.write(k % 20);
+        await sleep(200);
+      }
+      await sleep(Math.max(0, killedAt + 5000 - Date.now()));
+      await redis.resume();
+      return {
+        note: `20 customers writing 40 messages over 8 s; redis-server SIGKILLed (AOF, appendfsync always) after 15, restarted ${seconds(Date.now() - killedAt)} later; Meta redelivers what was refused`,
+        deadline: Date.now() + 60_000,
+      };
+    },
+  },
+  {
+    id: 7,
+    slug: "worker-killed",
+    workers: 2,
+    claudeLatencyMs: 200,
+    async run(system) {
+      const customers = 8;
+      // Sends take 600 ms (within GRAPH_TIMEOUT_MS): long enough to kill a worker mid-send.
+      system.graph.plan = () => ({ kind: "slow", answerAfterMs: 600, statusAfterMs: 1000 });
+      const writing = (async () => {
+        for (let i = 0; i < customers; i++) {
+          system.customers.write(i);
+          await sleep(300);
+        }
+      })();
+      // Kill a worker whose draft is stored and sent (Meta has taken it) but not yet recorded,
+      // and which has no Claude answer of its own in flight or just received (a draft not yet
+      // stored dies with the process: that second call would be the fault's, not the
+      // system's): a crash whose retry should cost neither a second Claude call nor a second send.
+      const victim = await waitFor<RoleProcess>(
+        () =>
+          system.runningWorkers.find((w) => {
+            const via = system.viaOf(w);
+            const quietFor = Date.now() - (system.claudeAnsweredAt.get(via) ?? 0);
+            return system.graph.sendsInFlight(via) > 0 && (system.claudeInFlight.get(via) ?? 0) === 0 && quietFor >= 300;
+          }),
+        20_000,
+        2,
+      );
+      victim?.signal("SIGKILL");
+      await writing;
+      await victim?.exited;
+      const replacement = await system.startWorker();
+      for (let i = 0; i < customers; i++) {
+        system.customers.write(i, `One more question, customer ${i}: do you have gift cards?`);
+        await sleep(300);
+      }
+      return {
+        note: victim
+          ? `${customers} customers, 2 workers, sends take 600 ms; ${victim.name} SIGKILLed mid-send (Meta had taken it); ${replacement.name} started; each customer wrote again`
+          : "no worker was ever caught mid-send: nothing killed",
+        deadline: Date.now() + 60_000,
+      };
+    },
+  },
+];

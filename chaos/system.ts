@@ -1,0 +1,227 @@
+import { mkdir } from "node:fs/promises";
+import { join } from "node:path";
+import { FakeAnthropic } from "../test/support/fake-anthropic.ts";
+import { freePort } from "../test/support/ports.ts";
+import { PrivatePostgres } from "../test/support/private-postgres.ts";
+import { PrivateRedis } from "../test/support/private-redis.ts";
+import { sleep } from "../bench/stats.ts";
+import { Customers } from "./meta/customers.ts";
+import { WebhookDeliverer } from "./meta/deliverer.ts";
+import { MetaGraph } from "./meta/graph.ts";
+import { RoleProcess } from "./processes.ts";
+
+/**
+ * One scenario's world: a private Postgres and a private Redis (AOF on, as in production),
+ * the simulated Meta (webhook deliverer, Graph API, customers) and Claude, and the system's
+ * real processes: one web and `workers` workers. Everything is created fresh and destroyed
+ * by close(), which is safe to call at any point, more than once.
+ */
+
+const APP_SECRET = "chaos-app-secret";
+const ACCESS_TOKEN = "chaos-access-token";
+export const QUEUE_PREFIX = "{chaos}";
+const START_TIMEOUT_MS = 60_000;
+const WARM_UP_CUSTOMERS = 4;
+
+export interface SystemSettings {
+  /** Directory name of this scenario's logs. */
+  slug: string;
+  logRoot: string;
+  workers: number;
+  /** The scenario's variables, over the common ones. */
+  env: Record<string, string>;
+  claudeLatencyMs: number;
+  /** Share of customer messages Meta delivers twice. */
+  duplicateRate: number;
+  seed: number;
+}
+
+const live = new Set<ChaosSystem>();
+
+/** For Ctrl-C and fatal errors: tear down every system still standing. */
+export async function closeAllSystems(): Promise<void> {
+  await Promise.allSettled([...live].map((system) => system.close()));
+}
+
+export class ChaosSystem {
+  pg: PrivatePostgres | undefined;
+  redis: PrivateRedis | undefined;
+  readonly claude = new FakeAnthropic();
+  readonly deliverer: WebhookDeliverer;
+  readonly graph: MetaGraph;
+  readonly customers: Customers;
+  readonly random: () => number;
+  readonly logDir: string;
+  /** Every process started, dead or alive, in order. */
+  readonly processes: RoleProcess[] = [];
+  /** Claude requests not yet answered, by the base path of the process that made them. */
+  readonly claudeInFlight = new Map<string, number>();
+  /** When Claude last answered each process. */
+  readonly claudeAnsweredAt = new Map<string, number>();
+  lastClaudeAt = 0;
+  /** Claude requests made during the warm-up, which the scenario does not count. */
+  private claudeCallsBefore = 0;
+  private workerCount = 0;
+  private closed: Promise<void> | undefined;
+
+  private constructor(
+    private readonly settings: SystemSettings,
+    private readonly webPort: number,
+  ) {
+    this.random = seededRandom(settings.seed);
+    this.logDir = join(settings.logRoot, settings.slug);
+    this.deliverer = new WebhookDeliverer(`${this.webUrl}/webhook`, APP_SECRET, this.random);
+    this.graph = new MetaGraph(this.deliverer, ACCESS_TOKEN);
+    this.customers = new Customers(this.deliverer, this.random, settings.slug.replace(/\W/g, ""), settings.duplicateRate);
+    this.claude.latencyMs = settings.claudeLatencyMs;
+    this.claude.onRequest = ({ path, answered }) => {
+      const via = path.split("/")[1] ?? "";
+      this.lastClaudeAt = Date.now();
+      this.claudeInFlight.set(via, (this.claudeInFlight.get(via) ?? 0) + 1);
+      void answered.then(() => {
+        this.claudeInFlight.set(via, (this.claudeInFlight.get(via) ?? 1) - 1);
+        this.claudeAnsweredAt.set(via, Date.now());
+      });
+    };
+  }
+
+  static async start(settings: SystemSettings): Promise<ChaosSystem> {
+    const system = new ChaosSystem(settings, await freePort());
+    live.add(system);
+    try {
+      await system.boot();
+      return system;
+    } catch (error) {
+      await system.close();
+      throw error;
+    }
+  }
+
+  get webUrl(): string {
+    return `http://127.0.0.1:${this.webPort}`;
+  }
+
+  private async boot(): Promise<void> {
+    await mkdir(this.logDir, { recursive: true });
+    await Promise.all([this.claude.start(), this.graph.start()]);
+    [this.pg, this.redis] = await Promise.all([PrivatePostgres.start(), PrivateRedis.start({ aof: true })]);
+    await RoleProcess.spawn("migrate", "migrate", this.env("migrate"), this.logDir).finished(START_TIMEOUT_MS);
+    const web = this.spawn("web", "web", { ...this.env("web"), PORT: String(this.webPort), HOST: "127.0.0.1" });
+    const workers = Array.from({ length: this.settings.workers }, () => this.startWorker());
+    await Promise.all([this.ready(web), ...workers]);
+    await this.warmUp();
+  }
+
+  /**
+   * A few conversations end to end before the scenario starts, so that it measures the fault
+   * and not a cold start (first queries, connection pools, the JIT); then the count restarts.
+   */
+  private async warmUp(): Promise<void> {
+    const waIds = Array.from({ length: WARM_UP_CUSTOMERS }, (_, i) => this.customers.warmUp(i));
+    const deadline = Date.now() + START_TIMEOUT_MS;
+    const answered = () => waIds.every((to) => this.graph.taken.some((send) => send.to === to));
+    while (!answered() || this.deliverer.busy) {
+      if (Date.now() > deadline) throw new Error(`the warm-up messages were not answered within ${START_TIMEOUT_MS} ms (logs: ${this.logDir})`);
+      await sleep(50);
+    }
+    await sleep(500); // the last status jobs run
+    this.graph.clearRecord();
+    this.deliverer.resetStats();
+    this.claudeCallsBefore = this.claude.requests.length;
+  }
+
+  /** Claude requests since the warm-up. */
+  get claudeCalls(): number {
+    return this.claude.requests.length - this.claudeCallsBefore;
+  }
+
+  /** The variables of the process reaching the fakes under base path `via`. */
+  env(via: string): Record<string, string> {
+    if (!this.pg || !this.redis) throw new Error("servers not started");
+    return {
+      WHATSAPP_VERIFY_TOKEN: "chaos-verify-token",
+      WHATSAPP_APP_SECRET: APP_SECRET,
+      WHATSAPP_ACCESS_TOKEN: ACCESS_TOKEN,
+      ANTHROPIC_API_KEY: "chaos-anthropic-key",
+      ADMIN_TOKEN: "chaos-admin-token-0123456789",
+      ADMIN_SECURE_COOKIES: "false",
+      DATABASE_URL: this.pg.url,
+      DATABASE_POOL_SIZE: "10",
+      REDIS_URL: this.redis.url,
+      QUEUE_PREFIX,
+      GRAPH_API_BASE_URL: `${this.graph.url}/${via}`,
+      ANTHROPIC_BASE_URL: `${this.claude.url}/${via}`,
+      LOG_LEVEL: "info",
+      ...this.settings.env,
+    };
+  }
+
+  /** A new worker process, named worker-N, reaching the fakes under /wN; resolves once it runs. */
+  async startWorker(): Promise<RoleProcess> {
+    const n = ++this.workerCount;
+    const worker = this.spawn(`worker-${n}`, "worker", this.env(`w${n}`));
+    await this.ready(worker);
+    return worker;
+  }
+
+  /** The process that uses base path `via` (w1 → worker-1). */
+  processOf(via: string): RoleProcess | undefined {
+    const name = via === "web" ? "web" : `worker-${via.slice(1)}`;
+    return this.processes.find((p) => p.name === name);
+  }
+
+  viaOf(role: RoleProcess): string {
+    return role.name === "web" ? "web" : `w${role.name.slice("worker-".length)}`;
+  }
+
+  get runningWorkers(): RoleProcess[] {
+    return this.processes.filter((p) => p.name.startsWith("worker-") && p.running);
+  }
+
+  /** The moment of the last thing any party did: a webhook POST, a Graph request, a Claude request. */
+  get lastActivityAt(): number {
+    return Math.max(this.deliverer.lastPostAt, this.graph.lastRequestAt, this.lastClaudeAt);
+  }
+
+  close(): Promise<void> {
+    this.closed ??= this.teardown();
+    return this.closed;
+  }
+
+  private async teardown(): Promise<void> {
+    this.deliverer.close();
+    await Promise.allSettled(this.processes.map((p) => p.kill()));
+    await Promise.allSettled([this.claude.stop(), this.graph.stop(), this.pg?.destroy(), this.redis?.destroy()]);
+    live.delete(this);
+  }
+
+  private spawn(name: string, role: "web" | "worker", env: Record<string, string>): RoleProcess {
+    const started = RoleProcess.spawn(name, role, env, this.logDir);
+    this.processes.push(started);
+    return started;
+  }
+
+  private async ready(started: RoleProcess): Promise<void> {
+    if (started.name !== "web") return started.waitForEvent("worker.started", START_TIMEOUT_MS);
+    const deadline = Date.now() + START_TIMEOUT_MS;
+    for (;;) {
+      const ok = await fetch(`${this.webUrl}/readyz`).then((r) => r.ok, () => false);
+      if (ok) return;
+      if (!started.running) throw new Error(`web exited at start-up (see ${started.logPath})`);
+      if (Date.now() > deadline) throw new Error(`web not ready within ${START_TIMEOUT_MS} ms (see ${started.logPath})`);
+      await sleep(200);
+    }
+  }
+}
+
+/** mulberry32: the same seed picks the same duplicates and jitter, run after run. */
+function seededRandom(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}

@@ -1,0 +1,130 @@
+import pg from "pg";
+import type { ChaosSystem } from "./system.ts";
+
+/**
+ * What happened to every message the customers wrote, read from the private Postgres once the
+ * system has settled, against what the simulated Meta saw (the sends it took) and what Claude
+ * was asked. The definitions are the ones the chaos table promises:
+ *   answered       the message's reply reached the customer: Meta took a send of one of its
+ *                  parts (biz_opaque_callback_data), or the reply row says `sent`
+ *   dead-lettered  not answered, and its reply is `dead` with an open dead letter
+ *   skipped        deliberately not answered (skip_reason)
+ *   lost           everything else, including messages never stored at all
+ */
+
+export interface Tally {
+  sentIn: number;
+  answered: number;
+  deadLettered: number;
+  skipped: number;
+  lost: number;
+  /** Why the lost ones are lost. */
+  lostBecause: { neverStored: number; neverBound: number; replyState: Record<string, number> };
+  claudeCalls: number;
+  /** AI replies that reached the customer or became an open dead letter: the Claude calls' denominator. */
+  aiRepliesDone: number;
+  sendsTaken: number;
+  /** Distinct reply parts Meta took at least once. */
+  partsTaken: number;
+  /** Messages that reached the customer although an open dead letter tells staff they did not. */
+  answeredYetDeadLettered: number;
+  /** Replies still generating/ready, and parts of live replies not accepted: work someone may still do. */
+  unfinished: number;
+}
+
+interface MessageRow {
+  wamid: string;
+  reply_id: string | null;
+  skip_reason: string | null;
+}
+
+interface ReplyRow {
+  id: string;
+  state: string;
+  kind: string;
+  open_letter: boolean;
+}
+
+interface PartRow {
+  id: string;
+  reply_id: string;
+  send_state: string;
+}
+
+export async function tally(system: ChaosSystem): Promise<Tally> {
+  if (!system.pg) throw new Error("no Postgres");
+  const client = new pg.Client({ connectionString: system.pg.url, connectionTimeoutMillis: 2000 });
+  client.on("error", () => undefined); // a crash mid-query rejects the query; nothing else to do
+  await client.connect();
+  let messages: MessageRow[];
+  let replies: ReplyRow[];
+  let parts: PartRow[];
+  try {
+    messages = (await client.query<MessageRow>("SELECT wamid, reply_id::text, skip_reason FROM inbound_messages")).rows;
+    replies = (
+      await client.query<ReplyRow>(
+        `SELECT r.id::text, r.state::text, r.kind,
+                EXISTS (SELECT 1 FROM dead_letters d WHERE d.reply_id = r.id AND d.state = 'open') AS open_letter
+           FROM replies r`,
+      )
+    ).rows;
+    parts = (await client.query<PartRow>("SELECT id::text, reply_id::text, send_state::text FROM outbound_messages")).rows;
+  } finally {
+    await client.end().catch(() => undefined);
+  }
+
+  const takenParts = new Set(system.graph.taken.map((send, i) => send.partId ?? `(no biz_opaque_callback_data #${i})`));
+  const repliesReached = new Set(parts.filter((p) => takenParts.has(p.id)).map((p) => p.reply_id));
+  const replyById = new Map(replies.map((r) => [r.id, r]));
+  const reached = (r: ReplyRow) => r.state === "sent" || repliesReached.has(r.id);
+  const deadLettered = (r: ReplyRow) => r.state === "dead" && r.open_letter;
+
+  const stored = new Map(messages.map((m) => [m.wamid, m]));
+  const counted = new Set<string>();
+  for (const wamid of system.customers.written.keys()) {
+    const replyId = stored.get(wamid)?.reply_id;
+    if (replyId) counted.add(replyId);
+  }
+  const result: Tally = {
+    sentIn: system.customers.written.size,
+    answered: 0,
+    deadLettered: 0,
+    skipped: 0,
+    lost: 0,
+    lostBecause: { neverStored: 0, neverBound: 0, replyState: {} },
+    claudeCalls: system.claudeCalls,
+    aiRepliesDone: replies.filter((r) => counted.has(r.id) && r.kind === "ai" && (reached(r) || deadLettered(r))).length,
+    sendsTaken: system.graph.taken.length,
+    partsTaken: takenParts.size,
+    answeredYetDeadLettered: 0,
+    unfinished:
+      replies.filter((r) => r.state === "generating" || r.state === "ready").length +
+      parts.filter((p) => p.send_state !== "accepted" && replyById.get(p.reply_id)?.state !== "dead").length,
+  };
+  for (const wamid of system.customers.written.keys()) {
+    const message = stored.get(wamid);
+    const reply = message?.reply_id ? replyById.get(message.reply_id) : undefined;
+    if (!message) {
+      result.lost++;
+      result.lostBecause.neverStored++;
+    } else if (message.skip_reason) {
+      result.skipped++;
+    } else if (!reply) {
+      result.lost++;
+      result.lostBecause.neverBound++;
+    } else if (reached(reply)) {
+      result.answered++;
+      if (reply.open_letter) result.answeredYetDeadLettered++;
+    } else if (deadLettered(reply)) {
+      result.deadLettered++;
+    } else {
+      result.lost++;
+      const state = reply.state === "dead" ? "dead, no open dead letter" : reply.state;
+      result.lostBecause.replyState[state] = (result.lostBecause.replyState[state] ?? 0) + 1;
+    }
+  }
+  return result;
+}
+
+/** Every message answered, dead-lettered or deliberately skipped. */
+export const allResolved = (t: Tally) => t.answered + t.deadLettered + t.skipped === t.sentIn;
