@@ -152,6 +152,8 @@ export class ChaosSystem {
       GRAPH_API_BASE_URL: `${this.graph.url}/${via}`,
       ANTHROPIC_BASE_URL: `${this.claude.url}/${via}`,
       LOG_LEVEL: "info",
+      // Several processes on one machine: none opens the metrics listener (METRICS_PORT).
+      METRICS_PORT: "0",
       ...this.settings.env,
     };
   }
