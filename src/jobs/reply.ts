@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { performance } from "node:perf_hooks";
 import { type Job, RateLimitError } from "bullmq";
-import type { ClaudeClient } from "../ai/claude.ts";
+import type { ClaudeClient, GeneratedReply } from "../ai/claude.ts";
 import type { Config } from "../config.ts";
 import type { Db } from "../db/client.ts";
 import { openHandoffItem, recordDeadLetter } from "../dlq/dead-letters.ts";
@@ -13,7 +13,6 @@ import { conversationTurns } from "../replies/history.ts";
 import {
   beginReply,
   type ConversationView,
-  type Draft,
   type Lease,
   markAccepted,
   markRefused,
@@ -178,7 +177,7 @@ async function completeReply(
 }
 
 /** The one Claude call for these messages (law 4). */
-async function generate(deps: ReplyDeps, conversation: ConversationView, reply: Reply, log: Logger): Promise<Draft> {
+async function generate(deps: ReplyDeps, conversation: ConversationView, reply: Reply, log: Logger): Promise<GeneratedReply> {
   const turns = await conversationTurns(deps, reply);
   if (turns.length === 0) throw new Error(`reply ${reply.id} has no messages to answer`);
   const generated = await deps.claude.generate(turns, deps.numbers.get(conversation.phoneNumberId)?.systemPrompt);

@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto";
 import { Queue, type JobsOptions } from "bullmq";
 import type { Redis } from "ioredis";
+import type { GeneratedReply } from "../ai/claude.ts";
 import type { InboundItem, StatusItem } from "../webhook/payload.ts";
 
 /** The job catalog: queue names, job payloads, and how each job is added. */
@@ -26,15 +27,8 @@ export interface ReplyJobData {
   accepted?: Record<string, string>;
 }
 
-export interface KeptDraft {
-  replyId: string;
-  text: string;
-  model: string;
-  inputTokens: number;
-  outputTokens: number;
-  cacheReadTokens: number;
-  cacheCreationTokens: number;
-}
+/** Claude's answer for one reply, as the job keeps it. */
+export type KeptDraft = GeneratedReply & { replyId: string };
 
 export interface Queues {
   inbound: Queue<InboundJobData>;

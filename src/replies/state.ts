@@ -1,3 +1,4 @@
+import type { GeneratedReply } from "../ai/claude.ts";
 import type { Db } from "../db/client.ts";
 import { FencedOut } from "../errors.ts";
 import type { Prisma, Reply } from "../generated/prisma/client.ts";
@@ -141,21 +142,12 @@ export async function assertLease(tx: Tx, lease: Lease): Promise<{ lastInboundAt
   return held;
 }
 
-export interface Draft {
-  text: string;
-  model: string;
-  inputTokens: number;
-  outputTokens: number;
-  cacheReadTokens: number;
-  cacheCreationTokens: number;
-}
-
 /**
  * generating → ready: Claude's answer and its parts, stored before anything is sent (law 4).
  * Without a lease (the reconciler salvaging a draft a failed job kept) it still cannot clobber
  * anything: only a reply still generating takes it.
  */
-export async function storeDraft(db: Db, lease: Lease | null, replyId: string, draft: Draft): Promise<{ lastInboundAt: Date | null }> {
+export async function storeDraft(db: Db, lease: Lease | null, replyId: string, draft: GeneratedReply): Promise<{ lastInboundAt: Date | null }> {
   return db.$transaction(async (tx) => {
     const held = lease ? await assertLease(tx, lease) : { lastInboundAt: null };
     const updated = await tx.reply.updateMany({
