@@ -1,5 +1,5 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { graphError } from "../../test/support/fake-graph.ts";
+import { graphError, PROXY_502_PAGE } from "../../test/support/fake-graph.ts";
 import { LocalServer, sendJson } from "../../test/support/local-server.ts";
 import { statusWebhook } from "../../test/support/webhook-bodies.ts";
 import type { WebhookDeliverer } from "./deliverer.ts";
@@ -43,11 +43,6 @@ export interface TakenSend extends SendRequest {
 
 const STATUS_AFTER_MS = 300;
 const DELIVERED_AFTER_SENT_MS = 400;
-
-/** What an edge proxy in front of graph.facebook.com answers when the origin fails it. */
-const EDGE_502_PAGE =
-  '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>Error</title></head>' +
-  "<body><h1>502 Bad Gateway</h1><p>Sorry, something went wrong. We're working on it and we'll get it fixed as soon as we can.</p></body></html>";
 
 export class MetaGraph {
   readonly taken: TakenSend[] = [];
@@ -140,7 +135,7 @@ export class MetaGraph {
     if (res.destroyed || !res.socket || res.socket.destroyed) return; // the client gave up (a timeout) or died
     if (fault?.kind === "html502") {
       res.writeHead(502, { "content-type": "text/html; charset=utf-8" });
-      res.end(EDGE_502_PAGE);
+      res.end(PROXY_502_PAGE);
       return;
     }
     sendJson(res, 200, { messaging_product: "whatsapp", contacts: [{ input: to, wa_id: to }], messages: [{ id: send.wamid }] });
