@@ -29,9 +29,9 @@ describe("a send Meta may have taken", () => {
     const h = await harness({ env: FAST });
     h.graph.answerSends({ status: 200, delayMs: 1200 }); // Meta takes it, and answers after our timeout
     await h.deliver(textWebhook({ text: "do you deliver on Sundays?" }).body);
-    await eventually(async () => (await h.db.outboundMessage.count({ where: { sendState: "sending", wamid: null } })) === 1 && h.graph.sends.length === 1, "the first send to time out");
+    await eventually(async () => h.graph.sends.length === 1 && (await h.queues.reply.getJobCounts("delayed")).delayed === 1, "the first send to time out and its retry to wait");
 
-    // The customer writes again while the first reply's status is on its way.
+    // The customer writes again while the first reply's retry waits for its status.
     await h.deliver(textWebhook({ text: "and on holidays?" }).body);
     await settle(600);
     expect(h.graph.sentTexts).toEqual(["Reply #1"]); // not sent again behind the new message

@@ -101,6 +101,9 @@ describe("which errors are retried (law 7)", () => {
     const first = decideFate(unreachable, { attemptsMade: 0, attemptsStarted: 1, opts: { attempts: 3 } }, settings);
     const later = decideFate(unreachable, { attemptsMade: 0, attemptsStarted: 8, opts: { attempts: 3 } }, settings);
     expect(first.action === "wait" && later.action === "wait" && later.delayMs > first.delayMs).toBe(true);
+    // ...but a long outage never pushes the next look past 10 s: recovery is noticed at once.
+    const long = decideFate(unreachable, { attemptsMade: 0, attemptsStarted: 40, opts: { attempts: 3 } }, settings);
+    expect(long.action === "wait" && long.delayMs <= 10_000).toBe(true);
   });
 
   it("backoff grows exponentially with jitter, is capped, and honours a failure's minimum", () => {

@@ -11,6 +11,12 @@ import { isRedisUnavailable } from "../queue/redis.ts";
  * long it takes (law 6), and so does a postponement.
  */
 
+/**
+ * However long the outage, a waiting job looks again at least this often: a database back
+ * from a failover is noticed within seconds, not after the retry backoff's minutes.
+ */
+const INFRASTRUCTURE_WAIT_MAX_MS = 10_000;
+
 export type Fate =
   | { action: "wait"; delayMs: number; reason: string }
   | { action: "stop"; reason: string }
@@ -35,7 +41,8 @@ export function decideFate(error: unknown, job: JobProgress, settings: RetryDela
     // Starts that spent no attempt are the waits so far: back off on them, capped.
     const waits = Math.max(1, job.attemptsStarted - job.attemptsMade);
     const reason = error instanceof Error ? error.message.trim().split("\n").at(-1)! : String(error);
-    return { action: "wait", delayMs: retryDelayMs(waits, error, settings), reason };
+    const delayMs = retryDelayMs(waits, error, { ...settings, maxDelayMs: Math.min(settings.maxDelayMs, INFRASTRUCTURE_WAIT_MAX_MS) });
+    return { action: "wait", delayMs, reason };
   }
   const failure = asFailure(error);
   if (failure instanceof PermanentError) return { action: "dead_letter", failure };
