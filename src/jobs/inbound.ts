@@ -31,21 +31,7 @@ export async function processInbound(deps: InboundDeps, data: InboundJobData): P
   const log = deps.logger.child({ wamid: message.id });
   const sentAt = new Date(Number(message.timestamp) * 1000);
 
-  const contact = await deps.db.contact.upsert({
-    where: { waId: message.from },
-    create: { waId: message.from, name: data.contactName ?? null },
-    update: data.contactName ? { name: data.contactName } : {},
-  });
-  const conversation = await deps.db.conversation.upsert({
-    where: { phoneNumberId_contactId: { phoneNumberId, contactId: contact.id } },
-    create: { phoneNumberId, contactId: contact.id, lastInboundAt: sentAt },
-    update: {},
-  });
-  // The 24-hour window runs from the customer's newest message, by Meta's timestamp.
-  await deps.db.conversation.updateMany({
-    where: { id: conversation.id, OR: [{ lastInboundAt: null }, { lastInboundAt: { lt: sentAt } }] },
-    data: { lastInboundAt: sentAt },
-  });
+  const conversation = await conversationOf(deps.db, { phoneNumberId, from: message.from, name: data.contactName, sentAt });
 
   const described = describeInbound(message, deps.conversation);
   const control = message.type === "text" ? (controlOf(message.text?.body, deps.conversation) ?? null) : null;
@@ -88,6 +74,27 @@ export async function processInbound(deps: InboundDeps, data: InboundJobData): P
   await scheduleReply(deps.queues, conversation.id, deps.replyDebounceMs);
 }
 
+/** The customer's conversation with this business number, created on first contact; its 24-hour window runs from `sentAt`. */
+export async function conversationOf(db: Db, who: { phoneNumberId: string; from: string; name: string | undefined; sentAt: Date }) {
+  const { phoneNumberId, sentAt } = who;
+  const contact = await db.contact.upsert({
+    where: { waId: who.from },
+    create: { waId: who.from, name: who.name ?? null },
+    update: who.name ? { name: who.name } : {},
+  });
+  const conversation = await db.conversation.upsert({
+    where: { phoneNumberId_contactId: { phoneNumberId, contactId: contact.id } },
+    create: { phoneNumberId, contactId: contact.id, lastInboundAt: sentAt },
+    update: {},
+  });
+  // The 24-hour window runs from the customer's newest message, by Meta's timestamp.
+  await db.conversation.updateMany({
+    where: { id: conversation.id, OR: [{ lastInboundAt: null }, { lastInboundAt: { lt: sentAt } }] },
+    data: { lastInboundAt: sentAt },
+  });
+  return conversation;
+}
+
 const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
 
 /**
@@ -95,7 +102,7 @@ const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[
  * (JSON allows "\ud800"): it is stored as U+FFFD, or the message could never be stored at all.
  * The job id was derived from the original (src/queue/queues.ts), so queues keep such ids apart.
  */
-function wellFormed<T>(value: T): T {
+export function wellFormed<T>(value: T): T {
   return JSON.parse(JSON.stringify(value, (_key, v: unknown) => (typeof v === "string" ? v.replace(LONE_SURROGATE, "\ufffd") : v))) as T;
 }
 

@@ -6,6 +6,7 @@ import { recordDeadLetter } from "../dlq/dead-letters.ts";
 import type { Prisma } from "../generated/prisma/client.ts";
 import type { Logger } from "../logger.ts";
 import { markAccepted, storeDraft } from "../replies/state.ts";
+import { conversationOf, wellFormed } from "./inbound.ts";
 import { deadLetterFailedDelivery } from "./status.ts";
 import { hasLiveReplyJob, type InboundJobData, type Queues, type ReplyJobData, scheduleReply, type StatusJobData } from "../queue/queues.ts";
 
@@ -142,7 +143,8 @@ async function settleFailedReplyJob(deps: ReconcileDeps, job: Job<ReplyJobData>)
 }
 
 async function settleFailedInboundJob(deps: ReconcileDeps, job: Job<InboundJobData>, result: SweepResult): Promise<void> {
-  const { message, phoneNumberId } = job.data;
+  const { phoneNumberId } = job.data;
+  const message = wellFormed(job.data.message);
   const log = deps.logger.child({ wamid: message.id, job: job.id });
   const stored = await deps.db.inboundMessage.findUnique({ where: { wamid: message.id }, select: { conversationId: true } });
   if (stored) {
@@ -157,21 +159,10 @@ async function settleFailedInboundJob(deps: ReconcileDeps, job: Job<InboundJobDa
     return;
   }
   // It failed twice over: keep the message itself as a dead letter, for staff to answer.
-  const contact = await deps.db.contact.upsert({ where: { waId: message.from }, create: { waId: message.from, name: job.data.contactName ?? null }, update: {} });
-  const conversation = await deps.db.conversation.upsert({
-    where: { phoneNumberId_contactId: { phoneNumberId, contactId: contact.id } },
-    create: { phoneNumberId, contactId: contact.id },
-    update: {},
-  });
+  const sentAt = new Date(Number(message.timestamp) * 1000);
+  const conversation = await conversationOf(deps.db, { phoneNumberId, from: message.from, name: job.data.contactName, sentAt });
   await deps.db.inboundMessage.create({
-    data: {
-      wamid: message.id,
-      conversationId: conversation.id,
-      type: message.type,
-      text: message.text?.body ?? null,
-      sentAt: new Date(Number(message.timestamp) * 1000),
-      payload: message as Prisma.InputJsonValue,
-    },
+    data: { wamid: message.id, conversationId: conversation.id, type: message.type, text: message.text?.body ?? null, sentAt, payload: message as Prisma.InputJsonValue },
   });
   result.deadLettered += await deadLetterConversation(deps.db, conversation.id, {
     code: "inbound_failed",
