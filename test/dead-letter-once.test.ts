@@ -122,10 +122,11 @@ describe("a maybe-sent part when the 24-hour window closes", () => {
     const dir = await mkdtemp(join(tmpdir(), "numbers-"));
     const file = join(dir, "numbers.json");
     await writeFile(file, JSON.stringify({ [PHONE_NUMBER_ID]: { windowClosedTemplate: { name: "follow_up", language: "en_US" } } }));
-    const h = await harness({ env: { PHONE_NUMBERS_FILE: file, GRAPH_TIMEOUT_MS: "300", SEND_RECONCILE_WAIT_MS: "500", JOB_LOCK_MS: "1000", REPLY_DEBOUNCE_MS: "0" } });
+    // The free-form send goes out within the window's last 3 s; its wait for a status
+    // (0.5 + 0.3 + 3 s) outlasts the window.
+    const h = await harness({ env: { PHONE_NUMBERS_FILE: file, GRAPH_TIMEOUT_MS: "300", SEND_RECONCILE_WAIT_MS: "3000", JOB_LOCK_MS: "1000", REPLY_DEBOUNCE_MS: "0" } });
     h.graph.answerSends({ hang: true });
-    // Written 24 h minus 1 s ago: the window closes while the first send waits for its status.
-    await h.deliver(textWebhook({ text: "are you there?", timestamp: Math.floor(Date.now() / 1000) - 24 * 3600 + 1 }).body);
+    await h.deliver(textWebhook({ text: "are you there?", timestamp: Math.floor(Date.now() / 1000) - 24 * 3600 + 3 }).body);
     await eventually(async () => h.graph.requests.some((r) => r.body.type === "template"), "the template", 15_000);
     const free = await h.db.outboundMessage.findFirstOrThrow({ where: { template: null } });
     expect(free).toMatchObject({ sendState: "unconfirmed", wamid: null });
