@@ -102,7 +102,7 @@ describe("the Graph client tells refusal from ambiguity", () => {
     const client = new GraphClient({ baseUrl: `http://127.0.0.1:${port}`, version: "v24.0", accessToken: "t", timeoutMs: 300 });
     return { client, close: () => new Promise((resolve) => { server.closeAllConnections(); server.close(() => resolve()); }) };
   }
-  const send = (client: GraphClient) => client.sendText({ phoneNumberId: "1", to: "2", text: "hi", bizOpaqueCallbackData: "p" }).then(() => undefined, (error: unknown) => error);
+  const send = (client: GraphClient) => client.sendText({ phoneNumberId: "1", to: { phone: "2" }, text: "hi", bizOpaqueCallbackData: "p" }).then(() => undefined, (error: unknown) => error);
 
   const page = (status: number, contentType: string, body: string): Handler => (_req, res) => {
     res.writeHead(status, { "content-type": contentType });

@@ -93,7 +93,7 @@ describe("migrations", () => {
     await migrate(url);
     const db = createDb(url, { poolSize: 2 });
     try {
-      const contact = await db.contact.create({ data: { waId: "15550001111", name: "Ana" } });
+      const contact = await db.contact.create({ data: { waId: "15550001111", name: "Ana", userId: "US.1", parentUserId: "US.ENT.1", username: "@ana", marketingOptedOutAt: new Date() } });
       const conversation = await db.conversation.create({
         data: { phoneNumberId: "106540352242922", contactId: contact.id, lastInboundAt: new Date(), pausedUntil: new Date(), pausedBy: "api", optedOutAt: new Date(), replyFence: 7n },
       });
@@ -133,7 +133,7 @@ describe("migrations", () => {
         where: { phoneNumberId_contactId: { phoneNumberId: "106540352242922", contactId: contact.id } },
         include: { contact: true, messages: true, replies: { include: { parts: true, deadLetters: true, messages: true } }, deadLetters: true },
       });
-      expect(loaded.contact).toMatchObject({ name: "Ana" });
+      expect(loaded.contact).toMatchObject({ name: "Ana", userId: "US.1", parentUserId: "US.ENT.1", username: "@ana", marketingOptedOutAt: expect.any(Date) });
       expect(loaded).toMatchObject({ pausedUntil: expect.any(Date), pausedBy: "api", optedOutAt: expect.any(Date), replyFence: 7n });
       expect(loaded.messages[0]).toMatchObject({ cannedText: "c", control: "opt_out", arrival: 5n });
       expect(loaded.replies[0]!.parts.map((p) => p.sendState).sort()).toEqual(["accepted", "unconfirmed"]);

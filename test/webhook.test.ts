@@ -193,7 +193,7 @@ describe("POST /webhook: Meta's committed wire-format fixtures (law 1: verified 
     const job = await h.queues.inbound.getJob(inboundJobId(wamid));
     expect(job?.data).toMatchObject({
       phoneNumberId: PHONE_NUMBER_ID,
-      contactName: "José Peña",
+      sender: { waId: "5215512345678", name: "José Peña" },
       message: { id: wamid, from: "5215512345678", type: "text" },
     });
     // The job holds the decoded text: the escapes were Meta's wire format, not the message.
@@ -211,7 +211,7 @@ describe("POST /webhook: Meta's committed wire-format fixtures (law 1: verified 
     const job = await h.queues.inbound.getJob(inboundJobId(wamid));
     expect(job?.data).toMatchObject({
       phoneNumberId: PHONE_NUMBER_ID,
-      contactName: "Zoë",
+      sender: { name: "Zoë" },
       message: {
         id: wamid,
         type: "image",
@@ -235,9 +235,9 @@ describe("POST /webhook: Meta's committed wire-format fixtures (law 1: verified 
     expect(await jobIds(h.queues.status)).toEqual([statusJobId("wamid.UNKNOWN.OUT1", "delivered")]);
 
     // Each message keeps the phone number id of its own change, and its sender's name.
-    expect((await h.queues.inbound.getJob(inboundJobId("wamid.BATCH.A1")))?.data).toMatchObject({ phoneNumberId: "106540352242922", contactName: "Ana" });
-    expect((await h.queues.inbound.getJob(inboundJobId("wamid.BATCH.B1")))?.data).toMatchObject({ phoneNumberId: "106540352242922", contactName: "Bo" });
-    expect((await h.queues.inbound.getJob(inboundJobId("wamid.BATCH.C1")))?.data).toMatchObject({ phoneNumberId: "106540352249999", contactName: "Chloé" });
+    expect((await h.queues.inbound.getJob(inboundJobId("wamid.BATCH.A1")))?.data).toMatchObject({ phoneNumberId: "106540352242922", sender: { name: "Ana" } });
+    expect((await h.queues.inbound.getJob(inboundJobId("wamid.BATCH.B1")))?.data).toMatchObject({ phoneNumberId: "106540352242922", sender: { name: "Bo" } });
+    expect((await h.queues.inbound.getJob(inboundJobId("wamid.BATCH.C1")))?.data).toMatchObject({ phoneNumberId: "106540352249999", sender: { name: "Chloé" } });
     expect((await h.queues.status.getJob(statusJobId("wamid.UNKNOWN.OUT1", "delivered")))?.data).toMatchObject({
       phoneNumberId: "106540352242922",
       status: { id: "wamid.UNKNOWN.OUT1", status: "delivered" },

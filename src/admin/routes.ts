@@ -27,6 +27,7 @@ const listQuery = z
     code: z.string().max(40).optional(),
     source: z.string().max(40).optional(),
     phoneNumberId: z.string().regex(/^\d+$/).optional(),
+    q: z.string().trim().min(1).max(140).optional(),
     order: z.enum(["oldest", "newest"]).optional(),
     limit: z.coerce.number().int().min(1).max(500).optional(),
   })

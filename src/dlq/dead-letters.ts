@@ -1,6 +1,7 @@
 import type { Db } from "../db/client.ts";
 import type { Failure } from "../errors.ts";
-import type { Prisma } from "../generated/prisma/client.ts";
+import { contactLabel } from "../contacts/identity.ts";
+import type { Contact, Prisma } from "../generated/prisma/client.ts";
 import { assertLease, delivered, type Lease, maybeSent, reopenForResend } from "../replies/state.ts";
 import { windowOpen } from "../replies/window.ts";
 
@@ -72,6 +73,8 @@ export interface DeadLetterFilter {
   code?: string | undefined;
   source?: string | undefined;
   phoneNumberId?: string | undefined;
+  /** Finds the customer by phone number, BSUID, @username or name (any part of it). */
+  q?: string | undefined;
   order?: "oldest" | "newest" | undefined;
   limit?: number | undefined;
 }
@@ -82,7 +85,10 @@ export async function listDeadLetters(db: Db, filter: DeadLetterFilter = {}) {
     state: filter.state ?? "open",
     ...(filter.code ? { code: filter.code } : {}),
     ...(filter.source ? { source: filter.source } : {}),
-    ...(filter.phoneNumberId ? { conversation: { phoneNumberId: filter.phoneNumberId } } : {}),
+    conversation: {
+      ...(filter.phoneNumberId ? { phoneNumberId: filter.phoneNumberId } : {}),
+      ...(filter.q ? { contact: { OR: contactMatches(filter.q) } } : {}),
+    },
   } as const;
   const [total, rows] = await Promise.all([
     db.deadLetter.count({ where }),
@@ -108,12 +114,22 @@ export async function listDeadLetters(db: Db, filter: DeadLetterFilter = {}) {
     conversation: {
       id: row.conversationId,
       phoneNumberId: row.conversation.phoneNumberId,
-      contact: { waId: row.conversation.contact.waId, name: row.conversation.contact.name },
+      contact: contactView(row.conversation.contact),
     },
     reply: row.reply ? { id: row.reply.id, draft: row.reply.text, state: row.reply.state } : null,
     messages: (row.reply?.messages ?? []).map((m) => ({ wamid: m.wamid, type: m.type, text: m.text, sentAt: m.sentAt })),
   }));
   return { total, items };
+}
+
+const contactMatches = (q: string) => {
+  const part = { contains: q.replace(/^[+@]/, ""), mode: "insensitive" as const };
+  return [{ waId: part }, { userId: part }, { parentUserId: part }, { username: part }, { name: part }];
+};
+
+/** What staff see of a customer: a name, and the phone, or else the @username or BSUID (WHATSAPP.md §9). */
+function contactView(contact: Pick<Contact, "waId" | "userId" | "username" | "name">) {
+  return { waId: contact.waId, userId: contact.userId, username: contact.username, name: contact.name, label: contactLabel(contact) };
 }
 
 export type StaffActionResult =
@@ -249,7 +265,7 @@ export async function getDeadLetter(db: Db, id: string, around = 30) {
     conversation: {
       id: conversationId,
       phoneNumberId: row.conversation.phoneNumberId,
-      contact: { waId: row.conversation.contact.waId, name: row.conversation.contact.name },
+      contact: contactView(row.conversation.contact),
       lastInboundAt,
       windowOpen: windowOpen(lastInboundAt),
       pausedUntil: row.conversation.pausedUntil,

@@ -5,7 +5,8 @@ import type { Prisma } from "../generated/prisma/client.ts";
 import type { Logger } from "../logger.ts";
 import { controlOf } from "../messages/controls.ts";
 import { describeInbound } from "../messages/describe.ts";
-import { scheduleReply, type InboundJobData, type Queues } from "../queue/queues.ts";
+import { conversationWith, resolveContact } from "../contacts/identity.ts";
+import { scheduleReply, senderOf, type InboundJobData, type Queues } from "../queue/queues.ts";
 import type { GraphClient } from "../whatsapp/graph-client.ts";
 
 export interface InboundDeps {
@@ -31,7 +32,8 @@ export async function processInbound(deps: InboundDeps, data: InboundJobData): P
   const log = deps.logger.child({ wamid: message.id });
   const sentAt = new Date(Number(message.timestamp) * 1000);
 
-  const conversation = await conversationOf(deps.db, { phoneNumberId, from: message.from, name: data.contactName, sentAt });
+  const contact = await resolveContact(deps.db, senderOf(data));
+  const conversation = await conversationWith(deps.db, { phoneNumberId, contactId: contact.id, sentAt });
 
   const described = describeInbound(message, deps.conversation);
   const control = message.type === "text" ? (controlOf(message.text?.body, deps.conversation) ?? null) : null;
@@ -72,27 +74,6 @@ export async function processInbound(deps: InboundDeps, data: InboundJobData): P
     });
   }
   await scheduleReply(deps.queues, conversation.id, deps.replyDebounceMs);
-}
-
-/** The customer's conversation with this business number, created on first contact; its 24-hour window runs from `sentAt`. */
-export async function conversationOf(db: Db, who: { phoneNumberId: string; from: string; name: string | undefined; sentAt: Date }) {
-  const { phoneNumberId, sentAt } = who;
-  const contact = await db.contact.upsert({
-    where: { waId: who.from },
-    create: { waId: who.from, name: who.name ?? null },
-    update: who.name ? { name: who.name } : {},
-  });
-  const conversation = await db.conversation.upsert({
-    where: { phoneNumberId_contactId: { phoneNumberId, contactId: contact.id } },
-    create: { phoneNumberId, contactId: contact.id, lastInboundAt: sentAt },
-    update: {},
-  });
-  // The 24-hour window runs from the customer's newest message, by Meta's timestamp.
-  await db.conversation.updateMany({
-    where: { id: conversation.id, OR: [{ lastInboundAt: null }, { lastInboundAt: { lt: sentAt } }] },
-    data: { lastInboundAt: sentAt },
-  });
-  return conversation;
 }
 
 const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;

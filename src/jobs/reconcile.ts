@@ -6,9 +6,10 @@ import { recordDeadLetter } from "../dlq/dead-letters.ts";
 import type { Prisma } from "../generated/prisma/client.ts";
 import type { Logger } from "../logger.ts";
 import { markAccepted, storeDraft } from "../replies/state.ts";
-import { conversationOf, wellFormed } from "./inbound.ts";
+import { conversationWith, resolveContact } from "../contacts/identity.ts";
+import { wellFormed } from "./inbound.ts";
 import { deadLetterFailedDelivery } from "./status.ts";
-import { hasLiveReplyJob, type InboundJobData, type Queues, type ReplyJobData, scheduleReply, type StatusJobData } from "../queue/queues.ts";
+import { hasLiveReplyJob, type InboundJobData, type Queues, type ReplyJobData, scheduleReply, senderOf, type StatusJobData } from "../queue/queues.ts";
 
 /**
  * The reconciler proves law 6: nothing ends where no one looks. At start-up and every
@@ -160,7 +161,8 @@ async function settleFailedInboundJob(deps: ReconcileDeps, job: Job<InboundJobDa
   }
   // It failed twice over: keep the message itself as a dead letter, for staff to answer.
   const sentAt = new Date(Number(message.timestamp) * 1000);
-  const conversation = await conversationOf(deps.db, { phoneNumberId, from: message.from, name: job.data.contactName, sentAt });
+  const contact = await resolveContact(deps.db, senderOf(job.data));
+  const conversation = await conversationWith(deps.db, { phoneNumberId, contactId: contact.id, sentAt });
   await deps.db.inboundMessage.create({
     data: { wamid: message.id, conversationId: conversation.id, type: message.type, text: message.text?.body ?? null, sentAt, payload: message as Prisma.InputJsonValue },
   });

@@ -23,7 +23,7 @@ import {
   unsentParts,
 } from "../replies/state.ts";
 import { templateInstead, windowOpen } from "../replies/window.ts";
-import type { GraphClient } from "../whatsapp/graph-client.ts";
+import type { GraphClient, Recipient } from "../whatsapp/graph-client.ts";
 import { decideFate, isInfrastructureFailure, type RetryDelaySettings, retryDelayMs } from "./policy.ts";
 
 export interface ReplyDeps {
@@ -204,6 +204,7 @@ async function sendParts(deps: ReplyDeps, lease: Lease, conversation: Conversati
   const { parts, firstSeq } = await unsentParts(deps.db, replyId);
   if (parts.length === 0) return;
   const replyTo = await quoteTarget(deps.db, conversation.id, replyId);
+  const to = recipientOf(conversation);
   const { leaseMs, timeoutMs, reconcileWaitMs } = deps.send;
 
   for (const part of parts) {
@@ -237,14 +238,14 @@ async function sendParts(deps: ReplyDeps, lease: Lease, conversation: Conversati
       ({ wamid } = template
         ? await deps.graph.sendTemplate({
             phoneNumberId: conversation.phoneNumberId,
-            to: conversation.waId,
+            to,
             name: template.name,
             language: template.language,
             bizOpaqueCallbackData: part.id,
           })
         : await deps.graph.sendText({
             phoneNumberId: conversation.phoneNumberId,
-            to: conversation.waId,
+            to,
             text: part.text,
             bizOpaqueCallbackData: part.id,
             replyTo: part.seq === firstSeq ? replyTo : undefined,
@@ -264,6 +265,13 @@ async function sendParts(deps: ReplyDeps, lease: Lease, conversation: Conversati
       throw error;
     }
   }
+}
+
+/** The phone number when known (Meta's advice), else the BSUID (WHATSAPP.md §9). */
+function recipientOf(conversation: ConversationView): Recipient {
+  if (conversation.waId) return { phone: conversation.waId };
+  if (conversation.userId) return { bsuid: conversation.userId };
+  throw new PermanentError({ source: "internal", code: "no_address", reason: "The customer has neither a phone number nor a BSUID on record" });
 }
 
 /**

@@ -2,13 +2,16 @@ import { createHash } from "node:crypto";
 import { Queue, type JobsOptions } from "bullmq";
 import type { Redis } from "ioredis";
 import type { GeneratedReply } from "../ai/claude.ts";
-import type { InboundItem, StatusItem } from "../webhook/payload.ts";
+import type { InboundItem, Sender, StatusItem } from "../webhook/payload.ts";
 
 /** The job catalog: queue names, job payloads, and how each job is added. */
 
 export const QUEUE_NAMES = { inbound: "inbound", reply: "reply", status: "status", reconcile: "reconcile" } as const;
 
-export type InboundJobData = Omit<InboundItem, "kind" | "position"> & {
+export type InboundJobData = Omit<InboundItem, "kind" | "position" | "sender"> & {
+  /** Absent on jobs queued before BSUIDs were read: their sender is `message.from` and `contactName`. */
+  sender?: Sender;
+  contactName?: string;
   /**
    * When the webhook received it, in microseconds, plus its position in the delivery: the
    * order of a burst within one of Meta's one-second timestamps (absent on older jobs).
@@ -76,6 +79,11 @@ function stableId(kind: string, ...parts: string[]): string {
   const hash = createHash("sha256");
   for (const part of parts) hash.update(Buffer.from(`${part.length}:${part}`, "utf16le"));
   return `${kind}.${hash.digest("hex").slice(0, 40)}`;
+}
+
+/** Who wrote a queued message, for jobs of either shape. */
+export function senderOf(data: InboundJobData): Sender {
+  return data.sender ?? { waId: data.message.from, name: data.contactName };
 }
 
 /** The job id derives from the wamid, so enqueueing the same message twice is harmless (law 3). */

@@ -36,7 +36,10 @@ export interface Lease {
 export interface ConversationView {
   id: string;
   phoneNumberId: string;
-  waId: string;
+  /** The customer's phone number, when Meta has shared it. */
+  waId: string | null;
+  /** The customer's BSUID (or parent BSUID), when Meta has given one. */
+  userId: string | null;
   lastInboundAt: Date | null;
 }
 
@@ -68,10 +71,17 @@ export async function beginReply(db: Db, conversationId: string, settings: Begin
       FROM contacts ct
       WHERE c.id = ${conversationId}::uuid AND ct.id = c.contact_id
       RETURNING c.id, c.reply_fence AS fence, c.phone_number_id AS "phoneNumberId", ct.wa_id AS "waId",
+                COALESCE(ct.user_id, ct.parent_user_id) AS "userId",
                 c.last_inbound_at AS "lastInboundAt", c.opted_out_at AS "optedOutAt", c.paused_until AS "pausedUntil"`;
     if (!taken) return { kind: "no_conversation" };
     const lease = { conversationId, fence: taken.fence };
-    const conversation: ConversationView = { id: taken.id, phoneNumberId: taken.phoneNumberId, waId: taken.waId, lastInboundAt: taken.lastInboundAt };
+    const conversation: ConversationView = {
+      id: taken.id,
+      phoneNumberId: taken.phoneNumberId,
+      waId: taken.waId,
+      userId: taken.userId,
+      lastInboundAt: taken.lastInboundAt,
+    };
 
     const unfinished = await tx.reply.findFirst({ where: { conversationId, state: { in: ["generating", "ready"] } }, orderBy: { createdAt: "asc" } });
     if (unfinished) return { kind: "reply", lease, conversation, reply: unfinished };

@@ -17,15 +17,22 @@ export const metaErrorSchema = z
   .passthrough();
 export type MetaError = z.infer<typeof metaErrorSchema>;
 
+/**
+ * Since 31 March 2026 a customer may be known by a business-scoped user id (BSUID) only:
+ * `from` (the phone) comes only when it may be shared, `from_user_id` always (WHATSAPP.md §9).
+ */
 export const inboundMessageSchema = z
   .object({
     id: z.string().min(1),
-    from: z.string().min(1),
+    from: z.string().min(1).optional(),
+    from_user_id: z.string().min(1).optional(),
+    from_parent_user_id: z.string().min(1).optional(),
     timestamp: z.string().regex(/^\d+$/),
     type: z.string().min(1),
     text: z.object({ body: z.string() }).optional(),
   })
-  .passthrough();
+  .passthrough()
+  .refine((m) => m.from !== undefined || m.from_user_id !== undefined);
 export type InboundMessagePayload = z.infer<typeof inboundMessageSchema>;
 
 export const statusSchema = z
@@ -34,13 +41,30 @@ export const statusSchema = z
     status: z.enum(["sent", "delivered", "read", "failed", "played"]),
     timestamp: z.string().regex(/^\d+$/),
     recipient_id: z.string().optional(),
+    recipient_user_id: z.string().optional(),
     biz_opaque_callback_data: z.string().optional(),
     errors: z.array(metaErrorSchema).optional(),
   })
   .passthrough();
 export type StatusPayload = z.infer<typeof statusSchema>;
 
-const contactSchema = z.object({ wa_id: z.string(), profile: z.object({ name: z.string().optional() }).optional() }).passthrough();
+const contactSchema = z
+  .object({
+    wa_id: z.string().optional(),
+    user_id: z.string().optional(),
+    parent_user_id: z.string().optional(),
+    profile: z.object({ name: z.string().optional(), username: z.string().optional() }).passthrough().optional(),
+  })
+  .passthrough();
+
+/** Who wrote: every identifier Meta gave for the customer (a phone, a BSUID, or both) and how they show. */
+export interface Sender {
+  waId?: string | undefined;
+  userId?: string | undefined;
+  parentUserId?: string | undefined;
+  name?: string | undefined;
+  username?: string | undefined;
+}
 
 const valueSchema = z
   .object({
@@ -62,7 +86,7 @@ export interface InboundItem {
   /** Its place among the messages of this delivery: Meta lists them in the order they were written. */
   position: number;
   phoneNumberId: string;
-  contactName: string | undefined;
+  sender: Sender;
   message: InboundMessagePayload;
 }
 
@@ -122,17 +146,26 @@ export function walkWebhook(body: unknown): WebhookItem[] {
 function walkValue(value: z.infer<typeof valueSchema>, where: string): WebhookItem[] {
   const items: WebhookItem[] = [];
   const phoneNumberId = value.metadata.phone_number_id;
-  const names = new Map<string, string>();
-  for (const raw of value.contacts ?? []) {
+  const contacts = (value.contacts ?? []).flatMap((raw) => {
     const contact = contactSchema.safeParse(raw);
-    if (contact.success && contact.data.profile?.name) names.set(contact.data.wa_id, contact.data.profile.name);
-  }
+    return contact.success ? [contact.data] : [];
+  });
   (value.messages ?? []).forEach((raw, i) => {
     const message = inboundMessageSchema.safeParse(raw);
     if (message.success) {
-      items.push({ kind: "message", position: 0, phoneNumberId, contactName: names.get(message.data.from), message: message.data });
+      const m = message.data;
+      // The contacts entry of this message's sender: by phone, else by BSUID.
+      const contact = contacts.find((c) => (m.from && c.wa_id === m.from) || (m.from_user_id && c.user_id === m.from_user_id));
+      const sender: Sender = {
+        waId: m.from ?? contact?.wa_id,
+        userId: m.from_user_id ?? contact?.user_id,
+        parentUserId: m.from_parent_user_id ?? contact?.parent_user_id,
+        name: contact?.profile?.name,
+        username: contact?.profile?.username,
+      };
+      items.push({ kind: "message", position: 0, phoneNumberId, sender, message: m });
     } else {
-      items.push({ kind: "ignored", reason: "message without id, from, timestamp or type", where: `${where}.messages[${i}]` });
+      items.push({ kind: "ignored", reason: "message without id, sender (from or from_user_id), timestamp or type", where: `${where}.messages[${i}]` });
     }
   });
   (value.statuses ?? []).forEach((raw, i) => {

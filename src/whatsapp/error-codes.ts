@@ -37,6 +37,8 @@ const RULES: Record<number, CodeRule> = {
   131053: { retry: false, reason: "Meta could not process the media we sent" },
   131056: { retry: true, reason: "Too many messages to this customer in a short time", minDelayMs: 6000 },
   131057: { retry: true, reason: "The business account is in maintenance mode" },
+  // WHATSAPP.md §9: e.g. one-tap, zero-tap and copy-code authentication templates.
+  131062: { retry: false, reason: "Meta does not deliver this kind of message to a username (BSUID) recipient: it needs the customer's phone number" },
   133004: { retry: true, reason: "Meta's server is temporarily unavailable" },
   133010: { retry: false, reason: "The business number is not registered on the Cloud API" },
 };

@@ -38,9 +38,18 @@ export interface GraphClientOptions {
   timeoutMs: number;
 }
 
+/**
+ * Whom a message goes to: the phone number whenever it is known, as Meta recommends, else the
+ * business-scoped user id (`recipient`), the only address of a customer who hides their
+ * number behind a username (WHATSAPP.md §9).
+ */
+export type Recipient = { phone: string } | { bsuid: string };
+
+const addressed = (to: Recipient) => ("phone" in to ? { to: to.phone } : { recipient: to.bsuid });
+
 export interface SendTextInput {
   phoneNumberId: string;
-  to: string;
+  to: Recipient;
   text: string;
   /** Comes back in status webhooks: how we reconcile a send whose answer we never saw (law 5). */
   bizOpaqueCallbackData: string;
@@ -55,7 +64,7 @@ export class GraphClient {
     const body = await this.post(`${input.phoneNumberId}/messages`, {
       messaging_product: "whatsapp",
       recipient_type: "individual",
-      to: input.to,
+      ...addressed(input.to),
       type: "text",
       text: { preview_url: false, body: input.text },
       biz_opaque_callback_data: input.bizOpaqueCallbackData,
@@ -65,11 +74,11 @@ export class GraphClient {
   }
 
   /** An approved template: the only thing Meta delivers once the 24-hour window has closed. */
-  async sendTemplate(input: { phoneNumberId: string; to: string; name: string; language: string; bizOpaqueCallbackData: string }): Promise<{ wamid: string }> {
+  async sendTemplate(input: { phoneNumberId: string; to: Recipient; name: string; language: string; bizOpaqueCallbackData: string }): Promise<{ wamid: string }> {
     const body = await this.post(`${input.phoneNumberId}/messages`, {
       messaging_product: "whatsapp",
       recipient_type: "individual",
-      to: input.to,
+      ...addressed(input.to),
       type: "template",
       template: { name: input.name, language: { code: input.language } },
       biz_opaque_callback_data: input.bizOpaqueCallbackData,

@@ -55,7 +55,7 @@ async function loadQueue() {
     row.tabIndex = 0;
     row.dataset.id = item.id;
     const contact = item.conversation.contact;
-    cell(row, `${contact.name ?? ""} +${contact.waId}`.trim());
+    cell(row, `${contact.name ?? ""} ${contact.label}`.trim());
     cell(row, item.conversation.phoneNumberId);
     cell(row, `${item.code ?? item.source}: ${item.reason}`);
     cell(row, String(item.attempts));
@@ -82,7 +82,7 @@ async function openItem(id) {
   current = data;
   show("detail");
   const contact = data.conversation.contact;
-  $("#detail-title").textContent = `${contact.name ?? ""} +${contact.waId} — ${data.state}`;
+  $("#detail-title").textContent = `${contact.name ?? ""} ${contact.label} — ${data.state}`;
   $("#window-warning").hidden = data.conversation.windowOpen;
   $("#maybe-sent-warning").hidden = !data.reply?.maybeSent;
   $("#delivered-note").hidden = !data.reply?.deliveredAfterAll;

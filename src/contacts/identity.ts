@@ -1,0 +1,121 @@
+import type { Db } from "../db/client.ts";
+import { isUniqueViolation } from "../db/client.ts";
+import type { Contact, Prisma } from "../generated/prisma/client.ts";
+import type { Sender } from "../webhook/payload.ts";
+
+/**
+ * Who a customer is: one person to one business portfolio (WHATSAPP.md §9). Meta names them
+ * by phone number, by business-scoped user id (BSUID), or both; a contact holds whichever it
+ * has been told, linked the first time one webhook carries both, so one conversation goes on
+ * across phone-only → both → BSUID-only messages. A BSUID changes when the person changes
+ * phone number (`user_changed_user_id`): the contact follows it.
+ */
+
+type Tx = Prisma.TransactionClient;
+
+/** The contact for these identifiers, created, completed or merged as they require. */
+export async function resolveContact(db: Db, sender: Sender): Promise<Contact> {
+  if (!sender.waId && !sender.userId) throw new Error("a sender needs a phone number or a BSUID");
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await db.$transaction((tx) => resolveIn(tx, sender));
+    } catch (error) {
+      // Two deliveries of a new customer at once: the second finds the first's row next time.
+      if (!isUniqueViolation(error) || attempt >= 3) throw error;
+    }
+  }
+}
+
+async function resolveIn(tx: Tx, sender: Sender): Promise<Contact> {
+  const byPhone = sender.waId ? await tx.contact.findUnique({ where: { waId: sender.waId } }) : null;
+  const byUser = sender.userId ? await tx.contact.findUnique({ where: { userId: sender.userId } }) : null;
+  // Known twice over (first by phone, then by BSUID alone, now by both): one person.
+  const contact = byPhone && byUser && byPhone.id !== byUser.id ? await mergeContacts(tx, byPhone, byUser) : (byPhone ?? byUser);
+  const seen = {
+    ...(sender.name ? { name: sender.name } : {}),
+    ...(sender.username ? { username: sender.username } : {}),
+    ...(sender.parentUserId ? { parentUserId: sender.parentUserId } : {}),
+  };
+  if (!contact) return tx.contact.create({ data: { waId: sender.waId ?? null, userId: sender.userId ?? null, ...seen } });
+  return tx.contact.update({
+    where: { id: contact.id },
+    data: { ...(sender.waId && !contact.waId ? { waId: sender.waId } : {}), ...(sender.userId ? { userId: sender.userId } : {}), ...seen },
+  });
+}
+
+/**
+ * The person's BSUID changed (`user_changed_user_id`, `user_id_update`): their contact takes
+ * the new one. If the new BSUID has already written (its own contact), the two become one.
+ * Returns the contact, or null when we never heard of the old BSUID.
+ */
+export async function changeUserId(db: Db, change: { previous: string; current: string }): Promise<Contact | null> {
+  return db.$transaction(async (tx) => {
+    const before = await tx.contact.findUnique({ where: { userId: change.previous } });
+    if (!before) return null;
+    const after = await tx.contact.findUnique({ where: { userId: change.current } });
+    const contact = after && after.id !== before.id ? await mergeContacts(tx, before, after) : before;
+    return tx.contact.update({ where: { id: contact.id }, data: { userId: change.current } });
+  });
+}
+
+/**
+ * Folds `gone` into `keep`: its conversations become keep's, and where keep already has a
+ * conversation with the same business number, its messages, replies and dead letters move
+ * into that one, so the history reads as one. `gone`'s identifiers are handed over.
+ */
+async function mergeContacts(tx: Tx, keep: Contact, gone: Contact): Promise<Contact> {
+  for (const conversation of await tx.conversation.findMany({ where: { contactId: gone.id } })) {
+    const twin = await tx.conversation.findUnique({ where: { phoneNumberId_contactId: { phoneNumberId: conversation.phoneNumberId, contactId: keep.id } } });
+    if (!twin) {
+      await tx.conversation.update({ where: { id: conversation.id }, data: { contactId: keep.id } });
+      continue;
+    }
+    const into = { conversationId: twin.id };
+    await tx.inboundMessage.updateMany({ where: { conversationId: conversation.id }, data: into });
+    await tx.reply.updateMany({ where: { conversationId: conversation.id }, data: into });
+    await tx.deadLetter.updateMany({ where: { conversationId: conversation.id }, data: into });
+    const later = (a: Date | null, b: Date | null) => (a && b ? (a > b ? a : b) : (a ?? b));
+    await tx.conversation.update({
+      where: { id: twin.id },
+      data: {
+        lastInboundAt: later(twin.lastInboundAt, conversation.lastInboundAt),
+        optedOutAt: twin.optedOutAt ?? conversation.optedOutAt,
+        pausedUntil: later(twin.pausedUntil, conversation.pausedUntil),
+      },
+    });
+    await tx.conversation.delete({ where: { id: conversation.id } });
+  }
+  await tx.contact.delete({ where: { id: gone.id } });
+  return tx.contact.update({
+    where: { id: keep.id },
+    data: {
+      waId: keep.waId ?? gone.waId,
+      userId: keep.userId ?? gone.userId,
+      parentUserId: keep.parentUserId ?? gone.parentUserId,
+      username: keep.username ?? gone.username,
+      name: keep.name ?? gone.name,
+      marketingOptedOutAt: keep.marketingOptedOutAt ?? gone.marketingOptedOutAt,
+    },
+  });
+}
+
+/** The customer's conversation with one business number, created on first contact; its 24-hour window runs from `sentAt`. */
+export async function conversationWith(db: Db, where: { phoneNumberId: string; contactId: string; sentAt: Date }) {
+  const { phoneNumberId, contactId, sentAt } = where;
+  const conversation = await db.conversation.upsert({
+    where: { phoneNumberId_contactId: { phoneNumberId, contactId } },
+    create: { phoneNumberId, contactId, lastInboundAt: sentAt },
+    update: {},
+  });
+  // The 24-hour window runs from the customer's newest message, by Meta's timestamp.
+  await db.conversation.updateMany({
+    where: { id: conversation.id, OR: [{ lastInboundAt: null }, { lastInboundAt: { lt: sentAt } }] },
+    data: { lastInboundAt: sentAt },
+  });
+  return conversation;
+}
+
+/** How staff and logs name a contact: the phone, else @username, else the BSUID. */
+export function contactLabel(contact: Pick<Contact, "waId" | "userId" | "username">): string {
+  return contact.waId ? `+${contact.waId}` : (contact.username ?? contact.userId ?? "(unknown)");
+}
