@@ -3,7 +3,7 @@ import Fastify, { type FastifyInstance } from "fastify";
 import { Redis } from "ioredis";
 import pino from "pino";
 import { createLogger } from "../src/logger.ts";
-import { closeQueues, createQueues, enqueueInbound, inboundJobId, type Queues } from "../src/queue/queues.ts";
+import { closeQueues, createQueues, jobOf, type Queues } from "../src/queue/queues.ts";
 import { claimAndEnqueue } from "../src/webhook/claim.ts";
 import { type InboundItem, walkWebhook } from "../src/webhook/payload.ts";
 import { WEBHOOK_BODY_LIMIT } from "../src/webhook/routes.ts";
@@ -37,7 +37,7 @@ const TARGETS: { name: TargetName; description: string }[] = [
   { name: "baseline", description: "bare Fastify 5, one POST route that reads the body (buffer) and answers 200" },
   { name: "app", description: "the real app from the harness (LOG_LEVEL silent, as in the tests)" },
   { name: "app+info-log", description: "a second harness, the same but LOG_LEVEL=info (production's default), logs to /dev/null" },
-  { name: "redis-only", description: "the route's Redis work alone: claimAndEnqueue + enqueueInbound, no HTTP (in process)" },
+  { name: "redis-only", description: "the route's Redis work alone: claimAndEnqueue + the inbound job's add, no HTTP (in process)" },
 ];
 
 interface ClosedRun {
@@ -228,7 +228,8 @@ async function redisOnlyLoop(
       const item: InboundItem = { ...template, message: { ...template.message, id } };
       const start = performance.now();
       if (start >= closesAt) return;
-      const outcome = await claimAndEnqueue(h.redis, `${prefix}:claim:${inboundJobId(id)}`, h.config.claim, () => enqueueInbound(queues, item, Date.now())).then(
+      const job = jobOf(queues, item, Date.now());
+      const outcome = await claimAndEnqueue(h.redis, `${prefix}:claim:${job.id}`, h.config.claim, job.enqueue).then(
         () => "200",
         () => "error",
       );

@@ -174,12 +174,14 @@ const envSchema = z.object({
   DOCUMENT_REPLY: sayOrNothing("I can read PDFs and images, but not this kind of file. Could you send it as a PDF, or write the question?"),
   MEDIA_MAX_BYTES: int("MEDIA_MAX_BYTES", 5 * 1024 * 1024, 1024, 32 * 1024 * 1024),
   FALLBACK_REPLY: sayOrNothing("Sorry, I can't open this kind of message. Could you write it as text?"),
+  WELCOME_REPLY: sayOrNothing(""),
   OPT_OUT_KEYWORDS: keywords("stop,unsubscribe,parar,sair,baja,cancelar"),
   OPT_IN_KEYWORDS: keywords("start,unstop,iniciar,voltar,alta"),
   OPT_OUT_REPLY: sayOrNothing("You won't get more automatic replies. Send START to turn them back on."),
   OPT_IN_REPLY: sayOrNothing("Welcome back! Automatic replies are on again."),
   HANDOFF_KEYWORDS: keywords("human,agent,person,humano,atendente,agente,persona"),
   HANDOFF_REPLY: sayOrNothing("Got it: a person from our team will answer you here."),
+  HUMAN_REPLY_PAUSE_MINUTES: int("HUMAN_REPLY_PAUSE_MINUTES", 30, 0, 7 * 24 * 60),
 });
 
 /** Per business number (`phone_number_id`): its own system prompt, and a template for when the window has closed. */
@@ -298,12 +300,16 @@ export interface Config {
     /** The largest image or PDF passed to Claude (Meta's image limit and Claude's are both 5 MB). */
     readonly mediaMaxBytes: number;
     readonly fallbackReply: string;
+    /** Said when a customer opens the chat without writing; empty = no reply. */
+    readonly welcomeReply: string;
     readonly optOutKeywords: readonly string[];
     readonly optInKeywords: readonly string[];
     readonly optOutReply: string;
     readonly optInReply: string;
     readonly handoffKeywords: readonly string[];
     readonly handoffReply: string;
+    /** A person wrote from the WhatsApp Business app: the bot stays out of that conversation this long (0 = it does not). */
+    readonly humanReplyPauseMinutes: number;
   };
   readonly shutdownTimeoutMs: number;
 }
@@ -393,12 +399,14 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
       documentReply: e.DOCUMENT_REPLY,
       mediaMaxBytes: e.MEDIA_MAX_BYTES,
       fallbackReply: e.FALLBACK_REPLY,
+      welcomeReply: e.WELCOME_REPLY,
       optOutKeywords: e.OPT_OUT_KEYWORDS,
       optInKeywords: e.OPT_IN_KEYWORDS,
       optOutReply: e.OPT_OUT_REPLY,
       optInReply: e.OPT_IN_REPLY,
       handoffKeywords: e.HANDOFF_KEYWORDS,
       handoffReply: e.HANDOFF_REPLY,
+      humanReplyPauseMinutes: e.HUMAN_REPLY_PAUSE_MINUTES,
     },
   });
 }

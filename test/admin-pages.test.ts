@@ -33,14 +33,14 @@ describe("/admin/queues (bull-board)", () => {
     }
   });
 
-  it("shows the inbound, reply and status queues to a signed-in operator", async () => {
+  it("shows every queue to a signed-in operator", async () => {
     const cookie = await sessionCookie("ops@example.com");
     for (const url of BOARD_URLS) expect((await h.app.inject({ method: "GET", url, headers: { cookie } })).statusCode, url).toBe(200);
     const page = await h.app.inject({ method: "GET", url: "/admin/queues", headers: { cookie } });
     expect(page.headers["content-type"]).toMatch(/^text\/html/);
     const api = await h.app.inject({ method: "GET", url: "/admin/queues/api/queues", headers: { cookie } });
     expect(api.statusCode).toBe(200);
-    expect((api.json().queues as { name: string }[]).map((q) => q.name).sort()).toEqual(["inbound", "reconcile", "reply", "status"]);
+    expect((api.json().queues as { name: string }[]).map((q) => q.name).sort()).toEqual(["events", "inbound", "reconcile", "reply", "status"]);
   });
 
   it("refuses staff who are not operators (job payloads carry message text and phone numbers), page, assets and API", async () => {
@@ -78,7 +78,7 @@ describe("/admin/queues (bull-board)", () => {
     const authorization = `Bearer ${TEST_ADMIN_TOKEN}`;
     const api = await h.app.inject({ method: "GET", url: "/admin/queues/api/queues", headers: { authorization } });
     const queues = api.json().queues as { name: string; readOnlyMode: boolean }[];
-    expect(queues.map((q) => [q.name, q.readOnlyMode]).sort()).toEqual([["inbound", true], ["reconcile", true], ["reply", true], ["status", true]]);
+    expect(queues.map((q) => [q.name, q.readOnlyMode]).sort()).toEqual([["events", true], ["inbound", true], ["reconcile", true], ["reply", true], ["status", true]]);
     for (const url of ["/admin/queues/api/queues/reply/clean/completed", "/admin/queues/api/queues/reply/retry/failed", "/admin/queues/api/queues/reply/pause"]) {
       expect((await h.app.inject({ method: "PUT", url, headers: { authorization } })).statusCode, url).toBe(405);
     }

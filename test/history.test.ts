@@ -44,8 +44,9 @@ describe("conversation history for Claude", () => {
     h = await startHarness({ env: { HISTORY_MESSAGES: "20", HISTORY_TOKEN_BUDGET: "10", REPLY_DEBOUNCE_MS: "0" } });
     await converse(4);
     const texts = h.claude.requests[3]!.messages.flatMap((m) => (m.content as Block[]).map((b) => b.text));
-    // ~3 characters a token: "Reply #3" (3) + "question 3" (4) fit in 10; "Reply #2" would not.
-    expect(texts).toEqual(["question 3", "Reply #3", "question 4"]);
+    // ~3 characters a token: "Reply #2" (3) + "question 3" (4) + "Reply #3" (3) fit in 10;
+    // "question 2" would not. History that opens with our reply keeps it as a note.
+    expect(texts).toEqual(['[Earlier in this chat, the business wrote: "Reply #2"]', "question 3", "Reply #3", "question 4"]);
   });
 
   it("stores the model and token usage of every reply, including what the cache saved", async () => {

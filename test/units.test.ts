@@ -128,7 +128,7 @@ describe("conversation history for Claude", () => {
         { role: "user", text: "price?" },
       ]),
     ).toEqual([
-      { role: "user", content: [{ type: "text", text: "hi" }, { type: "text", text: "anyone?" }] },
+      { role: "user", content: [{ type: "text", text: '[Earlier in this chat, the business wrote: "Welcome!"]' }, { type: "text", text: "hi" }, { type: "text", text: "anyone?" }] },
       { role: "assistant", content: [{ type: "text", text: "Yes" }] },
       { role: "user", content: [{ type: "text", text: "price?" }] },
     ]);

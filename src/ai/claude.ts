@@ -92,19 +92,24 @@ export class ClaudeClient {
 
 /**
  * Claude wants alternating roles starting with the user: consecutive turns of one role
- * become text blocks of one message, and history that opens with our own reply drops it.
+ * become text blocks of one message. History that opens with the business speaking (a person
+ * wrote first from the WhatsApp Business app, or the window slid past the customer's first
+ * message) is kept as a note at the start of the first user message.
  */
 export function toAlternatingMessages(turns: ChatTurn[]): Anthropic.MessageParam[] {
   const out: { role: "user" | "assistant"; content: Anthropic.ContentBlockParam[] }[] = [];
   for (const turn of turns) {
+    const opening = out.length === 0 && turn.role === "assistant";
+    const words = opening ? `[Earlier in this chat, the business wrote: "${turn.text}"]` : turn.text;
     const text: Anthropic.TextBlockParam = turn.cacheBreakpoint
-      ? { type: "text", text: turn.text, cache_control: { type: "ephemeral" } }
-      : { type: "text", text: turn.text };
+      ? { type: "text", text: words, cache_control: { type: "ephemeral" } }
+      : { type: "text", text: words };
     const media = turn.media ? mediaBlock(turn.media) : undefined;
     const blocks = media ? [media, text] : [text];
+    const role = opening ? "user" : turn.role;
     const last = out.at(-1);
-    if (last && last.role === turn.role) last.content.push(...blocks);
-    else if (out.length > 0 || turn.role === "user") out.push({ role: turn.role, content: blocks });
+    if (last && last.role === role) last.content.push(...blocks);
+    else out.push({ role, content: blocks });
   }
   return out;
 }

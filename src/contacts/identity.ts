@@ -99,19 +99,26 @@ async function mergeContacts(tx: Tx, keep: Contact, gone: Contact): Promise<Cont
   });
 }
 
-/** The customer's conversation with one business number, created on first contact; its 24-hour window runs from `sentAt`. */
-export async function conversationWith(db: Db, where: { phoneNumberId: string; contactId: string; sentAt: Date }) {
+/**
+ * The customer's conversation with one business number, created on first contact. A message
+ * from the customer (`inbound`) extends the 24-hour window to its `sentAt`; the business's own
+ * messages (echoes of the WhatsApp Business app) never do (WHATSAPP.md §7).
+ */
+export async function conversationWith(db: Db, where: { phoneNumberId: string; contactId: string; sentAt: Date; inbound?: boolean }) {
   const { phoneNumberId, contactId, sentAt } = where;
+  const inbound = where.inbound ?? true;
   const conversation = await db.conversation.upsert({
     where: { phoneNumberId_contactId: { phoneNumberId, contactId } },
-    create: { phoneNumberId, contactId, lastInboundAt: sentAt },
+    create: { phoneNumberId, contactId, lastInboundAt: inbound ? sentAt : null },
     update: {},
   });
   // The 24-hour window runs from the customer's newest message, by Meta's timestamp.
-  await db.conversation.updateMany({
-    where: { id: conversation.id, OR: [{ lastInboundAt: null }, { lastInboundAt: { lt: sentAt } }] },
-    data: { lastInboundAt: sentAt },
-  });
+  if (inbound) {
+    await db.conversation.updateMany({
+      where: { id: conversation.id, OR: [{ lastInboundAt: null }, { lastInboundAt: { lt: sentAt } }] },
+      data: { lastInboundAt: sentAt },
+    });
+  }
   return conversation;
 }
 

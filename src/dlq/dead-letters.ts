@@ -268,7 +268,10 @@ export async function getDeadLetter(db: Db, id: string, around = 30) {
       contact: contactView(row.conversation.contact),
       lastInboundAt,
       windowOpen: windowOpen(lastInboundAt),
-      pausedUntil: row.conversation.pausedUntil,
+      // Paused by a person (a staff member, the customer's request, or someone writing from the
+      // WhatsApp Business app): the bot answers nothing until then.
+      pausedUntil: row.conversation.pausedUntil && row.conversation.pausedUntil > new Date() ? row.conversation.pausedUntil : null,
+      pausedBy: row.conversation.pausedUntil && row.conversation.pausedUntil > new Date() ? row.conversation.pausedBy : null,
     },
     reply: row.reply
       ? {

@@ -1,11 +1,12 @@
+import { z } from "zod";
 import type { Config } from "../config.ts";
 import type { Db } from "../db/client.ts";
 import { isUniqueViolation } from "../db/client.ts";
 import type { Prisma } from "../generated/prisma/client.ts";
 import type { Logger } from "../logger.ts";
-import { controlOf } from "../messages/controls.ts";
-import { describeInbound } from "../messages/describe.ts";
-import { conversationWith, resolveContact } from "../contacts/identity.ts";
+import { type Control, controlOf } from "../messages/controls.ts";
+import { adContext, describeInbound } from "../messages/describe.ts";
+import { changeUserId, conversationWith, resolveContact } from "../contacts/identity.ts";
 import { scheduleReply, senderOf, type InboundJobData, type Queues } from "../queue/queues.ts";
 import type { GraphClient } from "../whatsapp/graph-client.ts";
 
@@ -35,8 +36,7 @@ export async function processInbound(deps: InboundDeps, data: InboundJobData): P
   const contact = await resolveContact(deps.db, senderOf(data));
   const conversation = await conversationWith(deps.db, { phoneNumberId, contactId: contact.id, sentAt });
 
-  const described = describeInbound(message, deps.conversation);
-  const control = message.type === "text" ? (controlOf(message.text?.body, deps.conversation) ?? null) : null;
+  const asked = await whatItAsks(deps, message, conversation.id);
   let stored: { skipReason: string | null };
   try {
     stored = await deps.db.inboundMessage.create({
@@ -44,13 +44,10 @@ export async function processInbound(deps: InboundDeps, data: InboundJobData): P
         wamid: message.id,
         conversationId: conversation.id,
         type: message.type,
-        text: await withQuote(deps.db, message, described.kind === "answer" ? described.text : (message.text?.body ?? null)),
-        cannedText: described.kind === "canned" ? described.text : null,
-        control,
+        ...asked,
         arrival: data.arrival === undefined ? null : BigInt(data.arrival),
         sentAt,
         payload: message as Prisma.InputJsonValue,
-        skipReason: described.kind === "skip" ? described.reason : null,
       },
       select: { skipReason: true },
     });
@@ -59,7 +56,19 @@ export async function processInbound(deps: InboundDeps, data: InboundJobData): P
     log.info({ event: "inbound.duplicate_in_db" }, "message already stored; the Redis claim was lost or this is a retry");
     stored = await deps.db.inboundMessage.findUniqueOrThrow({ where: { wamid: message.id }, select: { skipReason: true } });
   }
+  // A deletion and the message it deletes are stored by jobs that may run in either order:
+  // whichever comes second sees the other (each looks after its own insert).
+  if (message.type === "revoke" && asked.refersTo) await eraseDeleted(deps.db, conversation.id, asked.refersTo, log);
+  else if (await deps.db.inboundMessage.count({ where: { conversationId: conversation.id, type: "revoke", refersTo: message.id } })) {
+    await eraseDeleted(deps.db, conversation.id, message.id, log);
+    return;
+  }
 
+  const changed = userIdChange(message);
+  if (changed) {
+    const moved = await changeUserId(deps.db, changed);
+    log.info({ event: moved ? "contact.user_id_changed" : "contact.user_id_unknown", contact: moved?.id }, "the customer's BSUID changed");
+  }
   if (stored.skipReason) {
     log.info({ event: "inbound.skipped", type: message.type, reason: stored.skipReason }, "message stored, not answered");
     return;
@@ -68,12 +77,87 @@ export async function processInbound(deps: InboundDeps, data: InboundJobData): P
   // "Typing…" only where the bot will answer (WHATSAPP.md §5); best effort: a failed read
   // receipt must never block the reply.
   const silent = conversation.optedOutAt !== null || (conversation.pausedUntil !== null && conversation.pausedUntil > new Date());
-  if (!silent || control !== null) {
+  if (!silent || asked.control !== null) {
     await deps.graph.markReadWithTyping(phoneNumberId, message.id).catch((error: unknown) => {
       log.warn({ event: "inbound.mark_read_failed", err: error }, "could not mark read / show typing");
     });
   }
   await scheduleReply(deps.queues, conversation.id, deps.replyDebounceMs);
+}
+
+const userIdChangeSchema = z.object({ type: z.literal("user_changed_user_id"), user_id: z.string().min(1), previous_user_id: z.string().min(1).optional() }).passthrough();
+
+/** A system message saying the customer's BSUID changed (it follows a new phone number, WHATSAPP.md §9). */
+function userIdChange(message: InboundJobData["message"]): { previous: string; current: string } | undefined {
+  if (message.type !== "system") return undefined;
+  const system = userIdChangeSchema.safeParse((message as Record<string, unknown>).system);
+  const previous = system.success ? (system.data.previous_user_id ?? message.from_user_id) : undefined;
+  return system.success && previous ? { previous, current: system.data.user_id } : undefined;
+}
+
+const editSchema = z.object({ original_message_id: z.string().min(1), message: z.object({ type: z.string().min(1) }).passthrough() });
+const revokeSchema = z.object({ original_message_id: z.string().min(1) });
+
+type Asked = Pick<Prisma.InboundMessageUncheckedCreateInput, "text" | "cannedText" | "skipReason"> & {
+  control: Control | null;
+  refersTo: string | null;
+};
+
+/**
+ * What the message asks of the bot: words for Claude (with the ad the customer came from, and
+ * the message they quote), a configured answer, a control keyword, or nothing, with why. An
+ * edit (WHATSAPP.md §11) of a message not answered yet is applied to it, so Claude reads the
+ * edited words and answers once; an edit of an answered message is a message of its own,
+ * saying what changed.
+ */
+async function whatItAsks(deps: InboundDeps, message: InboundJobData["message"], conversationId: string): Promise<Asked> {
+  const raw = message as Record<string, unknown>;
+  const nothing = { cannedText: null, control: null, refersTo: null };
+  if (message.type === "revoke") {
+    const revoke = revokeSchema.safeParse(raw.revoke);
+    return { ...nothing, text: null, skipReason: "the customer deleted a message", refersTo: revoke.success ? revoke.data.original_message_id : null };
+  }
+  if (message.type === "edit") return whatAnEditAsks(deps, message, conversationId);
+  const described = describeInbound(message, deps.conversation);
+  const ad = adContext(raw);
+  const text = described.kind === "answer" ? (ad ? `${ad}\n${described.text}` : described.text) : (message.text?.body ?? null);
+  return {
+    text: await withQuote(deps.db, message, text),
+    cannedText: described.kind === "canned" ? described.text : null,
+    control: message.type === "text" ? (controlOf(message.text?.body, deps.conversation) ?? null) : null,
+    skipReason: described.kind === "skip" ? described.reason : null,
+    refersTo: null,
+  };
+}
+
+async function whatAnEditAsks(deps: InboundDeps, message: InboundJobData["message"], conversationId: string): Promise<Asked> {
+  const edit = editSchema.safeParse((message as Record<string, unknown>).edit);
+  if (!edit.success) return { text: null, cannedText: null, control: null, skipReason: "an edit without the edited message", refersTo: null };
+  const originalId = edit.data.original_message_id;
+  const edited = describeInbound({ ...edit.data.message, id: message.id, timestamp: message.timestamp } as InboundJobData["message"], deps.conversation);
+  const base = { cannedText: null, control: null, refersTo: originalId };
+  if (edited.kind !== "answer") return { ...base, text: null, skipReason: `an edit into something the bot does not read (${edit.data.message.type})` };
+  const applied = await deps.db.inboundMessage.updateMany({
+    where: { wamid: originalId, conversationId, replyId: null, skipReason: null },
+    data: { text: edited.text },
+  });
+  if (applied.count > 0) return { ...base, text: edited.text, skipReason: "edit applied to the message before it was answered" };
+  const original = await deps.db.inboundMessage.findFirst({ where: { wamid: originalId, conversationId }, select: { text: true } });
+  const before = original?.text ? ` "${original.text.slice(0, 300)}"` : "";
+  return { ...base, text: `[Edited their earlier message${before}. It now says:]\n${edited.text}`, skipReason: null };
+}
+
+/**
+ * The customer took a message back (`revoke`): it is never answered if it was not yet (Claude
+ * does not see it), and its words are erased, whether it was answered or not.
+ */
+async function eraseDeleted(db: Db, conversationId: string, wamid: string, log: Logger): Promise<void> {
+  await db.inboundMessage.updateMany({ where: { wamid, conversationId, replyId: null, skipReason: null }, data: { skipReason: "deleted by the customer" } });
+  const erased = await db.inboundMessage.updateMany({
+    where: { wamid, conversationId, deletedAt: null },
+    data: { text: null, cannedText: null, payload: { deleted: true }, deletedAt: new Date() },
+  });
+  if (erased.count > 0) log.info({ event: "inbound.deleted_by_customer", deleted: wamid }, "the customer deleted a message: its text is erased");
 }
 
 const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;

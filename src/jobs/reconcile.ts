@@ -9,7 +9,7 @@ import { markAccepted, storeDraft } from "../replies/state.ts";
 import { conversationWith, resolveContact } from "../contacts/identity.ts";
 import { wellFormed } from "./inbound.ts";
 import { deadLetterFailedDelivery } from "./status.ts";
-import { hasLiveReplyJob, type InboundJobData, type Queues, type ReplyJobData, scheduleReply, senderOf, type StatusJobData } from "../queue/queues.ts";
+import { type EventJobData, hasLiveReplyJob, type InboundJobData, type Queues, type ReplyJobData, scheduleReply, senderOf, type StatusJobData } from "../queue/queues.ts";
 
 /**
  * The reconciler proves law 6: nothing ends where no one looks. At start-up and every
@@ -123,6 +123,10 @@ async function settleFailedJobs(deps: ReconcileDeps, result: SweepResult): Promi
     await settleFailedStatusJob(deps, job);
     result.failedJobs++;
   }
+  for (const job of await deps.queues.events.getFailed(0, BATCH - 1)) {
+    await settleFailedEventJob(deps, job);
+    result.failedJobs++;
+  }
 }
 
 /**
@@ -194,4 +198,16 @@ async function settleFailedStatusJob(deps: ReconcileDeps, job: Job<StatusJobData
     log.error({ event: "reconcile.status_dropped", failedReason: job.failedReason }, "status job failed twice; dropped");
   }
   await job.remove();
+}
+
+/** A business-side event (an echo, a preference, a BSUID change) carries no customer message: driven again once, then logged and dropped. */
+async function settleFailedEventJob(deps: ReconcileDeps, job: Job<EventJobData>): Promise<void> {
+  const log = deps.logger.child({ job: job.id, type: job.data.type });
+  if (await firstTime(deps, `job.${job.id}`)) {
+    await job.retry("failed", { resetAttemptsMade: true });
+    log.warn({ event: "reconcile.failed_job_redriven", queue: "events", failedReason: job.failedReason }, "failed event job driven again");
+    return;
+  }
+  await job.remove();
+  log.error({ event: "reconcile.event_dropped", failedReason: job.failedReason, data: job.data }, "event job failed twice; dropped");
 }

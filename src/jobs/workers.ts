@@ -5,8 +5,9 @@ import type { Config } from "../config.ts";
 import type { Db } from "../db/client.ts";
 import type { Metrics } from "../http/metrics.ts";
 import type { Logger } from "../logger.ts";
-import { closeQueues, createQueues, QUEUE_NAMES, type InboundJobData, type ReplyJobData, type StatusJobData } from "../queue/queues.ts";
+import { closeQueues, createQueues, type EventJobData, QUEUE_NAMES, type InboundJobData, type ReplyJobData, type StatusJobData } from "../queue/queues.ts";
 import { GraphClient } from "../whatsapp/graph-client.ts";
+import { processEvent } from "./events.ts";
 import { processInbound, type InboundDeps } from "./inbound.ts";
 import { decideFate, retryDelayMs, type RetryDelaySettings } from "./policy.ts";
 import { reconcile } from "./reconcile.ts";
@@ -126,6 +127,10 @@ export function startWorkers(deps: WorkerDeps): Workers {
       },
     ),
     new Worker<StatusJobData>(QUEUE_NAMES.status, guarded("status", (job) => processStatus(deps, job.data)), {
+      ...common,
+      concurrency: deps.concurrency.inbound,
+    }),
+    new Worker<EventJobData>(QUEUE_NAMES.events, guarded("events", (job) => processEvent(deps, job.data)), {
       ...common,
       concurrency: deps.concurrency.inbound,
     }),

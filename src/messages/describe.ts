@@ -18,6 +18,8 @@ export interface DescribeSettings {
   documentReply: string;
   /** Said to a message type we do not know; empty = no reply. */
   fallbackReply: string;
+  /** Said when a customer opens the chat without writing (`request_welcome`); empty (the default) = no reply. */
+  welcomeReply: string;
 }
 
 // Each payload shape, lenient where Meta adds fields (WHATSAPP.md §3).
@@ -25,6 +27,16 @@ const interactive = z.object({
   type: z.string(),
   button_reply: z.object({ id: z.string(), title: z.string() }).optional(),
   list_reply: z.object({ id: z.string(), title: z.string(), description: z.string().optional() }).optional(),
+  // A WhatsApp Flow's answers: response_json is a JSON string of the form's fields (WHATSAPP.md §11).
+  nfm_reply: z.object({ name: z.string().optional(), body: z.string().optional(), response_json: z.string() }).optional(),
+});
+/** A Click-to-WhatsApp ad the customer came from (WHATSAPP.md §3, `referral`). */
+const referral = z.object({
+  headline: z.string().optional(),
+  body: z.string().optional(),
+  source_type: z.string().optional(),
+  source_url: z.string().optional(),
+  source_id: z.string().optional(),
 });
 const button = z.object({ text: z.string(), payload: z.string().optional() });
 const location = z.object({
@@ -70,6 +82,7 @@ export function describeInbound(message: InboundMessagePayload, settings: Descri
       return message.text?.body.trim() ? { kind: "answer", text: message.text.body } : { kind: "skip", reason: "empty text" };
     case "interactive": {
       const parsed = interactive.safeParse(raw.interactive);
+      if (parsed.success && parsed.data.nfm_reply) return { kind: "answer", text: formAnswers(parsed.data.nfm_reply) };
       const choice = parsed.success ? (parsed.data.button_reply ?? parsed.data.list_reply) : undefined;
       if (!choice) return fallback(settings, `interactive reply of type "${parsed.data?.type ?? "unknown"}"`);
       const description = "description" in choice && choice.description ? ` — ${choice.description}` : "";
@@ -115,7 +128,10 @@ export function describeInbound(message: InboundMessagePayload, settings: Descri
     case "system":
       return { kind: "skip", reason: "system notice (e.g. the customer changed number)" };
     case "request_welcome":
-      return { kind: "skip", reason: "chat opened without a message" };
+      return say(settings.welcomeReply, "chat opened without a message");
+    case "revoke":
+      // Never answered; the deleted message itself is erased by the inbound job.
+      return { kind: "skip", reason: "the customer deleted a message" };
     case "image":
     case "sticker":
     case "document": {
@@ -131,9 +147,36 @@ export function describeInbound(message: InboundMessagePayload, settings: Descri
     case "audio":
     case "video":
       return say(settings.mediaReply, `${message.type}: the bot reads text, images and PDFs`);
+    case "unsupported":
+      // Older webhooks announce an edit this way, without the edited words (WHATSAPP.md §11).
+      if ((raw.unsupported as { type?: unknown } | undefined)?.type === "edit") return { kind: "skip", reason: "an edit without its new text (older webhook shape)" };
+      return fallback(settings, "message type \"unsupported\"");
     default:
       return fallback(settings, `message type "${message.type}"`);
   }
+}
+
+/** A Flow's answers as Claude reads them; the flow_token is Meta's bookkeeping, not the customer's words. */
+function formAnswers(form: { name?: string | undefined; response_json: string }): string {
+  let answers: unknown;
+  try {
+    answers = JSON.parse(form.response_json);
+  } catch {
+    answers = undefined;
+  }
+  const fields = answers && typeof answers === "object" ? Object.entries(answers as Record<string, unknown>).filter(([key]) => key !== "flow_token") : [];
+  const shown = fields.map(([key, value]) => `${key.replaceAll("_", " ")}: ${typeof value === "string" ? value : JSON.stringify(value)}`);
+  const name = form.name && form.name !== "flow" ? ` "${form.name}"` : "";
+  return shown.length > 0 ? `[Filled in the form${name}: ${shown.join("; ")}]` : `[Sent the form${name} without answers]`;
+}
+
+/** Which ad the customer came from, for Claude: it often says what they are asking about. */
+export function adContext(message: Record<string, unknown>): string | undefined {
+  const parsed = referral.safeParse(message.referral);
+  if (!parsed.success) return undefined;
+  const { headline, body, source_type: type, source_url: url } = parsed.data;
+  const what = [headline && `"${headline}"`, body].filter(Boolean).join(" — ");
+  return `[Came from ${type === "post" ? "a post" : "an ad"}${what ? `: ${what}` : ""}${url ? ` (${url})` : ""}]`;
 }
 
 function fallback(settings: DescribeSettings, what: string): InboundOutcome {

@@ -2,11 +2,11 @@ import { createHash } from "node:crypto";
 import { Queue, type JobsOptions } from "bullmq";
 import type { Redis } from "ioredis";
 import type { GeneratedReply } from "../ai/claude.ts";
-import type { InboundItem, Sender, StatusItem } from "../webhook/payload.ts";
+import type { BusinessEvent, InboundItem, Sender, StatusItem, WebhookItem } from "../webhook/payload.ts";
 
 /** The job catalog: queue names, job payloads, and how each job is added. */
 
-export const QUEUE_NAMES = { inbound: "inbound", reply: "reply", status: "status", reconcile: "reconcile" } as const;
+export const QUEUE_NAMES = { inbound: "inbound", reply: "reply", status: "status", events: "events", reconcile: "reconcile" } as const;
 
 export type InboundJobData = Omit<InboundItem, "kind" | "position" | "sender"> & {
   /** Absent on jobs queued before BSUIDs were read: their sender is `message.from` and `contactName`. */
@@ -19,6 +19,7 @@ export type InboundJobData = Omit<InboundItem, "kind" | "position" | "sender"> &
   arrival?: number;
 };
 export type StatusJobData = Omit<StatusItem, "kind">;
+export type EventJobData = BusinessEvent;
 export interface ReplyJobData {
   conversationId: string;
   /**
@@ -37,6 +38,8 @@ export interface Queues {
   inbound: Queue<InboundJobData>;
   reply: Queue<ReplyJobData>;
   status: Queue<StatusJobData>;
+  /** The business side: echoes of the WhatsApp Business app, preferences, BSUID changes (src/jobs/events.ts). */
+  events: Queue<EventJobData>;
   /** One repeating job: the reconciler's sweep (src/jobs/reconcile.ts). */
   reconcile: Queue<Record<string, never>>;
 }
@@ -60,6 +63,7 @@ export function createQueues(connection: Redis, settings: QueueSettings, onError
     inbound: new Queue<InboundJobData>(QUEUE_NAMES.inbound, options),
     reply: new Queue<ReplyJobData>(QUEUE_NAMES.reply, options),
     status: new Queue<StatusJobData>(QUEUE_NAMES.status, options),
+    events: new Queue<EventJobData>(QUEUE_NAMES.events, options),
     reconcile: new Queue<Record<string, never>>(QUEUE_NAMES.reconcile, { connection, prefix: settings.prefix }),
   };
   for (const queue of Object.values(queues)) queue.on("error", onError);
@@ -90,15 +94,34 @@ export function senderOf(data: InboundJobData): Sender {
 export const inboundJobId = (wamid: string) => stableId("in", wamid);
 export const statusJobId = (wamid: string, status: string) => stableId("st", wamid, status);
 
-export async function enqueueInbound(queues: Queues, item: InboundItem, receivedAtMs: number): Promise<void> {
-  const { kind: _kind, position, ...rest } = item;
-  const data: InboundJobData = { ...rest, arrival: receivedAtMs * 1000 + position };
-  await queues.inbound.add("inbound", data, { jobId: inboundJobId(item.message.id) });
-}
+export const eventJobId = (event: BusinessEvent) =>
+  event.type === "echo"
+    ? stableId("ec", event.echo.id)
+    : event.type === "preferences"
+      ? stableId("pr", event.sender.userId ?? "", event.sender.waId ?? "", event.category, event.value, String(event.timestamp))
+      : stableId("id", event.previous, event.current);
 
-export async function enqueueStatus(queues: Queues, item: StatusItem): Promise<void> {
-  const { kind: _kind, ...data } = item;
-  await queues.status.add("status", data, { jobId: statusJobId(item.status.id, item.status.status) });
+type QueuedItem = Exclude<WebhookItem, { kind: "ignored" }>;
+
+/** The job a webhook item becomes: its id (the claim is named after it, law 3) and how to add it. */
+export function jobOf(queues: Queues, item: QueuedItem, receivedAtMs: number): { id: string; enqueue: () => Promise<unknown> } {
+  switch (item.kind) {
+    case "message": {
+      const { kind: _kind, position, ...rest } = item;
+      const id = inboundJobId(item.message.id);
+      const data: InboundJobData = { ...rest, arrival: receivedAtMs * 1000 + position };
+      return { id, enqueue: () => queues.inbound.add("inbound", data, { jobId: id }) };
+    }
+    case "status": {
+      const { kind: _kind, ...data } = item;
+      const id = statusJobId(item.status.id, item.status.status);
+      return { id, enqueue: () => queues.status.add("status", data, { jobId: id }) };
+    }
+    case "event": {
+      const id = eventJobId(item.event);
+      return { id, enqueue: () => queues.events.add(item.event.type, item.event, { jobId: id }) };
+    }
+  }
 }
 
 const replyDeduplicationId = (conversationId: string) => `conv.${conversationId}`;

@@ -1,5 +1,5 @@
 import type { GeneratedReply } from "../ai/claude.ts";
-import type { Db } from "../db/client.ts";
+import { type Db, isUniqueViolation } from "../db/client.ts";
 import { FencedOut } from "../errors.ts";
 import type { Prisma, Reply } from "../generated/prisma/client.ts";
 import { PAUSED_INDEFINITELY } from "../messages/controls.ts";
@@ -316,4 +316,28 @@ export async function reopenForResend(
   // Regenerating drops the draft: the reply job then asks Claude again (an explicit, paid choice).
   const text = choice.regenerate ? null : (choice.text ?? reply.text);
   await tx.reply.update({ where: { id: reply.id }, data: { text, state: text ? "ready" : "generating" } });
+}
+
+/**
+ * A person answered from the WhatsApp Business app on the same number (an echo, WHATSAPP.md
+ * §10): the business's side of the conversation, already delivered, so Claude's history shows
+ * it. False when this echo was recorded before (a redelivery).
+ */
+export async function recordBusinessReply(db: Db, conversationId: string, echo: { wamid: string; text: string; at: Date }): Promise<boolean> {
+  try {
+    await db.reply.create({
+      data: {
+        conversationId,
+        kind: "human",
+        state: "sent",
+        text: echo.text,
+        sentAt: echo.at,
+        parts: { create: [{ seq: 0, text: echo.text, sendState: "accepted", wamid: echo.wamid, acceptedAt: echo.at }] },
+      },
+    });
+    return true;
+  } catch (error) {
+    if (isUniqueViolation(error)) return false;
+    throw error;
+  }
 }

@@ -30,7 +30,7 @@ export async function claimAndEnqueue(
   redis: Redis,
   key: string,
   settings: ClaimSettings,
-  enqueue: () => Promise<void>,
+  enqueue: () => Promise<unknown>,
 ): Promise<ClaimOutcome> {
   const deadline = Date.now() + settings.waitMs;
   for (;;) {

@@ -103,7 +103,70 @@ export interface IgnoredItem {
   where: string;
 }
 
-export type WebhookItem = InboundItem | StatusItem | IgnoredItem;
+/**
+ * What the business side tells us beside the customers' messages: a message a person sent
+ * from the WhatsApp Business app on the same number (coexistence, WHATSAPP.md §10), a
+ * customer's marketing preference, a BSUID that changed.
+ */
+export type BusinessEvent =
+  | { type: "echo"; phoneNumberId: string; echo: EchoPayload; recipient: Sender }
+  | { type: "preferences"; sender: Sender; category: string; value: string; timestamp: number }
+  | { type: "user_id"; previous: string; current: string };
+
+export interface EventItem {
+  kind: "event";
+  event: BusinessEvent;
+}
+
+export type WebhookItem = InboundItem | StatusItem | EventItem | IgnoredItem;
+
+/** `message_echoes[]`: `from` is the business, `to` / `to_user_id` the customer (WHATSAPP.md §10). */
+export const echoSchema = z
+  .object({
+    id: z.string().min(1),
+    to: z.string().min(1).optional(),
+    to_user_id: z.string().min(1).optional(),
+    timestamp: z.string().regex(/^\d+$/),
+    type: z.string().min(1),
+    text: z.object({ body: z.string() }).optional(),
+  })
+  .passthrough()
+  .refine((m) => m.to !== undefined || m.to_user_id !== undefined);
+export type EchoPayload = z.infer<typeof echoSchema>;
+
+const preferenceSchema = z
+  .object({
+    wa_id: z.string().optional(),
+    user_id: z.string().optional(),
+    category: z.string(),
+    value: z.string(),
+    timestamp: z.coerce.number(),
+  })
+  .passthrough()
+  .refine((p) => p.wa_id !== undefined || p.user_id !== undefined);
+const userIdUpdateSchema = z.object({ user_id: z.object({ previous: z.string().min(1), current: z.string().min(1) }) }).passthrough();
+
+/**
+ * Fields a WhatsApp Business Account can subscribe to that carry nothing for the replies:
+ * acknowledged with 200 and logged with what they are (law 11), never an error.
+ */
+const NOTHING_TO_DO: Record<string, string> = {
+  account_update: "account update (bans, restrictions, reviews): for operators",
+  account_review_update: "account review update: for operators",
+  account_alerts: "account alert: for operators",
+  business_capability_update: "business capability update: for operators",
+  phone_number_name_update: "display name review: for operators",
+  phone_number_quality_update: "phone number quality or messaging limit update: for operators",
+  message_template_status_update: "template status update: templates are managed in WhatsApp Manager",
+  message_template_quality_update: "template quality update: templates are managed in WhatsApp Manager",
+  message_template_components_update: "template components update: templates are managed in WhatsApp Manager",
+  template_category_update: "template category update: templates are managed in WhatsApp Manager",
+  calls: "a call event: the bot answers messages, not calls",
+  history: "chat history synced from the WhatsApp Business app at onboarding: not answered",
+  smb_app_state_sync: "contacts synced from the WhatsApp Business app: not needed to answer",
+  security: "security notification: for operators",
+  flows: "Flow status update: for operators",
+};
 
 /** Every entry × change × item of a delivery, in order. Never throws on shape. */
 export function walkWebhook(body: unknown): WebhookItem[] {
@@ -126,16 +189,18 @@ export function walkWebhook(body: unknown): WebhookItem[] {
         items.push({ kind: "ignored", reason: "change without field/value", where });
         return;
       }
-      if (parsed.data.field !== "messages") {
-        items.push({ kind: "ignored", reason: `field "${parsed.data.field}" is not handled`, where });
+      const { field } = parsed.data;
+      if (field !== "messages" && field !== "smb_message_echoes" && field !== "user_preferences" && field !== "user_id_update") {
+        items.push({ kind: "ignored", reason: NOTHING_TO_DO[field] ?? `field "${field}" is not handled`, where });
         return;
       }
       const value = valueSchema.safeParse(parsed.data.value);
       if (!value.success) {
-        items.push({ kind: "ignored", reason: "messages change without metadata.phone_number_id", where });
+        items.push({ kind: "ignored", reason: `${field} change without metadata.phone_number_id`, where });
         return;
       }
-      items.push(...walkValue(value.data, where));
+      if (field === "messages") items.push(...walkValue(value.data, where));
+      else items.push(...walkEvents(field, value.data, where));
     });
   });
   let position = 0;
@@ -143,13 +208,43 @@ export function walkWebhook(body: unknown): WebhookItem[] {
   return items;
 }
 
-function walkValue(value: z.infer<typeof valueSchema>, where: string): WebhookItem[] {
-  const items: WebhookItem[] = [];
-  const phoneNumberId = value.metadata.phone_number_id;
-  const contacts = (value.contacts ?? []).flatMap((raw) => {
+function contactsOf(value: z.infer<typeof valueSchema>) {
+  return (value.contacts ?? []).flatMap((raw) => {
     const contact = contactSchema.safeParse(raw);
     return contact.success ? [contact.data] : [];
   });
+}
+
+function walkEvents(field: "smb_message_echoes" | "user_preferences" | "user_id_update", value: z.infer<typeof valueSchema>, where: string): WebhookItem[] {
+  const phoneNumberId = value.metadata.phone_number_id;
+  const contacts = contactsOf(value);
+  const named = (waId: string | undefined, userId: string | undefined): Sender => {
+    const contact = contacts.find((c) => (waId && c.wa_id === waId) || (userId && c.user_id === userId));
+    return { waId: waId ?? contact?.wa_id, userId: userId ?? contact?.user_id, name: contact?.profile?.name, username: contact?.profile?.username };
+  };
+  const list = field === "smb_message_echoes" ? value.message_echoes : field === "user_preferences" ? value.user_preferences : value.user_id_update;
+  return (Array.isArray(list) ? list : []).map((raw, i): WebhookItem => {
+    const here = `${where}.${field === "smb_message_echoes" ? "message_echoes" : field}[${i}]`;
+    if (field === "smb_message_echoes") {
+      const echo = echoSchema.safeParse(raw);
+      if (!echo.success) return { kind: "ignored", reason: "echo without id, recipient (to or to_user_id), timestamp or type", where: here };
+      return { kind: "event", event: { type: "echo", phoneNumberId, echo: echo.data, recipient: named(echo.data.to, echo.data.to_user_id) } };
+    }
+    if (field === "user_preferences") {
+      const p = preferenceSchema.safeParse(raw);
+      if (!p.success) return { kind: "ignored", reason: "user preference without a user, category, value or timestamp", where: here };
+      return { kind: "event", event: { type: "preferences", sender: named(p.data.wa_id, p.data.user_id), category: p.data.category, value: p.data.value, timestamp: p.data.timestamp } };
+    }
+    const u = userIdUpdateSchema.safeParse(raw);
+    if (!u.success) return { kind: "ignored", reason: "user id update without previous and current ids", where: here };
+    return { kind: "event", event: { type: "user_id", previous: u.data.user_id.previous, current: u.data.user_id.current } };
+  });
+}
+
+function walkValue(value: z.infer<typeof valueSchema>, where: string): WebhookItem[] {
+  const items: WebhookItem[] = [];
+  const phoneNumberId = value.metadata.phone_number_id;
+  const contacts = contactsOf(value);
   (value.messages ?? []).forEach((raw, i) => {
     const message = inboundMessageSchema.safeParse(raw);
     if (message.success) {

@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyPluginAsync } from "fastify";
 import type { Metrics } from "../http/metrics.ts";
 import type { Redis } from "ioredis";
-import { enqueueInbound, enqueueStatus, inboundJobId, type Queues, statusJobId } from "../queue/queues.ts";
+import { jobOf, type Queues } from "../queue/queues.ts";
 import { claimAndEnqueue, type ClaimSettings } from "./claim.ts";
 import { walkWebhook } from "./payload.ts";
 import { safeEqual, verifyMetaSignature } from "./signature.ts";
@@ -68,15 +68,13 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
             return;
           }
           // The claim is named after the job it guards: one hashed id, safe from hostile wamids.
-          const key = `${deps.keyPrefix}:claim:${item.kind === "message" ? inboundJobId(item.message.id) : statusJobId(item.status.id, item.status.status)}`;
-          const outcome = await claimAndEnqueue(deps.redis, key, deps.claim, () =>
-            item.kind === "message" ? enqueueInbound(deps.queues, item, receivedAt) : enqueueStatus(deps.queues, item),
-          ).catch((error: unknown) => {
+          const job = jobOf(deps.queues, item, receivedAt);
+          const outcome = await claimAndEnqueue(deps.redis, `${deps.keyPrefix}:claim:${job.id}`, deps.claim, job.enqueue).catch((error: unknown) => {
             deps.metrics.webhookItems.inc({ kind: item.kind, outcome: "failed" });
             throw error;
           });
           deps.metrics.webhookItems.inc({ kind: item.kind, outcome });
-          const id = item.kind === "message" ? item.message.id : item.status.id;
+          const id = item.kind === "message" ? item.message.id : item.kind === "status" ? item.status.id : job.id;
           request.log.info({ event: outcome === "duplicate" ? "webhook.duplicate" : "webhook.enqueued", kind: item.kind, wamid: id }, outcome);
         }),
       );

@@ -86,6 +86,15 @@ async function openItem(id) {
   $("#window-warning").hidden = data.conversation.windowOpen;
   $("#maybe-sent-warning").hidden = !data.reply?.maybeSent;
   $("#delivered-note").hidden = !data.reply?.deliveredAfterAll;
+  const paused = data.conversation.pausedUntil;
+  $("#paused-note").hidden = !paused;
+  if (paused) {
+    const indefinitely = new Date(paused).getFullYear() > 9000;
+    const by = data.conversation.pausedBy === "business app" ? " (a person answered from the WhatsApp Business app)" : data.conversation.pausedBy ? ` (by ${data.conversation.pausedBy})` : "";
+    $("#paused-note").textContent = indefinitely
+      ? `The bot is paused for this conversation until someone resumes it${by}.`
+      : `The bot is paused for this conversation until ${new Date(paused).toLocaleString()}${by}; it resumes by itself then.`;
+  }
   $("#error").textContent = JSON.stringify(data.error, null, 2);
   $("#draft").value = data.reply?.draft ?? "";
   const timeline = $("#timeline");
