@@ -77,11 +77,10 @@ export interface MetricsAppDeps {
 export function buildMetricsApp(deps: MetricsAppDeps): FastifyInstance {
   const app = Fastify({
     loggerInstance: deps.logger as FastifyBaseLogger,
-    // A scrape every few seconds is not news; failures to collect are still logged.
-    disableRequestLogging: true,
     return503OnClosing: true,
   });
-  app.register(metricsRoutes({ metrics: deps.metrics, queues: deps.queues, db: deps.db }));
+  // A scrape every few seconds is not news: its request lines are below "warn"; failures to collect are still logged.
+  app.register(metricsRoutes({ metrics: deps.metrics, queues: deps.queues, db: deps.db }), { logLevel: "warn" });
   return app;
 }
 
