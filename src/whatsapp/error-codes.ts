@@ -43,6 +43,9 @@ const RULES: Record<number, CodeRule> = {
   133010: { retry: false, reason: "The business number is not registered on the Cloud API" },
 };
 
+/** Every code the table above names. */
+export const KNOWN_GRAPH_CODES: readonly number[] = Object.keys(RULES).map(Number);
+
 export function ruleForGraphCode(code: number, httpStatus: number | undefined): CodeRule {
   const known = RULES[code];
   if (known) return known;
