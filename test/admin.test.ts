@@ -488,3 +488,76 @@ describe("staff API over the dead-letter queue", () => {
     expect(h.claude.requests).toHaveLength(1);
   });
 });
+
+describe("the queue by reason, in plain words (issue 9)", () => {
+  let h: Harness;
+  let windowA: MadeDeadLetter;
+  let claude: MadeDeadLetter;
+
+  beforeAll(async () => {
+    h = await startHarness();
+    windowA = await deadLetterFromGraph(h, { text: "Hello", draft: "Hi there!" });
+    await deadLetterFromGraph(h, { text: "Hello again", draft: "Hi again!" });
+    claude = await deadLetterFromClaude(h, { text: "Write me something rude" });
+    h.claude.answer({ text: "Your parcel is on its way." });
+    h.graph.answerSends({ status: 400, body: graphError(131026, "Message undeliverable") });
+    await deliverAndAwaitDeadLetter(h, "Where is my parcel?", newPhone());
+  });
+  afterAll(async () => {
+    await h?.close();
+  });
+
+  const get = (url: string) => h.app.inject({ method: "GET", url, headers: AUTH });
+
+  it("GET /admin/dlq/summary counts the open items by reason, largest first, with the oldest of each", async () => {
+    const res = await get("/admin/dlq/summary");
+    expect(res.statusCode).toBe(200);
+    const summary = res.json();
+    expect(summary).toMatchObject({ state: "open", total: 4, oldestAt: expect.any(String) });
+    expect(summary.reasons.map((r: { kind: string; count: number }) => [r.kind, r.count])).toEqual([
+      ["window_closed", 2],
+      ["claude", 1],
+      ["cannot_receive", 1],
+    ]);
+    expect(summary.reasons[0]).toMatchObject({ label: "24-hour window closed", oldestAt: expect.any(String) });
+    expect(new Date(summary.oldestAt).getTime()).toBe(new Date(summary.reasons[0].oldestAt).getTime());
+  });
+
+  it("GET /admin/dlq?reason= lists one kind, and goes with the search", async () => {
+    const windows = (await get("/admin/dlq?reason=window_closed")).json();
+    expect(windows.total).toBe(2);
+    expect(windows.items.map((i: { explanation: { kind: string } }) => i.explanation.kind)).toEqual(["window_closed", "window_closed"]);
+    const one = (await get(`/admin/dlq?reason=window_closed&q=${windowA.from}`)).json();
+    expect(one.items.map((i: { id: string }) => i.id)).toEqual([windowA.id]);
+    // A number as people write it, with a plus, spaces and dashes.
+    const written = `+${windowA.from.slice(0, 1)} ${windowA.from.slice(1, 4)}-${windowA.from.slice(4, 7)} ${windowA.from.slice(7)}`;
+    expect((await get(`/admin/dlq?q=${encodeURIComponent(written)}`)).json().items.map((i: { id: string }) => i.id)).toEqual([windowA.id]);
+    expect((await get(`/admin/dlq?reason=claude&q=${windowA.from}`)).json().total).toBe(0);
+    expect((await get("/admin/dlq?reason=handoff")).json()).toEqual({ total: 0, items: [] });
+    expect((await get("/admin/dlq?reason=bogus")).statusCode).toBe(400);
+    expect((await get("/admin/dlq/summary?state=bogus")).statusCode).toBe(400);
+  });
+
+  it("every item says what happened and what to do, the customer's last message, and whether it may already have arrived", async () => {
+    const items = (await get("/admin/dlq")).json().items;
+    const byId = new Map<string, { explanation: unknown }>(items.map((i: { id: string; explanation: unknown }) => [i.id, i]));
+    expect(byId.get(windowA.id)).toMatchObject({
+      explanation: { kind: "window_closed", title: "The 24-hour window has closed", next: expect.stringMatching(/approved template/) },
+      reply: { maybeSent: false },
+      lastMessage: { type: "text", text: "Hello", deleted: false },
+    });
+    expect(byId.get(claude.id)).toMatchObject({
+      explanation: { kind: "claude", said: "fake invalid_request_error", text: expect.stringContaining("“fake invalid_request_error”") },
+    });
+    const detail = (await get(`/admin/dlq/${claude.id}`)).json();
+    expect(detail.explanation).toEqual(byId.get(claude.id)?.explanation); // the list and the item agree
+  });
+
+  it("counts another state when asked, and refuses the unauthenticated", async () => {
+    expect((await discard(h, claude.id, { note: "not for us" })).statusCode).toBe(200);
+    const discarded = (await get("/admin/dlq/summary?state=discarded")).json();
+    expect(discarded).toMatchObject({ state: "discarded", total: 1, reasons: [{ kind: "claude", count: 1 }] });
+    expect((await get("/admin/dlq/summary")).json().total).toBe(3);
+    expect((await h.app.inject({ method: "GET", url: "/admin/dlq/summary" })).statusCode).toBe(401);
+  });
+});

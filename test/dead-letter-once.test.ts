@@ -65,7 +65,11 @@ describe("a maybe-sent reply in the staff queue", () => {
   it("is resent only when the person confirms it may already have arrived; the old part is kept for its late status", async () => {
     const h = await harness({ env: ONE_AMBIGUOUS_ATTEMPT });
     const { letter, part } = await maybeSentDeadLetter(h);
-    expect((await get(h, `/admin/dlq/${letter.id}`)).json().reply).toMatchObject({ maybeSent: true });
+    const item = (await get(h, `/admin/dlq/${letter.id}`)).json();
+    expect(item.reply).toMatchObject({ maybeSent: true });
+    // Issue 9: staff are told in words, in the item and in the list.
+    expect(item.explanation.next).toMatch(/may already have arrived/);
+    expect((await get(h, "/admin/dlq")).json().items[0]).toMatchObject({ reply: { maybeSent: true }, explanation: item.explanation });
 
     const refused = await post(h, `/admin/dlq/${letter.id}/retry`);
     expect(refused.statusCode).toBe(409);

@@ -41,11 +41,14 @@ describe("GET /admin/dlq/:id", () => {
       handled: null,
     });
     expect(item.error.reason).toMatch(/24 hours/);
+    // Issue 9: in plain words, with what to do next.
+    expect(item.explanation).toMatchObject({ kind: "window_closed", title: "The 24-hour window has closed", next: expect.stringMatching(/Send an approved template/) });
     expect(item.timeline.map((t: { direction: string; text: string }) => [t.direction, t.text])).toEqual([
       ["in", "Is my order on its way?"],
       ["out", item.reply.draft],
     ]);
-    expect(item.timeline[1]).toMatchObject({ sendState: "pending", wamid: null });
+    expect(item.timeline[1]).toMatchObject({ sendState: "pending", wamid: null, status: null, statusAt: null });
+    expect(item.timeline[0]).toMatchObject({ sentAt: expect.any(String), deleted: false });
   });
 
   it("records every action with who and when: the audit trail", async () => {
@@ -74,6 +77,9 @@ describe("GET /admin/dlq/:id", () => {
     const item = await detail(id);
     expect(item.error.code).toBe("window_closed");
     expect(item.conversation.windowOpen).toBe(false);
+    expect(item.explanation.kind).toBe("window_closed");
+    // When the customer wrote, not when we stored it: the bubble's time.
+    expect(Date.now() - new Date(item.timeline[0].sentAt).getTime()).toBeGreaterThan(24 * 3600_000);
   });
 
   it("refuses the unauthenticated, and answers 404 for unknown ids", async () => {

@@ -1,6 +1,9 @@
 import type { FastifyInstance, FastifyPluginAsync } from "fastify";
 import { z } from "zod";
-import { auditConversation, discardDeadLetter, getDeadLetter, listDeadLetters, reopenDeadLetter, resendDeadLetter } from "../dlq/dead-letters.ts";
+import { auditConversation, discardDeadLetter, reopenDeadLetter, resendDeadLetter } from "../dlq/dead-letters.ts";
+import { REASON_KINDS, type ReasonKind } from "../dlq/explain.ts";
+import { summarizeDeadLetters } from "../dlq/reasons.ts";
+import { getDeadLetter, listDeadLetters } from "../dlq/views.ts";
 import { PAUSED_INDEFINITELY } from "../messages/controls.ts";
 import { scheduleReply, type Queues } from "../queue/queues.ts";
 import helmet from "@fastify/helmet";
@@ -28,9 +31,13 @@ const listQuery = z
     source: z.string().max(40).optional(),
     phoneNumberId: z.string().regex(/^\d+$/).optional(),
     q: z.string().trim().min(1).max(140).optional(),
+    reason: z.enum(Object.keys(REASON_KINDS) as [ReasonKind, ...ReasonKind[]]).optional(),
     order: z.enum(["oldest", "newest"]).optional(),
     limit: z.coerce.number().int().min(1).max(500).optional(),
   })
+  .strict();
+const summaryQuery = z
+  .object({ state: z.enum(["open", "resent", "discarded"]).optional(), phoneNumberId: z.string().regex(/^\d+$/).optional() })
   .strict();
 const bulkBody = z
   .object({ code: z.string().min(1).max(40), spacingMs: z.number().int().min(0).max(60_000).optional(), confirmMaybeSent: z.boolean().optional() })
@@ -69,6 +76,13 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
       const query = listQuery.safeParse(request.query);
       if (!query.success) return reply.code(400).send({ error: `bad filter: ${query.error.issues.map((i) => i.path.join(".")).join(", ")}` });
       return listDeadLetters(deps.db, query.data);
+    });
+
+    // The queue's counts by reason (and the oldest of each), for the page's filters.
+    app.get("/admin/dlq/summary", async (request, reply) => {
+      const query = summaryQuery.safeParse(request.query);
+      if (!query.success) return reply.code(400).send({ error: `bad filter: ${query.error.issues.map((i) => i.path.join(".")).join(", ")}` });
+      return summarizeDeadLetters(deps.db, query.data);
     });
 
     app.get("/admin/dlq/:id", async (request, reply) => {

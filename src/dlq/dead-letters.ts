@@ -1,9 +1,7 @@
 import type { Db } from "../db/client.ts";
 import type { Failure } from "../errors.ts";
-import { contactLabel } from "../contacts/identity.ts";
-import type { Contact, Prisma } from "../generated/prisma/client.ts";
+import type { Prisma } from "../generated/prisma/client.ts";
 import { assertLease, delivered, type Lease, maybeSent, reopenForResend } from "../replies/state.ts";
-import { windowOpen } from "../replies/window.ts";
 
 /**
  * A dead letter is a reply that could not be made or delivered (law 6): it keeps the
@@ -66,70 +64,6 @@ export async function openHandoffItem(tx: Prisma.TransactionClient, conversation
       detail: { wamid },
     },
   });
-}
-
-export interface DeadLetterFilter {
-  state?: "open" | "resent" | "discarded" | undefined;
-  code?: string | undefined;
-  source?: string | undefined;
-  phoneNumberId?: string | undefined;
-  /** Finds the customer by phone number, BSUID, @username or name (any part of it). */
-  q?: string | undefined;
-  order?: "oldest" | "newest" | undefined;
-  limit?: number | undefined;
-}
-
-/** The queue staff work through: open items by default, oldest first, filterable by reason and number. */
-export async function listDeadLetters(db: Db, filter: DeadLetterFilter = {}) {
-  const where = {
-    state: filter.state ?? "open",
-    ...(filter.code ? { code: filter.code } : {}),
-    ...(filter.source ? { source: filter.source } : {}),
-    conversation: {
-      ...(filter.phoneNumberId ? { phoneNumberId: filter.phoneNumberId } : {}),
-      ...(filter.q ? { contact: { OR: contactMatches(filter.q) } } : {}),
-    },
-  } as const;
-  const [total, rows] = await Promise.all([
-    db.deadLetter.count({ where }),
-    db.deadLetter.findMany({
-      where,
-      orderBy: { createdAt: filter.order === "newest" ? "desc" : "asc" },
-      take: filter.limit ?? 100,
-      include: {
-        conversation: { include: { contact: true } },
-        reply: { include: { messages: { orderBy: { sentAt: "asc" } } } },
-      },
-    }),
-  ]);
-  const items = rows.map((row) => ({
-    id: row.id,
-    createdAt: row.createdAt,
-    source: row.source,
-    code: row.code,
-    reason: row.reason,
-    detail: row.detail,
-    attempts: row.attempts,
-    state: row.state,
-    conversation: {
-      id: row.conversationId,
-      phoneNumberId: row.conversation.phoneNumberId,
-      contact: contactView(row.conversation.contact),
-    },
-    reply: row.reply ? { id: row.reply.id, draft: row.reply.text, state: row.reply.state } : null,
-    messages: (row.reply?.messages ?? []).map((m) => ({ wamid: m.wamid, type: m.type, text: m.text, sentAt: m.sentAt })),
-  }));
-  return { total, items };
-}
-
-const contactMatches = (q: string) => {
-  const part = { contains: q.replace(/^[+@]/, ""), mode: "insensitive" as const };
-  return [{ waId: part }, { userId: part }, { parentUserId: part }, { username: part }, { name: part }];
-};
-
-/** What staff see of a customer: a name, and the phone, or else the @username or BSUID (WHATSAPP.md §9). */
-function contactView(contact: Pick<Contact, "waId" | "userId" | "username" | "name">) {
-  return { waId: contact.waId, userId: contact.userId, username: contact.username, name: contact.name, label: contactLabel(contact) };
 }
 
 export type StaffActionResult =
@@ -216,78 +150,6 @@ export async function reopenDeadLetter(db: Db, id: string, replyId: string | und
     ...(replyId ? [db.reply.update({ where: { id: replyId }, data: { state: "dead" } })] : []),
     db.deadLetterAction.create({ data: { deadLetterId: id, actor: "system", action: "reopen", detail: { reason: "the resend could not be queued" } } }),
   ]);
-}
-
-/**
- * One dead letter with everything staff need to decide: the conversation around it (both
- * sides, with delivery states), the draft, the full error, whether the 24-hour window is still
- * open (free text fails with 131047 once it has closed), and the history of actions on it.
- */
-export async function getDeadLetter(db: Db, id: string, around = 30) {
-  const row = await db.deadLetter.findUnique({
-    where: { id },
-    include: { conversation: { include: { contact: true } }, reply: { include: { parts: true } }, actions: { orderBy: { createdAt: "asc" } } },
-  });
-  if (!row) return null;
-  const conversationId = row.conversationId;
-  const [inbound, parts] = await Promise.all([
-    db.inboundMessage.findMany({ where: { conversationId }, orderBy: { createdAt: "desc" }, take: around }),
-    db.outboundMessage.findMany({ where: { reply: { conversationId } }, orderBy: { createdAt: "desc" }, take: around }),
-  ]);
-  const timeline = [
-    ...inbound.map((m) => ({
-      direction: "in" as const,
-      at: m.createdAt,
-      wamid: m.wamid,
-      type: m.type,
-      text: m.text,
-      replyId: m.replyId,
-      skipReason: m.skipReason,
-    })),
-    ...parts.map((p) => ({
-      direction: "out" as const,
-      at: p.acceptedAt ?? p.createdAt,
-      wamid: p.wamid,
-      text: p.text,
-      replyId: p.replyId,
-      template: p.template,
-      sendState: p.sendState,
-      status: p.status,
-    })),
-  ].sort((a, b) => a.at.getTime() - b.at.getTime());
-  const lastInboundAt = row.conversation.lastInboundAt;
-  return {
-    id: row.id,
-    state: row.state,
-    createdAt: row.createdAt,
-    attempts: row.attempts,
-    error: { source: row.source, code: row.code, reason: row.reason, detail: row.detail },
-    conversation: {
-      id: conversationId,
-      phoneNumberId: row.conversation.phoneNumberId,
-      contact: contactView(row.conversation.contact),
-      lastInboundAt,
-      windowOpen: windowOpen(lastInboundAt),
-      // Paused by a person (a staff member, the customer's request, or someone writing from the
-      // WhatsApp Business app): the bot answers nothing until then.
-      pausedUntil: row.conversation.pausedUntil && row.conversation.pausedUntil > new Date() ? row.conversation.pausedUntil : null,
-      pausedBy: row.conversation.pausedUntil && row.conversation.pausedUntil > new Date() ? row.conversation.pausedBy : null,
-    },
-    reply: row.reply
-      ? {
-          id: row.reply.id,
-          draft: row.reply.text,
-          state: row.reply.state,
-          kind: row.reply.kind,
-          // A resend of such a reply may reach the customer twice: staff are told before they press it.
-          maybeSent: row.reply.parts.some(maybeSent),
-          deliveredAfterAll: row.reply.parts.length > 0 && row.reply.parts.every(delivered),
-        }
-      : null,
-    timeline,
-    actions: row.actions.map((a) => ({ actor: a.actor, action: a.action, detail: a.detail, at: a.createdAt })),
-    handled: row.state === "open" ? null : { by: row.actedBy, at: row.actedAt, note: row.note },
-  };
 }
 
 /** A staff action on a whole conversation (pausing the bot) shows in the history of its open items. */
