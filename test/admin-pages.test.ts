@@ -106,13 +106,20 @@ describe("the staff page", () => {
     const page = await h.app.inject({ method: "GET", url: "/admin" });
     expect(page.statusCode).toBe(200);
     expect(page.headers["content-type"]).toMatch(/^text\/html/);
-    expect(page.body).toContain('<script defer src="/admin/assets/app.js"></script>');
+    expect(page.body).toContain('<script type="module" src="/admin/assets/app.js"></script>');
     expect(page.body).not.toMatch(/<script>(?!<)/); // no inline script: the CSP forbids it
-    for (const [file, type] of [["app.js", /javascript/], ["style.css", /css/]] as const) {
+    expect(page.body).not.toMatch(/\s(style|on[a-z]+)=/); // nor inline styles or handlers
+    const modules = ["app.js", "api.js", "dom.js", "queue.js", "detail.js"];
+    for (const [file, type] of [...modules.map((m) => [m, /javascript/] as const), ["style.css", /css/] as const]) {
       const asset = await h.app.inject({ method: "GET", url: `/admin/assets/${file}` });
       expect(asset.statusCode).toBe(200);
       expect(asset.headers["content-type"]).toMatch(type);
     }
-    expect((await h.app.inject({ method: "GET", url: "/admin/assets/secrets.env" })).statusCode).toBe(404);
+    // Each module imports only what is served beside it.
+    for (const file of modules) {
+      const source = (await h.app.inject({ method: "GET", url: `/admin/assets/${file}` })).body;
+      for (const [, imported] of source.matchAll(/from "\.\/([\w-]+\.js)"/g)) expect(modules, `${file} imports ${imported}`).toContain(imported);
+    }
+    for (const missing of ["secrets.env", "constructor", "__proto__"]) expect((await h.app.inject({ method: "GET", url: `/admin/assets/${missing}` })).statusCode, missing).toBe(404);
   });
 });

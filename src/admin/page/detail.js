@@ -1,0 +1,297 @@
+// One item: the conversation as chat bubbles with the failed reply in place, the error in plain
+// words, the reply to send, and the actions. Refreshed while open, never over a person's typing.
+
+import { api } from "./api.js";
+import { $, $$, ago, clock, dayName, fullDate, h, messageWords } from "./dom.js";
+import { queue } from "./queue.js";
+
+/** The item on screen, and the draft as last read from the server (to tell a person's edits from it). */
+export const detail = { current: null, draftBaseline: "", signature: "" };
+
+/** Text a person wrote for an item and has not sent, by item: kept when they move to another item and back. */
+const unsent = new Map();
+
+const SOURCE_WORDS = {
+  graph: "Meta, when we sent it",
+  status: "Meta's delivery report",
+  anthropic: "Claude",
+  window: "The 24-hour window",
+  internal: "Our system",
+  handoff: "The customer",
+};
+
+const ACTION_WORDS = {
+  resend: "sent it again",
+  resend_edited: "sent an edited reply",
+  regenerate: "asked Claude for a new reply",
+  discard: "discarded it",
+  pause_bot: "paused the bot",
+  resume_bot: "resumed the bot",
+  failed_again: "it failed again",
+  reopen: "it was reopened (the resend could not be queued)",
+};
+
+/** Shows item `id`, unless `stillWanted()` says the person has moved on meanwhile; false when it could not be read. */
+export async function openItem(id, stillWanted = () => true) {
+  const { status, data } = await api("GET", `/admin/dlq/${id}`);
+  if (status !== 200) return false;
+  if (!stillWanted()) return true;
+  detail.current = null;
+  detail.signature = "";
+  $("#note").value = "";
+  $("#result").textContent = "";
+  $("#draft-note").hidden = true;
+  render(data, { fresh: true });
+  return true;
+}
+
+/** Reads the item on screen again (new messages, delivery ticks, someone else acting on it). */
+export async function refreshDetail() {
+  if (!detail.current) return;
+  const { status, data } = await api("GET", `/admin/dlq/${detail.current.id}`);
+  if (status === 200 && data.id === detail.current?.id) render(data, { fresh: false });
+}
+
+function render(data, { fresh }) {
+  const signature = JSON.stringify(data) + Math.floor(Date.now() / 60000);
+  if (!fresh && signature === detail.signature) return;
+  detail.signature = signature;
+  detail.current = data;
+  const contact = data.conversation.contact;
+  $("#detail-title").textContent = contact.name || contact.label;
+  document.title = `${contact.name || contact.label} · Support queue`;
+  $("#detail-sub").textContent = [contact.name ? contact.label : null, `came in ${ago(data.createdAt)}`, `business number id ${data.conversation.phoneNumberId}`]
+    .filter(Boolean)
+    .join(" · ");
+  renderPager(data.id);
+  renderExplanation(data);
+  renderNotes(data);
+  renderTimeline(data);
+  renderDraft(data, fresh);
+  renderActions(data);
+  $("#actions").replaceChildren(
+    ...data.actions.map((action) => h("li", {}, h("time", { datetime: action.at }, fullDate(action.at)), ` ${action.actor}: ${ACTION_WORDS[action.action] ?? action.action}`, action.detail?.note ? ` (“${action.detail.note}”)` : "")),
+  );
+  if (data.actions.length === 0) $("#actions").replaceChildren(h("li", {}, "Nothing yet."));
+}
+
+function renderPager(id) {
+  const at = queue.ids.indexOf(id);
+  $("#position").textContent = at >= 0 ? `${at + 1} of ${queue.ids.length}` : "";
+  $("#prev").disabled = at <= 0;
+  $("#next").disabled = at === -1 || at >= queue.ids.length - 1;
+}
+
+/** The item `delta` places away in the list, if any. */
+export const neighbour = (delta) => {
+  const at = queue.ids.indexOf(detail.current?.id);
+  return at >= 0 ? queue.ids[at + delta] : undefined;
+};
+
+function renderExplanation(data) {
+  const why = data.explanation;
+  $("#explanation").className = `card kind-${why.kind}`;
+  $("#why-headline").textContent = why.title;
+  $("#why-text").textContent = why.text;
+  $("#why-next").textContent = why.next;
+  const error = data.error;
+  const detailOf = error.detail ?? {};
+  const rows = [
+    ["Where it failed", SOURCE_WORDS[error.source] ?? error.source],
+    ["Code", error.code ?? "none"],
+    ["Recorded reason", error.reason],
+    ["Attempts", String(data.attempts)],
+    ["Meta's details", detailOf.details],
+    ["Meta's trace id", detailOf.fbtraceId],
+    ["Item id", data.id],
+  ].filter(([, value]) => value !== undefined && value !== null && value !== "");
+  $("#raw-list").replaceChildren(...rows.flatMap(([name, value]) => [h("dt", {}, name), h("dd", {}, value)]));
+  $("#error").textContent = JSON.stringify(error, null, 2);
+}
+
+function renderNotes(data) {
+  $("#window-warning").hidden = data.conversation.windowOpen;
+  $("#maybe-sent-warning").hidden = !data.reply?.maybeSent;
+  $("#delivered-note").hidden = !data.reply?.deliveredAfterAll;
+  const paused = data.conversation.pausedUntil;
+  $("#paused-note").hidden = !paused;
+  if (paused) {
+    const indefinitely = new Date(paused).getFullYear() > 9000;
+    const by = data.conversation.pausedBy === "business app" ? " (a person answered from the WhatsApp Business app)" : data.conversation.pausedBy ? ` (by ${data.conversation.pausedBy})` : "";
+    $("#paused-note").textContent = indefinitely
+      ? `The bot is paused for this conversation until someone resumes it${by}.`
+      : `The bot is paused for this conversation until ${new Date(paused).toLocaleString()}${by}; it resumes by itself then.`;
+  }
+  const handled = data.handled;
+  $("#handled-note").hidden = data.state === "open";
+  if (handled) {
+    const what = data.state === "resent" ? "sent again" : "discarded";
+    $("#handled-note").textContent = `This item was ${what}${handled.by ? ` by ${handled.by}` : ""}${handled.at ? ` at ${fullDate(handled.at)}` : ""}${handled.note ? `, with the note “${handled.note}”` : ""}. Nothing more to do here.`;
+  }
+}
+
+/** A delivery tick as WhatsApp shows it, with words for screen readers and a hover title. */
+function ticks(entry, failedReply) {
+  const tick = (glyph, words, kind) => h("span", { class: `tick tick-${kind}`, title: words }, h("span", { "aria-hidden": "true" }, glyph), h("span", { class: "sr-only" }, words));
+  if (entry.status === "read") return tick("✓✓", "Read", "read");
+  if (entry.status === "delivered") return tick("✓✓", "Delivered", "delivered");
+  if (entry.status === "failed") return tick("!", "Not delivered", "failed");
+  if (entry.status === "sent" || entry.sendState === "accepted") return tick("✓", "Sent", "sent");
+  if (entry.sendState === "sending" || entry.sendState === "unconfirmed") return tick("?", "May have arrived: Meta never answered", "maybe");
+  if (failedReply) return tick("!", "Not delivered", "failed");
+  return tick("🕓", "Waiting to be sent", "pending");
+}
+
+function bubble(entry, failedReply) {
+  const inbound = entry.direction === "in";
+  const at = inbound ? (entry.sentAt ?? entry.at) : entry.at;
+  const failed = !inbound && failedReply && entry.status !== "delivered" && entry.status !== "read";
+  return h(
+    "li",
+    { class: `bubble ${inbound ? "in" : "out"}${failed ? " failed" : ""}${entry.deleted ? " deleted" : ""}` },
+    h("span", { class: "sr-only" }, inbound ? "Customer: " : "Business: "),
+    failed ? h("span", { class: "flag" }, "This reply did not reach the customer") : null,
+    entry.template ? h("span", { class: "flag flag-template" }, `Template “${entry.template}”`) : null,
+    h("span", { class: "text" }, inbound ? messageWords(entry) : entry.text),
+    h("span", { class: "meta" }, h("time", { datetime: at, title: fullDate(at) }, clock(at)), inbound ? null : " ", inbound ? null : ticks(entry, failedReply)),
+  );
+}
+
+function renderTimeline(data) {
+  const replyId = data.reply?.id;
+  const failedReply = data.state === "open" && data.reply?.state === "dead" && !data.reply.deliveredAfterAll;
+  const items = [];
+  let lastDay = "";
+  const hasParts = data.timeline.some((entry) => entry.direction === "out" && entry.replyId === replyId);
+  const lastAnswered = data.timeline.findLastIndex((entry) => entry.direction === "in" && entry.replyId === replyId);
+  data.timeline.forEach((entry, index) => {
+    const at = entry.direction === "in" ? (entry.sentAt ?? entry.at) : entry.at;
+    const day = dayName(at);
+    if (day !== lastDay) items.push(h("li", { class: "day" }, day));
+    lastDay = day;
+    items.push(bubble(entry, failedReply && entry.replyId === replyId));
+    // A reply that was never written (Claude refused, the work stalled) still has its place: after the messages it answers.
+    if (replyId && !hasParts && index === lastAnswered) {
+      items.push(
+        h(
+          "li",
+          { class: "bubble out failed missing" },
+          h("span", { class: "flag" }, "No reply was sent"),
+          h("span", { class: "text" }, data.reply.draft ?? data.explanation.title),
+        ),
+      );
+    }
+  });
+  if (items.length === 0) items.push(h("li", { class: "day" }, "No messages stored for this conversation."));
+  $("#timeline").replaceChildren(...items);
+}
+
+function renderDraft(data, fresh) {
+  const draft = $("#draft");
+  const stored = data.reply?.draft ?? "";
+  const edited = draft.value !== detail.draftBaseline;
+  // Never over what a person is typing: only a box they are not in and have not changed follows the server.
+  if (fresh) {
+    const kept = unsent.get(data.id);
+    draft.value = kept ?? stored;
+    detail.draftBaseline = stored;
+    $("#draft-note").hidden = kept === undefined;
+    $("#draft-note").textContent = "This is the text you wrote earlier and have not sent.";
+  } else if (document.activeElement !== draft && !edited) {
+    draft.value = stored;
+    detail.draftBaseline = stored;
+    $("#draft-note").hidden = true;
+  } else if (stored !== detail.draftBaseline) {
+    detail.draftBaseline = stored;
+    $("#draft-note").hidden = false;
+    $("#draft-note").textContent = "The stored draft changed meanwhile; your text is kept. “Send the draft as is” sends the stored one.";
+  }
+  draft.placeholder = data.reply ? (stored ? "" : "No draft: write the reply here, or regenerate it with Claude.") : "There is no reply to send for this item.";
+}
+
+function renderActions(data) {
+  const open = data.state === "open";
+  const hasReply = data.reply !== null;
+  const show = (action, visible) => {
+    $(`[data-action="${action}"]`).hidden = !visible;
+  };
+  show("send-edited", hasReply);
+  show("send-draft", hasReply && Boolean(data.reply.draft));
+  show("regenerate", hasReply);
+  show("resume", Boolean(data.conversation.pausedUntil));
+  $("#draft").disabled = !hasReply || !open;
+  for (const action of ["send-edited", "send-draft", "regenerate", "discard"]) $(`[data-action="${action}"]`).disabled = !open;
+  $("#note").disabled = !open;
+}
+
+const DONE = {
+  "send-edited": "Sent: your reply is on its way to",
+  "send-draft": "Sent: the draft is on its way to",
+  regenerate: "Claude is writing a new reply for",
+  discard: "Discarded the item of",
+};
+
+/**
+ * Does `action` on the item on screen, asking first where it matters. Returns a sentence for
+ * the list when the item is done with (sent or discarded), else undefined.
+ */
+export async function act(action) {
+  const current = detail.current;
+  if (!current) return undefined;
+  const resending = action === "send-edited" || action === "send-draft" || action === "regenerate";
+  if (resending && !current.conversation.windowOpen
+      && !confirm("The 24-hour window has closed: WhatsApp will most likely refuse free text until the customer writes again. Send anyway?")) return undefined;
+  if (action === "regenerate" && !confirm("Regenerating calls Claude again (it costs money). Continue?")) return undefined;
+  if (action === "send-edited" && !$("#draft").value.trim()) {
+    $("#result").textContent = "Write the reply first: the box is empty.";
+    $("#draft").focus();
+    return undefined;
+  }
+  // Law 5: a reply that may already have arrived is sent again only when the person says so.
+  const confirmMaybeSent = resending && current.reply?.maybeSent
+    ? confirm("This reply may already have arrived (Meta never answered its last send). Send it again anyway?")
+    : false;
+  if (resending && current.reply?.maybeSent && !confirmMaybeSent) return undefined;
+  const key = crypto.randomUUID(); // one key per intended action: a double click replays, never repeats
+  const id = current.id;
+  const confirmed = confirmMaybeSent ? { confirmMaybeSent: true } : {};
+  const note = $("#note").value.trim();
+  const requests = {
+    "send-edited": () => api("POST", `/admin/dlq/${id}/retry`, { text: $("#draft").value, ...confirmed }, key),
+    "send-draft": () => api("POST", `/admin/dlq/${id}/retry`, confirmed, key),
+    regenerate: () => api("POST", `/admin/dlq/${id}/regenerate`, confirmed, key),
+    discard: () => api("POST", `/admin/dlq/${id}/discard`, note ? { note } : {}, key),
+    pause: () => api("POST", `/admin/conversations/${current.conversation.id}/pause`, {}, key),
+    resume: () => api("POST", `/admin/conversations/${current.conversation.id}/resume`, {}, key),
+  };
+  const buttons = $$("#detail [data-action]");
+  for (const button of buttons) button.disabled = true;
+  $("#result").textContent = "Working…";
+  const { status, data } = await requests[action]();
+  for (const button of buttons) button.disabled = false;
+  renderActions(current);
+  if (status >= 300 || status === 0) {
+    $("#result").textContent = `Not done: ${data.error ?? `the server answered ${status}`}`;
+    await refreshDetail();
+    return undefined;
+  }
+  if (action === "pause" || action === "resume") {
+    $("#result").textContent = action === "pause" ? "The bot is paused for this conversation." : "The bot answers this conversation again.";
+    await refreshDetail();
+    return undefined;
+  }
+  unsent.delete(id);
+  const contact = current.conversation.contact;
+  return `${DONE[action]} ${contact.name || contact.label}.`;
+}
+
+/** Remembers what a person types, so that leaving the item does not lose it. */
+export function wireDraft() {
+  $("#draft").addEventListener("input", () => {
+    const id = detail.current?.id;
+    if (!id) return;
+    const value = $("#draft").value;
+    if (value === detail.draftBaseline) unsent.delete(id);
+    else unsent.set(id, value);
+  });
+}
