@@ -54,6 +54,7 @@ async function loadQueue() {
     const row = document.createElement("tr");
     row.tabIndex = 0;
     row.dataset.id = item.id;
+    row.dataset.deadLetterId = item.id;
     const contact = item.conversation.contact;
     cell(row, `${contact.name ?? ""} ${contact.label}`.trim());
     cell(row, item.conversation.phoneNumberId);
