@@ -226,7 +226,7 @@ describe("npm run demo's sandbox, through its JSON API", () => {
     await write({ from, location: { latitude: 51.508, longitude: -0.128, name: "Trafalgar Square" } });
     await eventually(async () => (await replies(from)).some((r) => r.text.includes("Thanks for the location (Trafalgar Square")), "the location's reply");
     await write({ from, button: { id: "hours", title: "Opening hours" } });
-    await eventually(async () => (await replies(from)).some((r) => r.text.includes("You chose “Opening hours”")), "the button's reply");
+    await eventually(async () => (await replies(from)).some((r) => r.text.includes('[Chose the option "Opening hours" (id hours)]') && r.text.includes("closed on Sundays")), "the button's reply");
   });
 
   it("a customer known only by username and BSUID is answered at their BSUID", async () => {

@@ -64,7 +64,7 @@ function openChat(key) {
   $("#quote-preview").hidden = true;
   const c = state.customers.find((x) => x.key === key);
   // This is the customer's phone: the chat is with the business.
-  $("#chat-subtitle").textContent = c ? `You are ${c.name}, ${labelOf(c)}` : "";
+  $("#chat-subtitle").textContent = c ? `You are ${c.name}, ${c.phone ? `+${c.phone}` : `number hidden (BSUID ${c.userId})`}` : "";
   $("#text").disabled = false;
   $("#send").disabled = false;
   $("#text").focus();
