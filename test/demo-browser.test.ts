@@ -97,13 +97,13 @@ describe.runIf(existsSync(CHROMIUM))("the demo in Chromium", () => {
     await writeAs("Lena");
     await page.getByLabel("Deliver every webhook 5 times").check();
     await say("Do you ship to Porto?");
-    const storm = page.locator("#log li", { hasText: "(copy 5 of 5): POST /webhook → 200" });
-    await storm.first().waitFor();
+    const copies = page.locator("#log li", { hasText: /Lena's text message .* \(copy \d of 5\): POST \/webhook → 200/ });
+    await page.locator("#log li", { hasText: /Lena's text message .* \(copy 5 of 5\): POST \/webhook → 200/ }).waitFor();
     await replies().first().waitFor();
     await page.getByLabel("Deliver every webhook 5 times").uncheck();
-    await settle(1500); // the last copies of the message and of its statuses come late
+    await settle(800); // time enough for a second reply to show, were there one
     expect(await replies().count()).toBe(1);
-    expect(await page.locator("#log li", { hasText: /Lena's text message .* \(copy \d of 5\): POST \/webhook → 200/ }).count()).toBeGreaterThanOrEqual(5);
+    expect(await copies.count()).toBeGreaterThanOrEqual(5);
   }, 30_000);
 
   it("a dead letter: Meta refuses with 131047, staff resend it from the staff page, and it arrives in the chat once", async () => {

@@ -71,13 +71,13 @@ export function statusSchedule(outOfOrder: () => boolean): StatusSchedule {
     outOfOrder()
       ? [
           { status: "read", afterMs: 300 },
-          { status: "delivered", afterMs: 800 },
-          { status: "sent", afterMs: 1300 },
+          { status: "delivered", afterMs: 700 },
+          { status: "sent", afterMs: 1100 },
         ]
       : [
           { status: "sent", afterMs: 300 },
-          { status: "delivered", afterMs: 800 },
-          { status: "read", afterMs: 1800 },
+          { status: "delivered", afterMs: 700 },
+          { status: "read", afterMs: 1200 },
         ];
 }
 
