@@ -252,6 +252,19 @@ describe("npm run demo's sandbox, through its JSON API", () => {
 });
 
 describe("the demo stays a demo", () => {
+  it("a second demo on the same schema refuses rather than empty the first one's database", async () => {
+    const id = randomBytes(4).toString("hex");
+    const first = await startDemo({ env: demoTestEnv(id) });
+    try {
+      await expect(startDemo({ env: demoTestEnv(id) })).rejects.toThrow(/another npm run demo is running on schema "t_demo_/);
+      expect(first.sandbox.customers().length).toBeGreaterThan(0);
+      expect(await first.db.staffMember.count()).toBe(1); // its schema is untouched
+    } finally {
+      await first.close();
+      await removeDemoData(id);
+    }
+  });
+
   it("refuses to start when GRAPH_API_BASE_URL points anywhere but its own simulator", async () => {
     const env = { GRAPH_API_BASE_URL: "https://graph.facebook.com" };
     expect(() => demoSettings(env)).toThrow(DemoRefusal);

@@ -12,6 +12,8 @@ export const DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/postgr
 export const DEFAULT_REDIS_URL = "redis://127.0.0.1:6379";
 export const DEFAULT_QUEUE_PREFIX = "{demo}";
 export const DEFAULT_PORT = 3000;
+/** The backend's GRAPH_TIMEOUT_MS in the demo, short so a fault shows in seconds; the sandbox's "timeout" answers just after it. */
+export const DEMO_GRAPH_TIMEOUT_MS = 3000;
 
 /** The demo stops here, saying why; nothing has been touched yet. */
 export class DemoRefusal extends Error {
@@ -103,7 +105,7 @@ export function demoEnvironment(settings: DemoSettings, secrets: DemoSecrets, ur
     WHATSAPP_ACCESS_TOKEN: secrets.accessToken,
     GRAPH_API_BASE_URL: urls.graph,
     // Short, so a fault shows in seconds rather than minutes.
-    GRAPH_TIMEOUT_MS: "3000",
+    GRAPH_TIMEOUT_MS: String(DEMO_GRAPH_TIMEOUT_MS),
     SEND_RECONCILE_WAIT_MS: "3000",
     JOB_ATTEMPTS: "3",
     RETRY_BASE_DELAY_MS: "500",

@@ -123,7 +123,7 @@ export function demoRoutes(deps: DemoRoutesDeps): FastifyPluginAsync {
       const key = b.from ?? b.userId!;
       let message: CustomerMessage;
       try {
-        if (!sandbox.customer(key)) sandbox.addCustomer({ name: b.name, phone: b.from, username: b.username, userId: b.from ? undefined : b.userId });
+        if (!sandbox.customer(key)) sandbox.addCustomer({ name: b.name, phone: b.from, username: b.username, userId: b.userId });
         message = messageOf(b);
       } catch (error) {
         if (error instanceof DemoInputError) return reply.code(400).send({ error: error.message });

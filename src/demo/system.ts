@@ -13,7 +13,7 @@ import { closeQueues, createQueues } from "../queue/queues.ts";
 import { createFailFastRedis, createWorkerRedis } from "../queue/redis.ts";
 import { addStaff } from "../staff/accounts.ts";
 import { OfflineClaude } from "./anthropic/offline.ts";
-import { demoEnvironment, demoSettings, freshSecrets } from "./environment.ts";
+import { DEMO_GRAPH_TIMEOUT_MS, DemoRefusal, demoEnvironment, demoSettings, freshSecrets } from "./environment.ts";
 import { demoRoutes } from "./routes.ts";
 import { Sandbox } from "./sandbox.ts";
 import { ensureServices } from "./services.ts";
@@ -55,8 +55,7 @@ export async function startDemo(options: DemoOptions): Promise<DemoSystem> {
     for (const cleanup of cleanups.reverse()) await cleanup().catch(() => undefined);
   };
   try {
-    const graphTimeoutMs = 3000;
-    const sandbox = await new Sandbox({ appSecret: secrets.appSecret, accessToken: secrets.accessToken, graphTimeoutMs }).start();
+    const sandbox = await new Sandbox({ appSecret: secrets.appSecret, accessToken: secrets.accessToken, graphTimeoutMs: DEMO_GRAPH_TIMEOUT_MS }).start();
     cleanups.push(() => sandbox.close());
     // Two customers to write as at once: one by phone number, one by username with the number hidden.
     sandbox.addCustomer({ name: "Ana Souza", phone: "447700900123" });
@@ -73,7 +72,6 @@ export async function startDemo(options: DemoOptions): Promise<DemoSystem> {
       cleanups.push(() => offline!.stop());
     }
     const config = loadConfig(demoEnvironment(settings, secrets, { graph: sandbox.url, offlineClaude: offline?.url ?? "" }));
-    if (config.whatsapp.graphTimeoutMs !== graphTimeoutMs) throw new Error("the sandbox's timeout fault must know the backend's GRAPH_TIMEOUT_MS");
     const logger = options.logger ?? createLogger({ level: config.logLevel });
 
     await ensureServices({ databaseUrl: config.databaseUrl, redisUrl: config.redisUrl }, say);
@@ -84,6 +82,7 @@ export async function startDemo(options: DemoOptions): Promise<DemoSystem> {
     const redis = createFailFastRedis(config.redisUrl);
     redis.on("error", (error) => logger.warn({ event: "redis.error", err: error }, "redis connection error"));
     cleanups.push(() => redis.quit());
+    cleanups.push(await holdSandbox(config));
     await resetSandbox(config, workerRedis);
     await migrate(config.databaseUrl);
     const db = createDb(config.databaseUrl, { poolSize: config.databasePoolSize });
@@ -120,6 +119,23 @@ async function listen(app: ReturnType<typeof buildApp>, port: number): Promise<v
     if ((error as { code?: string }).code !== "EADDRINUSE" || port === 0) throw error;
     await app.listen({ port: 0, host: "127.0.0.1" });
   }
+}
+
+/**
+ * One demo per schema: a second `npm run demo` would empty the first one's database under it.
+ * A session-level advisory lock, held on a connection of its own until the demo closes.
+ */
+async function holdSandbox(config: Config): Promise<() => Promise<void>> {
+  const { connectionString, schema } = splitSchema(config.databaseUrl);
+  const client = new pg.Client({ connectionString });
+  await client.connect();
+  const { rows } = await client.query<{ held: boolean }>("SELECT pg_try_advisory_lock(hashtext($1)) AS held", [`npm run demo: ${schema ?? "public"}`]);
+  if (!rows[0]?.held) {
+    await client.end();
+    throw new DemoRefusal(`another npm run demo is running on schema "${schema}" of this database; stop it first, or give this one its own (DEMO_DATABASE_URL=…?schema=demo2, DEMO_QUEUE_PREFIX={demo2})`);
+  }
+  client.on("error", () => undefined); // the lock goes with the connection; nothing to do about it mid-demo
+  return () => client.end();
 }
 
 /** A fresh sandbox each run: the simulated phones start empty, so must the database and the queues. */

@@ -69,7 +69,7 @@ function openChat(key) {
   $("#send").disabled = false;
   $("#text").focus();
   renderCustomers();
-  renderLog(true);
+  filterLog();
   pollChat();
 }
 
@@ -180,9 +180,9 @@ async function sendFile(file) {
   if (await send(media)) $("#text").value = "";
 }
 
-function renderLog(reset) {
-  const log = $("#log");
-  if (reset) for (const li of log.children) li.hidden = $("#log-this-chat").checked && li.dataset.chat !== state.current;
+/** "This chat only" hides the log lines of other chats. */
+function filterLog() {
+  for (const li of $("#log").children) li.hidden = $("#log-this-chat").checked && li.dataset.chat !== state.current;
 }
 
 async function pollLog() {
@@ -294,7 +294,7 @@ document.addEventListener("DOMContentLoaded", () => {
     $("#quote-preview").hidden = true;
   });
   $("#faults").addEventListener("change", changeFaults);
-  $("#log-this-chat").addEventListener("change", () => renderLog(true));
+  $("#log-this-chat").addEventListener("change", filterLog);
   $("#new-customer").addEventListener("submit", addCustomer);
   for (const radio of document.querySelectorAll('#new-customer input[name="kind"]')) radio.addEventListener("change", () => showKind(radio.value));
   $("#new-customer").elements.userId.value = randomBsuid();
