@@ -5,9 +5,9 @@ import { freePort } from "../test/support/ports.ts";
 import { PrivatePostgres } from "../test/support/private-postgres.ts";
 import { PrivateRedis } from "../test/support/private-redis.ts";
 import { sleep } from "../bench/stats.ts";
-import { Customers } from "./meta/customers.ts";
-import { WebhookDeliverer } from "./meta/deliverer.ts";
-import { MetaGraph } from "./meta/graph.ts";
+import { WebhookDeliverer } from "../src/demo/meta/deliverer.ts";
+import { MetaGraph } from "../src/demo/meta/graph.ts";
+import { Customers } from "./customers.ts";
 import { RoleProcess } from "./processes.ts";
 
 /**
@@ -71,7 +71,7 @@ export class ChaosSystem {
     this.random = seededRandom(settings.seed);
     this.logDir = join(settings.logRoot, settings.slug);
     this.deliverer = new WebhookDeliverer(`${this.webUrl}/webhook`, APP_SECRET, this.random);
-    this.graph = new MetaGraph(this.deliverer, ACCESS_TOKEN);
+    this.graph = new MetaGraph((body, afterMs) => void this.deliverer.deliver(body, afterMs), ACCESS_TOKEN);
     this.customers = new Customers(this.deliverer, this.random, settings.slug.replace(/\W/g, ""), settings.duplicateRate);
     this.claude.latencyMs = settings.claudeLatencyMs;
     this.claude.onRequest = ({ path, answered }) => {

@@ -73,6 +73,12 @@ describe("the reconciler", () => {
 
   it("finds stored messages whose reply job Redis lost: driven again once; lost again, they become one dead letter", async () => {
     const h = await harness({ env: SWEEP_NOW });
+    // The worker's start-up sweep (RECONCILE_AFTER_MS 0) must not run while the message is
+    // stored but its reply not yet scheduled: it would take the one redrive this test counts.
+    await eventually(async () => {
+      const jobs = await h.queues.reconcile.getJobCounts("completed", "waiting", "active");
+      return (jobs.completed ?? 0) > 0 && (jobs.waiting ?? 0) + (jobs.active ?? 0) === 0;
+    }, "the start-up sweep to be done");
     await h.queues.reply.pause();
     const { body, wamids } = textWebhook({ text: "hello?" });
     await h.deliver(body);

@@ -1,5 +1,10 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
+import { graphError } from "../../src/demo/meta/wire.ts";
+import { PROXY_502_PAGE } from "../../src/demo/meta/graph.ts";
 import { LocalServer, sendJson as json } from "./local-server.ts";
+
+// Shared with the simulated Meta (src/demo/meta/): one error body, one edge-proxy page.
+export { graphError, PROXY_502_PAGE };
 
 /**
  * A local stand-in for Meta's Graph API. Our real GraphClient talks to it over HTTP through
@@ -23,9 +28,6 @@ export type ScriptedAnswer =
   | { status: number; body?: unknown; delayMs?: number; headers?: Record<string, string> }
   | { status: number; html: string; delayMs?: number }
   | { hang: true };
-
-/** An edge proxy's error page, as a 502 or 504 from in front of Graph looks. */
-export const PROXY_502_PAGE = "<html><head><title>502 Bad Gateway</title></head><body><center><h1>502 Bad Gateway</h1></center></body></html>";
 
 /** Media served a chunk every `everyMs`, without Content-Length unless `announceLength`, and without file_size. */
 export interface SlowMedia {
@@ -158,16 +160,4 @@ export class FakeGraph {
       messages: [{ id: wamid }],
     });
   }
-}
-
-export function graphError(code: number, message: string, details = ""): { error: Record<string, unknown> } {
-  return {
-    error: {
-      message: `(#${code}) ${message}`,
-      type: "OAuthException",
-      code,
-      error_data: { messaging_product: "whatsapp", details },
-      fbtrace_id: "AbCdEfGh123",
-    },
-  };
 }

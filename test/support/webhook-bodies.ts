@@ -1,8 +1,12 @@
+import { envelope, metaWire } from "../../src/demo/meta/wire.ts";
+
 /**
  * Meta-shaped webhook bodies for tests, serialised the way Meta puts them on the wire:
  * compact JSON, non-ASCII as lowercase \uXXXX (astral characters as surrogate pairs) and
- * every "/" as "\/" (WHATSAPP.md §2).
+ * every "/" as "\/" (WHATSAPP.md §2). The serialisation is the simulated Meta's own.
  */
+
+export { envelope, metaWire };
 
 export const PHONE_NUMBER_ID = "106540352242922";
 export const DISPLAY_NUMBER = "15550783881";
@@ -16,12 +20,6 @@ export interface TextMessage {
   text: string;
   timestamp?: number;
   name?: string;
-}
-
-export function metaWire(value: unknown): string {
-  return JSON.stringify(value)
-    .replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`)
-    .replaceAll("/", "\\/");
 }
 
 export function textMessage(m: TextMessage) {
@@ -55,13 +53,6 @@ export function statusChange(statuses: Record<string, unknown>[], phoneNumberId 
       metadata: { display_phone_number: DISPLAY_NUMBER, phone_number_id: phoneNumberId },
       statuses,
     },
-  };
-}
-
-export function envelope(...changes: unknown[][]) {
-  return {
-    object: "whatsapp_business_account",
-    entry: changes.map((c, i) => ({ id: `10255406${i}`, changes: c })),
   };
 }
 

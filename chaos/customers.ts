@@ -1,5 +1,5 @@
-import { textWebhook } from "../../test/support/webhook-bodies.ts";
-import type { WebhookDeliverer } from "./deliverer.ts";
+import type { WebhookDeliverer } from "../src/demo/meta/deliverer.ts";
+import { textWebhook } from "../test/support/webhook-bodies.ts";
 
 /**
  * The people writing in. Each message is one Meta webhook with its own wamid, delivered

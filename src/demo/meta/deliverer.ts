@@ -1,11 +1,11 @@
-import { signMetaBody } from "../../src/webhook/signature.ts";
+import { signMetaBody } from "../../webhook/signature.ts";
 
 /**
  * Meta's side of POST /webhook: every body is signed with the app secret (X-Hub-Signature-256
  * over the exact bytes) and posted to the web process over HTTP. Like Meta, anything but a 200
  * (another status, a reset, no answer in time) is delivered again, after a short backoff
  * (0.5–2 s here; Meta's real schedule is longer and unpublished, WHATSAPP.md §4), until it
- * is acknowledged or the scenario's deadline has passed.
+ * is acknowledged or the deadline has passed. The chaos runner and the demo share it.
  */
 
 /** Meta documents no timeout; guides quote 3–10 s. */
@@ -22,6 +22,17 @@ export interface DeliveryStats {
   abandoned: number;
 }
 
+/** One POST of a body and how it was answered, for whoever shows what happened (the demo's log). */
+export interface PostOutcome {
+  /** 1 for the first POST of this delivery, 2 for its first redelivery, … */
+  attempt: number;
+  /** The HTTP status, or "error" for a reset or no answer within the timeout. */
+  status: number | "error";
+  ms: number;
+  /** Whether another POST of this body follows. */
+  willRetry: boolean;
+}
+
 export class WebhookDeliverer {
   /** No redelivery is started after this moment (ms since the epoch). */
   deadline = Number.POSITIVE_INFINITY;
@@ -32,8 +43,9 @@ export class WebhookDeliverer {
   private closed = false;
   private readonly sleepers = new Set<{ timer: NodeJS.Timeout; wake: () => void }>();
 
+  /** `url` is POST /webhook of the system; it may be set later, before the first delivery. */
   constructor(
-    private readonly url: string,
+    public url: string,
     private readonly appSecret: string,
     private readonly random: () => number,
   ) {}
@@ -43,16 +55,20 @@ export class WebhookDeliverer {
     return this.inProgress > 0;
   }
 
-  /** Delivers `body` until it is answered 200; resolves false if it never was. */
-  async deliver(body: string, afterMs = 0): Promise<boolean> {
+  /** Delivers `body` until it is answered 200; resolves false if it never was. `observe` hears every POST. */
+  async deliver(body: string, afterMs = 0, observe?: (outcome: PostOutcome) => void): Promise<boolean> {
     this.inProgress++;
     try {
       if (afterMs > 0) await this.sleep(afterMs);
       const raw = Buffer.from(body, "utf8");
       for (let attempt = 0; !this.closed; attempt++) {
-        if ((await this.post(raw)) === 200) return true;
+        const started = Date.now();
+        const status = await this.post(raw);
         const backoff = Math.min(MAX_RETRY_MS, FIRST_RETRY_MS * 2 ** attempt * (1 + this.random() * 0.5));
-        if (Date.now() + backoff > this.deadline) break;
+        const willRetry = status !== 200 && !this.closed && Date.now() + backoff <= this.deadline;
+        observe?.({ attempt: attempt + 1, status: status === -1 ? "error" : status, ms: Date.now() - started, willRetry });
+        if (status === 200) return true;
+        if (!willRetry) break;
         await this.sleep(backoff);
       }
       this.stats.abandoned++;

@@ -1,0 +1,159 @@
+import { randomBytes } from "node:crypto";
+import type { AddressInfo } from "node:net";
+import type { Redis } from "ioredis";
+import pg from "pg";
+import { buildApp } from "../app.ts";
+import { type Config, loadConfig } from "../config.ts";
+import { createDb, type Db, splitSchema } from "../db/client.ts";
+import { migrate } from "../db/migrate.ts";
+import { createMetrics } from "../http/metrics.ts";
+import { startConfiguredWorkers } from "../jobs/workers.ts";
+import { createLogger, type Logger } from "../logger.ts";
+import { closeQueues, createQueues } from "../queue/queues.ts";
+import { createFailFastRedis, createWorkerRedis } from "../queue/redis.ts";
+import { addStaff } from "../staff/accounts.ts";
+import { OfflineClaude } from "./anthropic/offline.ts";
+import { DEMO_GRAPH_TIMEOUT_MS, DemoRefusal, demoEnvironment, demoSettings, freshSecrets } from "./environment.ts";
+import { demoRoutes } from "./routes.ts";
+import { Sandbox } from "./sandbox.ts";
+import { ensureServices } from "./services.ts";
+
+/**
+ * The whole system in one process, as `npm start` runs it (the real webhook, queues, workers,
+ * Postgres and the staff page), with a simulated Meta as its only Graph API and, without
+ * ANTHROPIC_API_KEY, the offline responder as Claude. Every start is a fresh sandbox: its
+ * database schema and Redis prefix are emptied, its secrets and staff password are new.
+ */
+
+export const STAFF_EMAIL = "staff@demo.localhost";
+
+export interface DemoSystem {
+  /** e.g. http://127.0.0.1:3000 */
+  url: string;
+  staff: { email: string; password: string };
+  claude: "offline" | "anthropic";
+  config: Config;
+  sandbox: Sandbox;
+  db: Db;
+  close(): Promise<void>;
+}
+
+export interface DemoOptions {
+  /** The process environment: only the demo's own few variables are read (environment.ts). */
+  env: Record<string, string | undefined>;
+  /** Progress lines for the terminal (default: none). */
+  say?: (line: string) => void;
+  logger?: Logger;
+}
+
+export async function startDemo(options: DemoOptions): Promise<DemoSystem> {
+  const say = options.say ?? (() => undefined);
+  demoSettings(options.env); // refuses before anything starts
+  const secrets = freshSecrets();
+  const cleanups: (() => Promise<unknown>)[] = [];
+  const close = async () => {
+    for (const cleanup of cleanups.reverse()) await cleanup().catch(() => undefined);
+  };
+  try {
+    const sandbox = await new Sandbox({ appSecret: secrets.appSecret, accessToken: secrets.accessToken, graphTimeoutMs: DEMO_GRAPH_TIMEOUT_MS }).start();
+    cleanups.push(() => sandbox.close());
+    // Two customers to write as at once: one by phone number, one by username with the number hidden.
+    sandbox.addCustomer({ name: "Ana Souza", phone: "447700900123" });
+    sandbox.addCustomer({ name: "Lena", username: "lena", userId: "US.13491208655302741918" });
+    const settings = demoSettings(options.env, sandbox.url);
+    let offline: OfflineClaude | undefined;
+    if (!settings.anthropic) {
+      offline = new OfflineClaude(
+        () => sandbox.faults.claude ?? undefined,
+        (call) => sandbox.log.add({ kind: "claude", text: `Claude (the offline responder) asked about “${call.asked}” → ${call.answer}`, ok: call.answer === 200 }),
+        (error) => sandbox.log.add({ kind: "claude", text: `Offline responder error: ${String(error)}`, ok: false }),
+      );
+      await offline.start();
+      cleanups.push(() => offline!.stop());
+    }
+    const config = loadConfig(demoEnvironment(settings, secrets, { graph: sandbox.url, offlineClaude: offline?.url ?? "" }));
+    const logger = options.logger ?? createLogger({ level: config.logLevel });
+
+    await ensureServices({ databaseUrl: config.databaseUrl, redisUrl: config.redisUrl }, say);
+    // The workers' connection waits for Redis to be ready; the web's fails fast (law 2) and connects meanwhile.
+    const workerRedis = createWorkerRedis(config.redisUrl);
+    workerRedis.on("error", (error) => logger.warn({ event: "redis.error", role: "worker", err: error }, "worker's redis connection error"));
+    cleanups.push(() => workerRedis.quit());
+    const redis = createFailFastRedis(config.redisUrl);
+    redis.on("error", (error) => logger.warn({ event: "redis.error", err: error }, "redis connection error"));
+    cleanups.push(() => redis.quit());
+    cleanups.push(await holdSandbox(config));
+    await resetSandbox(config, workerRedis);
+    await migrate(config.databaseUrl);
+    const db = createDb(config.databaseUrl, { poolSize: config.databasePoolSize });
+    cleanups.push(() => db.$disconnect());
+    const queues = createQueues(redis, { prefix: config.queuePrefix, attempts: config.jobs.attempts }, (error) =>
+      logger.warn({ event: "queue.error", err: error }, "queue connection error"),
+    );
+    cleanups.push(() => closeQueues(queues));
+    const metrics = createMetrics();
+    const password = randomBytes(12).toString("base64url");
+    await addStaff(db, STAFF_EMAIL, password);
+
+    const claude = settings.anthropic ? "anthropic" : "offline";
+    const app = buildApp({ config, logger, redis, queues, db, metrics });
+    app.register(demoRoutes({ sandbox, db, claude, staffEmail: STAFF_EMAIL }));
+    const workers = startConfiguredWorkers(config, { db, logger, metrics, connection: workerRedis });
+    cleanups.push(() => workers.close(config.shutdownTimeoutMs));
+    await listen(app, settings.port);
+    cleanups.push(() => app.close()); // closed first: no webhook is taken while the workers stop
+    const url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
+    sandbox.deliverTo(`${url}/webhook`);
+    return { url, staff: { email: STAFF_EMAIL, password }, claude, config, sandbox, db, close };
+  } catch (error) {
+    await close();
+    throw error;
+  }
+}
+
+/** The preferred port, else any free one: a second demo, or npm start on 3000, must not stop this one. */
+async function listen(app: ReturnType<typeof buildApp>, port: number): Promise<void> {
+  try {
+    await app.listen({ port, host: "127.0.0.1" });
+  } catch (error) {
+    if ((error as { code?: string }).code !== "EADDRINUSE" || port === 0) throw error;
+    await app.listen({ port: 0, host: "127.0.0.1" });
+  }
+}
+
+/**
+ * One demo per schema: a second `npm run demo` would empty the first one's database under it.
+ * A session-level advisory lock, held on a connection of its own until the demo closes.
+ */
+async function holdSandbox(config: Config): Promise<() => Promise<void>> {
+  const { connectionString, schema } = splitSchema(config.databaseUrl);
+  const client = new pg.Client({ connectionString });
+  await client.connect();
+  const { rows } = await client.query<{ held: boolean }>("SELECT pg_try_advisory_lock(hashtext($1)) AS held", [`npm run demo: ${schema ?? "public"}`]);
+  if (!rows[0]?.held) {
+    await client.end();
+    throw new DemoRefusal(`another npm run demo is running on schema "${schema}" of this database; stop it first, or give this one its own (DEMO_DATABASE_URL=…?schema=demo2, DEMO_QUEUE_PREFIX={demo2})`);
+  }
+  client.on("error", () => undefined); // the lock goes with the connection; nothing to do about it mid-demo
+  return () => client.end();
+}
+
+/** A fresh sandbox each run: the simulated phones start empty, so must the database and the queues. */
+async function resetSandbox(config: Config, redis: Redis): Promise<void> {
+  const { connectionString, schema } = splitSchema(config.databaseUrl);
+  if (schema && schema !== "public") {
+    const client = new pg.Client({ connectionString });
+    await client.connect();
+    try {
+      await client.query(`DROP SCHEMA IF EXISTS ${pg.escapeIdentifier(schema)} CASCADE`);
+    } finally {
+      await client.end();
+    }
+  }
+  let cursor = "0";
+  do {
+    const [next, keys] = await redis.scan(cursor, "MATCH", `${config.queuePrefix}*`, "COUNT", 500);
+    if (keys.length) await redis.del(...keys);
+    cursor = next;
+  } while (cursor !== "0");
+}
