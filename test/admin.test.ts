@@ -547,7 +547,7 @@ describe("the queue by reason, in plain words (issue 9)", () => {
       lastMessage: { type: "text", text: "Hello", deleted: false },
     });
     expect(byId.get(claude.id)).toMatchObject({
-      explanation: { kind: "claude", said: "fake invalid_request_error", text: expect.stringContaining("“fake invalid_request_error”") },
+      explanation: { kind: "claude", said: "simulated invalid_request_error", text: expect.stringContaining("“simulated invalid_request_error”") },
     });
     const detail = (await get(`/admin/dlq/${claude.id}`)).json();
     expect(detail.explanation).toEqual(byId.get(claude.id)?.explanation); // the list and the item agree
