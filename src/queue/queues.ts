@@ -94,7 +94,7 @@ export function senderOf(data: InboundJobData): Sender {
 export const inboundJobId = (wamid: string) => stableId("in", wamid);
 export const statusJobId = (wamid: string, status: string) => stableId("st", wamid, status);
 
-export const eventJobId = (event: BusinessEvent) =>
+const eventJobId = (event: BusinessEvent) =>
   event.type === "echo"
     ? stableId("ec", event.echo.id)
     : event.type === "preferences"
