@@ -56,6 +56,11 @@ export class PrivatePostgres {
     return `postgresql://postgres@127.0.0.1:${this.port}/postgres`;
   }
 
+  /** The server's own log (its stderr): what settings such as log_statement write to. */
+  get logPath(): string {
+    return join(this.socketDir, "log");
+  }
+
   /** Starts (again) on the same port and data: what clients see as the database coming back. */
   async resume(): Promise<void> {
     const options = [
