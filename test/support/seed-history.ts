@@ -41,6 +41,8 @@ export interface SeededHistory {
   replies: number;
   parts: number;
   deadLetters: number;
+  /** About how many messages each long history holds. */
+  longHistory: number;
   /** Phone numbers (wa_id) of the customers with a long history, to write to them again. */
   longHistoryCustomers: string[];
   /** Rows per table after seeding, by table name. */
@@ -165,6 +167,7 @@ export async function seedHistory(databaseUrl: string, options: SeedOptions = {}
       replies: rows.replies ?? 0,
       parts: rows.outbound_messages ?? 0,
       deadLetters: rows.dead_letters ?? 0,
+      longHistory,
       longHistoryCustomers: Array.from({ length: longConversations }, (_, i) => seededPhone(i + 1)),
       rows,
       ms: performance.now() - started,

@@ -65,9 +65,9 @@ export class StatementRecorder {
     return this.statements;
   }
 
-  /** Forgets what was recorded so far (e.g. after a warm-up) and keeps recording. */
-  clear(): void {
-    this.statements.length = 0;
+  /** What was recorded since the last take (or the start), forgotten here; recording goes on. */
+  take(): RecordedStatement[] {
+    return this.statements.splice(0);
   }
 
   private install(): void {
