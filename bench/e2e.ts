@@ -1,20 +1,36 @@
+import { mkdtemp, readFile, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { performance } from "node:perf_hooks";
+import { RoleProcess } from "../chaos/processes.ts";
+import { loadConfig } from "../src/config.ts";
 import { type Harness, startHarness } from "../test/support/harness.ts";
 import type { RecordedRequest } from "../test/support/fake-graph.ts";
+import { seedHistory } from "../test/support/seed-history.ts";
 import { textWebhook } from "../test/support/webhook-bodies.ts";
-import { fmt, percentile, sleep, table } from "./stats.ts";
+import { fmt, median, percentile, sleep, table } from "./stats.ts";
 
 /**
  * Benchmark 2: the whole pipeline, webhook → inbound job → reply job → Claude (fake) → Graph
- * send (fake), with real workers, Redis and Postgres. Every message comes from a different
- * user, so every message is its own conversation and nothing is merged by the debounce.
+ * send (fake), with real Redis and Postgres, and the worker as a process of its own, started
+ * as operators start it (`src/main.ts worker`, configured by environment variables only).
+ * The webhook (in-process inject), the fakes and the counting stay in this process, so the
+ * worker's CPU and throughput are its own: what one worker process does.
+ *
+ * Every message comes from a different user, so every message is its own conversation and
+ * nothing is merged by the debounce. Each scenario runs `rounds` batches on one system; when
+ * several scenarios run together, their rounds alternate (a1 c1 a2 c2 …), so a change in the
+ * machine's load (others share it) falls on both; figures are medians over rounds.
  */
 
 export interface EndToEndScenario {
   name: string;
   messages: number;
+  rounds: number;
   claudeLatencyMs: number;
   replyConcurrency: number;
+  /** Messages already stored (seeded) before the worker starts: 0 for an empty database. */
+  storedMessages: number;
   /** Webhook POSTs in flight at once while delivering (the inject path; HTTP is benchmark 1's). */
   deliveryConcurrency: number;
   /** Single messages sent one at a time, each after the last was answered: the latency of an idle system. */
@@ -22,145 +38,286 @@ export interface EndToEndScenario {
   timeoutMs: number;
 }
 
-export interface EndToEndResult {
-  scenario: EndToEndScenario;
+export interface RoundResult {
   deliveryMs: number;
   elapsedMs: number;
-  /** Webhook → send latency of the idle samples: median and 99th percentile. */
-  idleP50: number;
-  idleP99: number;
   repliesPerSec: number;
+  /** CPU the worker process used over the round, as % of one core (the machine has two). */
+  workerCpuPercent: number;
+  /** CPU of this process (webhook, fakes, counting) over the round, % of one core. */
+  benchCpuPercent: number;
   p50: number;
   p99: number;
   max: number;
+  claudeMaxInFlight: number;
+  replied: number;
   sends: number;
   recipients: number;
   claudeCalls: number;
-  claudeMaxInFlight: number;
   deadLetters: number;
   failedJobs: number;
   non200: number;
-  /** CPU of the bench process over the run, as % of one core (the machine has two). */
-  nodeCpuPercent: number;
-  /** Event-loop utilisation of the main thread (web, workers and fakes all run on it). */
-  nodeBusy: number;
 }
 
-/** Conversations run end to end before the clock starts. */
-const WARMUP_MESSAGES = 10;
+export interface EndToEndResult {
+  scenario: EndToEndScenario;
+  /** The worker process's settings as it parsed them (src/config.ts). */
+  worker: { replyConcurrency: number; inboundConcurrency: number; databasePoolSize: number; replyDebounceMs: number; logLevel: string };
+  rounds: RoundResult[];
+  idleP50: number;
+  idleP99: number;
+  /** Every round answered every message once, with no dead letter, failed job or non-200. */
+  problems: string[];
+}
+
+/**
+ * Conversations run end to end before the clock starts, at the scenario's Claude latency: at
+ * least this many, and at least one per reply slot, so the worker's connection pool has grown
+ * to what the load needs, and Prisma's first queries and the JIT are behind it.
+ */
+const WARMUP_MESSAGES = 20;
 
 /** After the last expected send, how long to keep watching for sends that must not happen (a duplicate). */
 const SETTLE_MS = 500;
 
-export async function runEndToEnd(scenario: EndToEndScenario): Promise<EndToEndResult> {
-  const h = await startHarness({
-    env: { REPLY_CONCURRENCY: String(scenario.replyConcurrency), REPLY_DEBOUNCE_MS: "0" },
-  });
-  try {
+/** Linux's clock ticks per second, the unit of /proc/<pid>/stat's CPU times (USER_HZ, 100 on every usual kernel). */
+const CLOCK_TICKS = 100;
+
+/** The worker process's CPU time so far, in ms (user + system, all its threads). */
+async function processCpuMs(pid: number): Promise<number> {
+  const stat = await readFile(`/proc/${pid}/stat`, "utf8");
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  return ((Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS) * 1000;
+}
+
+/** One system under test: the harness (web, fakes, Postgres schema, Redis prefix) here, the worker in its own process. */
+class System {
+  private readonly sentAt = new Map<string, number>();
+  private readonly waiters = new Set<{ remaining: Set<string>; resolve: () => void }>();
+  private round = 0;
+
+  private constructor(
+    readonly scenario: EndToEndScenario,
+    readonly h: Harness,
+    readonly worker: RoleProcess,
+    readonly settings: EndToEndResult["worker"],
+    private readonly logDir: string,
+  ) {
     // FakeGraph records each request but not when it came. Stamping them as they are
     // recorded (before the fake answers) times each send exactly, with no polling error.
-    const sentAt = new Map<string, number>();
-    const waiters = new Set<{ remaining: Set<string>; resolve: () => void }>();
     const record = h.graph.requests.push.bind(h.graph.requests);
     h.graph.requests.push = (...items: RecordedRequest[]) => {
       const now = performance.now();
       for (const item of items) {
         const to = String(item.body.to);
-        if (item.body.type !== "text" || sentAt.has(to)) continue;
-        sentAt.set(to, now);
-        for (const waiter of waiters) {
+        if (item.body.type !== "text" || this.sentAt.has(to)) continue;
+        this.sentAt.set(to, now);
+        for (const waiter of this.waiters) {
           waiter.remaining.delete(to);
           if (waiter.remaining.size === 0) {
-            waiters.delete(waiter);
+            this.waiters.delete(waiter);
             waiter.resolve();
           }
         }
       }
       return record(...items);
     };
-    /** Resolves once every one of `users` has had a reply sent. */
-    const repliesTo = (users: string[]) => new Promise<void>((resolve) => waiters.add({ remaining: new Set(users), resolve }));
+  }
 
-    // Warm-up: the first messages pay for connection pools, Prisma's first queries and the
-    // JIT; a few conversations end to end first, so the figures are the steady pipeline's.
-    const warmUsers = Array.from({ length: WARMUP_MESSAGES }, (_, i) => `1444${String(i).padStart(7, "0")}`);
-    const warmed = repliesTo(warmUsers);
-    await deliverAll(h, warmUsers, scenario.deliveryConcurrency, new Map());
-    await withTimeout(warmed, scenario.timeoutMs, "warm-up replies");
-    h.claude.latencyMs = scenario.claudeLatencyMs;
-
-    const idle: number[] = [];
-    for (let i = 0; i < scenario.idleSamples; i++) {
-      const user = `1333${String(i).padStart(7, "0")}`;
-      const replied = repliesTo([user]);
-      const deliveredAt = new Map<string, number>();
-      await deliverAll(h, [user], 1, deliveredAt);
-      await withTimeout(replied, scenario.timeoutMs, "an idle-sample reply");
-      idle.push(sentAt.get(user)! - deliveredAt.get(user)!);
+  static async start(scenario: EndToEndScenario, index: number): Promise<System> {
+    const h = await startHarness({ workers: 0, env: { REPLY_CONCURRENCY: String(scenario.replyConcurrency), REPLY_DEBOUNCE_MS: "0" } });
+    try {
+      if (scenario.storedMessages > 0) await seedHistory(h.config.databaseUrl, { messages: scenario.storedMessages });
+      // The worker runs with the production default pool size (DATABASE_POOL_SIZE unset), not the tests' small one.
+      const { DATABASE_POOL_SIZE: _testPool, ...env } = h.env;
+      const config = loadConfig(env);
+      const settings = {
+        replyConcurrency: config.jobs.replyConcurrency,
+        inboundConcurrency: config.jobs.inboundConcurrency,
+        databasePoolSize: config.databasePoolSize,
+        replyDebounceMs: config.jobs.replyDebounceMs,
+        logLevel: config.logLevel,
+      };
+      const logDir = await mkdtemp(join(tmpdir(), "bench-worker-"));
+      const worker = RoleProcess.spawn(`worker-${index}`, "worker", env, logDir);
+      return new System(scenario, h, worker, settings, logDir);
+    } catch (error) {
+      await h.close();
+      throw error;
     }
-    const claudeCallsBefore = h.claude.requests.length;
+  }
 
-    const users = Array.from({ length: scenario.messages }, (_, i) => `1555${String(i).padStart(7, "0")}`);
-    const allSent = repliesTo(users);
+  /** Resolves once every one of `users` has had a reply sent; fails if the worker process dies. */
+  private repliesTo(users: string[]): Promise<void> {
+    const replied = new Promise<void>((resolve) => {
+      const remaining = new Set(users.filter((u) => !this.sentAt.has(u)));
+      if (remaining.size === 0) resolve();
+      else this.waiters.add({ remaining, resolve });
+    });
+    const died = this.worker.exited.then(async ({ code, signal }) => {
+      const log = await readFile(this.worker.logPath, "utf8").catch(() => "");
+      throw new Error(`the worker process exited (${signal ?? `code ${code}`}); its output ended with:\n${log.slice(-2000)}`);
+    });
+    return Promise.race([replied, died]);
+  }
+
+  private users(kind: string, n: number): string[] {
+    return Array.from({ length: n }, (_, i) => `1${kind}${String(i).padStart(8, "0")}`);
+  }
+
+  async warmUp(): Promise<void> {
+    this.h.claude.latencyMs = this.scenario.claudeLatencyMs;
+    const users = this.users("44", Math.max(WARMUP_MESSAGES, this.scenario.replyConcurrency));
+    const replied = this.repliesTo(users);
+    await this.deliverAll(users, this.scenario.deliveryConcurrency, new Map());
+    await withTimeout(replied, this.scenario.timeoutMs, `warm-up replies (${this.scenario.name})`);
+  }
+
+  async idleLatencies(): Promise<number[]> {
+    const idle: number[] = [];
+    for (const user of this.users("33", this.scenario.idleSamples)) {
+      const replied = this.repliesTo([user]);
+      const deliveredAt = new Map<string, number>();
+      await this.deliverAll([user], 1, deliveredAt);
+      await withTimeout(replied, this.scenario.timeoutMs, "an idle-sample reply");
+      idle.push(this.sentAt.get(user)! - deliveredAt.get(user)!);
+    }
+    return idle;
+  }
+
+  async measureRound(): Promise<RoundResult> {
+    const { h, scenario } = this;
+    const users = this.users(`5${++this.round}`, scenario.messages);
+    const claudeBefore = h.claude.requests.length;
+    const deadBefore = await h.db.deadLetter.count();
+    const failedBefore = await this.failedJobs();
+    h.claude.maxInFlight = h.claude.inFlight;
+
+    const allSent = this.repliesTo(users);
     const deliveredAt = new Map<string, number>();
-    const cpuStart = process.cpuUsage();
-    const eluStart = performance.eventLoopUtilization();
+    const workerCpuStart = await processCpuMs(this.worker.pid);
+    const benchCpuStart = process.cpuUsage();
     const start = performance.now();
-    const non200 = await deliverAll(h, users, scenario.deliveryConcurrency, deliveredAt);
+    const non200 = await this.deliverAll(users, scenario.deliveryConcurrency, deliveredAt);
     const deliveryMs = performance.now() - start;
-    const finished = await withTimeout(allSent, scenario.timeoutMs, "replies").then(() => true, () => false);
-    const cpu = process.cpuUsage(cpuStart);
-    const elu = performance.eventLoopUtilization(eluStart);
-    const replied = users.filter((u) => sentAt.has(u));
-    const elapsedMs = (finished ? Math.max(...replied.map((u) => sentAt.get(u)!)) : performance.now()) - start;
-    if (!finished) console.error(`  ${scenario.name}: only ${replied.length} of ${users.length} replies within ${scenario.timeoutMs} ms`);
+    const finished = await withTimeout(allSent, scenario.timeoutMs, "replies").then(
+      () => true,
+      (error: unknown) => {
+        console.error(`  ${scenario.name}: ${error instanceof Error ? error.message : String(error)}`);
+        return false;
+      },
+    );
+    const workerCpuMs = (await processCpuMs(this.worker.pid).catch(() => workerCpuStart)) - workerCpuStart;
+    const benchCpu = process.cpuUsage(benchCpuStart);
+    const replied = users.filter((u) => this.sentAt.has(u));
+    const elapsedMs = (finished ? Math.max(...replied.map((u) => this.sentAt.get(u)!)) : performance.now()) - start;
+    if (!finished) console.error(`  ${scenario.name}: only ${replied.length} of ${users.length} replies`);
 
     await sleep(SETTLE_MS);
     const measured = new Set(users);
     const sends = h.graph.sends.filter((s) => measured.has(String(s.body.to)));
-    const latencies = replied.map((u) => sentAt.get(u)! - deliveredAt.get(u)!);
+    const latencies = replied.map((u) => this.sentAt.get(u)! - deliveredAt.get(u)!);
     return {
-      scenario,
       deliveryMs,
       elapsedMs,
-      idleP50: percentile(idle, 50),
-      idleP99: percentile(idle, 99),
       repliesPerSec: replied.length / (elapsedMs / 1000),
+      workerCpuPercent: (workerCpuMs / elapsedMs) * 100,
+      benchCpuPercent: ((benchCpu.user + benchCpu.system) / 1000 / elapsedMs) * 100,
       p50: percentile(latencies, 50),
       p99: percentile(latencies, 99),
       max: percentile(latencies, 100),
+      claudeMaxInFlight: h.claude.maxInFlight,
+      replied: replied.length,
       sends: sends.length,
       recipients: new Set(sends.map((s) => String(s.body.to))).size,
-      claudeCalls: h.claude.requests.length - claudeCallsBefore,
-      claudeMaxInFlight: h.claude.maxInFlight,
-      deadLetters: await h.db.deadLetter.count(),
-      failedJobs: (await h.queues.inbound.getFailedCount()) + (await h.queues.reply.getFailedCount()),
+      claudeCalls: h.claude.requests.length - claudeBefore,
+      deadLetters: (await h.db.deadLetter.count()) - deadBefore,
+      failedJobs: (await this.failedJobs()) - failedBefore,
       non200,
-      nodeCpuPercent: ((cpu.user + cpu.system) / 1000 / elapsedMs) * 100,
-      nodeBusy: elu.utilization,
     };
-  } finally {
-    await h.close();
+  }
+
+  private async failedJobs(): Promise<number> {
+    const counts = await Promise.all(Object.values(this.h.queues).map((q) => q.getFailedCount()));
+    return counts.reduce((a, b) => a + b, 0);
+  }
+
+  /** One webhook per user, `concurrency` POSTs in flight; records when each POST began. Returns the non-200 count. */
+  private async deliverAll(users: string[], concurrency: number, deliveredAt: Map<string, number>): Promise<number> {
+    // Bodies are built up front, so the clock measures the system, not the test data.
+    const bodies = users.map((from, i) => ({ from, body: textWebhook({ from, text: `Hello, this is user ${i}. Are you open today?` }).body }));
+    let next = 0;
+    let non200 = 0;
+    await Promise.all(
+      Array.from({ length: concurrency }, async () => {
+        for (let i = next++; i < bodies.length; i = next++) {
+          const { from, body } = bodies[i]!;
+          deliveredAt.set(from, performance.now());
+          const response = await this.h.deliver(body);
+          if (response.statusCode !== 200) non200++;
+        }
+      }),
+    );
+    return non200;
+  }
+
+  async close(): Promise<void> {
+    this.worker.signal("SIGTERM");
+    const stopped = await Promise.race([this.worker.exited.then(() => true), sleep(10_000).then(() => false)]);
+    if (!stopped) await this.worker.kill();
+    await this.h.close();
+    await rm(this.logDir, { recursive: true, force: true });
   }
 }
 
-/** One webhook per user, `concurrency` POSTs in flight; records when each POST began. Returns the non-200 count. */
-async function deliverAll(h: Harness, users: string[], concurrency: number, deliveredAt: Map<string, number>): Promise<number> {
-  // Bodies are built up front, so the clock measures the system, not the test data.
-  const bodies = users.map((from, i) => ({ from, body: textWebhook({ from, text: `Hello, this is user ${i}. Are you open today?` }).body }));
-  let next = 0;
-  let non200 = 0;
-  await Promise.all(
-    Array.from({ length: concurrency }, async () => {
-      for (let i = next++; i < bodies.length; i = next++) {
-        const { from, body } = bodies[i]!;
-        deliveredAt.set(from, performance.now());
-        const response = await h.deliver(body);
-        if (response.statusCode !== 200) non200++;
-      }
-    }),
+/**
+ * Runs the scenarios, each on its own system (harness + worker process), all started first;
+ * their rounds alternate. Idle samples are taken once per scenario, after warm-up.
+ */
+export async function runEndToEnd(scenarios: EndToEndScenario[]): Promise<EndToEndResult[]> {
+  const systems: System[] = [];
+  try {
+    for (const [i, scenario] of scenarios.entries()) systems.push(await System.start(scenario, i));
+    const idle = new Map<System, number[]>();
+    for (const system of systems) {
+      await system.warmUp();
+      idle.set(system, await system.idleLatencies());
+    }
+    const rounds = new Map<System, RoundResult[]>(systems.map((s) => [s, []]));
+    const most = Math.max(...scenarios.map((s) => s.rounds));
+    for (let r = 0; r < most; r++) {
+      for (const system of systems) if (r < system.scenario.rounds) rounds.get(system)!.push(await system.measureRound());
+    }
+    return systems.map((system) => {
+      const samples = idle.get(system)!;
+      return {
+        scenario: system.scenario,
+        worker: system.settings,
+        rounds: rounds.get(system)!,
+        idleP50: percentile(samples, 50),
+        idleP99: percentile(samples, 99),
+        problems: problemsOf(system.scenario, rounds.get(system)!),
+      };
+    });
+  } finally {
+    for (const system of systems) await system.close().catch((error: unknown) => console.error(error));
+  }
+}
+
+function problemsOf(scenario: EndToEndScenario, rounds: RoundResult[]): string[] {
+  const { messages } = scenario;
+  return rounds.flatMap((r, i) =>
+    [
+      r.recipients < messages ? `${messages - r.recipients} users got no reply` : "",
+      r.sends > r.recipients ? `${r.sends - r.recipients} duplicate sends (law 5)` : "",
+      r.claudeCalls > messages ? `${r.claudeCalls - messages} extra Claude calls (law 4)` : "",
+      r.deadLetters > 0 ? `${r.deadLetters} dead letters` : "",
+      r.failedJobs > 0 ? `${r.failedJobs} failed jobs` : "",
+      r.non200 > 0 ? `${r.non200} webhooks not answered 200` : "",
+    ]
+      .filter(Boolean)
+      .map((p) => `round ${i + 1}: ${p}`),
   );
-  return non200;
 }
 
 async function withTimeout(promise: Promise<void>, ms: number, what: string): Promise<void> {
@@ -175,54 +332,54 @@ async function withTimeout(promise: Promise<void>, ms: number, what: string): Pr
   }
 }
 
+/** The median of one figure over a result's rounds. */
+export const medianOf = (r: EndToEndResult, pick: (round: RoundResult) => number) => median(r.rounds.map(pick));
+
+/** Claude's latency over the reply concurrency: the rate a worker could reach if nothing but Claude took time. */
+export const theoreticalRate = (s: EndToEndScenario) => s.replyConcurrency / (s.claudeLatencyMs / 1000);
+
 export function formatEndToEnd(results: EndToEndResult[]): string {
   const out: string[] = [];
+  const settings = [...new Set(results.map((r) => `REPLY_CONCURRENCY ${r.worker.replyConcurrency}, INBOUND_CONCURRENCY ${r.worker.inboundConcurrency}, DATABASE_POOL_SIZE ${r.worker.databasePoolSize}, REPLY_DEBOUNCE_MS ${r.worker.replyDebounceMs}, LOG_LEVEL ${r.worker.logLevel}`))];
+  out.push(`Worker process (src/main.ts worker): ${settings.join(" / ")}.`);
   out.push(
     table(
-      ["scenario", "messages", "replies/s", "elapsed s", "delivery s", "p50 ms", "p99 ms", "max ms", "idle p50 ms", "idle p99 ms", "Claude max in flight", "node busy", "node CPU"],
-      results.map((r) => [
-        r.scenario.name,
-        fmt(r.scenario.messages),
-        fmt(r.repliesPerSec, 1),
-        fmt(r.elapsedMs / 1000, 2),
-        fmt(r.deliveryMs / 1000, 2),
-        fmt(r.p50),
-        fmt(r.p99),
-        fmt(r.max),
-        fmt(r.idleP50),
-        fmt(r.idleP99),
-        fmt(r.claudeMaxInFlight),
-        `${fmt(r.nodeBusy * 100)}%`,
-        `${fmt(r.nodeCpuPercent)}%`,
-      ]),
+      ["scenario", "messages", "stored", "replies/s", "by round", "worker CPU", "replies/CPU-s", "p50 ms", "p99 ms", "max ms", "idle p50 ms", "idle p99 ms", "Claude max in flight", "bench CPU"],
+      results.map((r) => {
+        const perSec = medianOf(r, (x) => x.repliesPerSec);
+        const cpu = medianOf(r, (x) => x.workerCpuPercent);
+        return [
+          r.scenario.name,
+          `${fmt(r.scenario.messages)} x ${r.rounds.length}`,
+          fmt(r.scenario.storedMessages),
+          fmt(perSec, 1),
+          r.rounds.map((x) => fmt(x.repliesPerSec, 1)).join(" / "),
+          `${fmt(cpu)}%`,
+          fmt(medianOf(r, (x) => x.repliesPerSec / (x.workerCpuPercent / 100)), 1),
+          fmt(medianOf(r, (x) => x.p50)),
+          fmt(medianOf(r, (x) => x.p99)),
+          fmt(medianOf(r, (x) => x.max)),
+          fmt(r.idleP50),
+          fmt(r.idleP99),
+          fmt(Math.max(...r.rounds.map((x) => x.claudeMaxInFlight))),
+          `${fmt(medianOf(r, (x) => x.benchCpuPercent))}%`,
+        ];
+      }),
     ),
-    "  latency: webhook POST start -> the fake Graph receiving that user's reply, all messages delivered at once (so it",
-    "  includes waiting behind the others); idle p50: one message at a time on an idle system; elapsed: first POST -> last reply;",
-    "  node busy: main-thread event-loop utilisation (web, workers, fakes); node CPU: all threads, % of one core (of 200%).",
+    "  replies/s: messages / (first POST -> last reply sent), median over rounds; worker CPU: the worker process's user+system",
+    "  time over that span, % of one core (of 200%); replies/CPU-s: replies per second of worker CPU (what it would do with a",
+    "  core to itself); latency: webhook POST start -> the fake Graph receiving that user's reply, all messages delivered at",
+    "  once (so it includes waiting behind the others); idle: one message at a time on an idle system; bench CPU: this",
+    "  process (webhook, fakes, counting), not the worker's.",
+    "",
   );
   for (const r of results) {
-    if (r.scenario.claudeLatencyMs > 0) {
-      const theoretical = r.scenario.replyConcurrency / (r.scenario.claudeLatencyMs / 1000);
-      out.push(
-        `  ${r.scenario.name}: ${fmt(r.repliesPerSec, 1)} replies/s achieved vs. ${r.scenario.replyConcurrency} / ${r.scenario.claudeLatencyMs / 1000} s = ` +
-          `${fmt(theoretical, 1)}/s theoretical -> ratio ${fmt(r.repliesPerSec / theoretical, 2)}`,
-      );
-    }
-  }
-  out.push("");
-  for (const r of results) {
-    const { messages } = r.scenario;
-    const problems = [
-      r.recipients < messages ? `${messages - r.recipients} users got no reply` : "",
-      r.sends > r.recipients ? `${r.sends - r.recipients} duplicate sends (law 5)` : "",
-      r.claudeCalls > messages ? `${r.claudeCalls - messages} extra Claude calls (law 4)` : "",
-      r.deadLetters > 0 ? `${r.deadLetters} dead letters` : "",
-      r.failedJobs > 0 ? `${r.failedJobs} failed jobs` : "",
-      r.non200 > 0 ? `${r.non200} webhooks not answered 200` : "",
-    ].filter(Boolean);
+    const problems = r.problems;
+    const total = (pick: (x: RoundResult) => number) => r.rounds.reduce((n, x) => n + pick(x), 0);
     out.push(
-      `Check ${r.scenario.name}: ${r.sends} sends to ${r.recipients} users, ${r.claudeCalls} Claude calls for ${messages} messages, ` +
-        `${r.deadLetters} dead letters, ${r.failedJobs} failed jobs, ${r.non200} non-200 -> ${problems.length ? `FAIL: ${problems.join("; ")}` : "OK"}`,
+      `Check ${r.scenario.name}: ${total((x) => x.sends)} sends to ${total((x) => x.recipients)} users, ${total((x) => x.claudeCalls)} Claude calls for ` +
+        `${r.scenario.messages * r.rounds.length} messages, ${total((x) => x.deadLetters)} dead letters, ${total((x) => x.failedJobs)} failed jobs, ` +
+        `${total((x) => x.non200)} non-200 -> ${problems.length ? `FAIL: ${problems.join("; ")}` : "OK"}`,
     );
   }
   return out.join("\n");

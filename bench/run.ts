@@ -1,13 +1,18 @@
 import { execFileSync } from "node:child_process";
 import { availableParallelism, cpus, loadavg } from "node:os";
-import { formatEndToEnd, runEndToEnd, type EndToEndResult, type EndToEndScenario } from "./e2e.ts";
+import { formatEndToEnd, medianOf, runEndToEnd, theoreticalRate, type EndToEndScenario } from "./e2e.ts";
 import { runCacheBench } from "./cache.ts";
 import { formatIngest, runIngestBench, type IngestSettings } from "./ingest.ts";
 import { LoadGenerator } from "./load.ts";
+import { answeringPerMessage, formatSql, runSqlBench, type SqlSettings } from "./sql.ts";
+import { fmt } from "./stats.ts";
+import { Targets } from "./targets.ts";
 
 /**
- * `npm run bench`: benchmark 1 (webhook ingest over HTTP) and benchmark 2 (worker end to
- * end), printed as tables. Needs Redis and Postgres as for the tests (TEST_REDIS_URL,
+ * `npm run bench`: benchmark 1 (webhook ingest over HTTP), benchmark 2 (worker end to end,
+ * the worker in a process of its own), benchmark 3 (prompt caching), benchmark 4 (SQL per
+ * answered message and the plans of every statement), printed as tables, then issue 10's
+ * targets beside their figures. Needs Redis and Postgres as for the tests (TEST_REDIS_URL,
  * TEST_DATABASE_URL); each benchmark builds its own isolated harness and removes it after.
  * BENCH_QUICK=1 shortens every phase, for checking the bench itself, not for figures.
  */
@@ -23,26 +28,50 @@ const ingest: IngestSettings = {
   openConnections: 64,
 };
 
-const endToEnd: EndToEndScenario[] = [
-  {
-    name: "(a) fakes at 0 ms",
-    messages: quick ? 100 : 500,
-    claudeLatencyMs: 0,
-    replyConcurrency: 50,
-    deliveryConcurrency: 16,
-    idleSamples: quick ? 3 : 200,
-    timeoutMs: 120_000,
-  },
-  {
-    name: "(b) Claude at 2000 ms",
-    messages: quick ? 100 : 200,
-    claudeLatencyMs: 2000,
-    replyConcurrency: 50,
-    deliveryConcurrency: 16,
-    idleSamples: 0, // the idle latency is (a)'s plus the 2 s Claude is told to take
-    timeoutMs: 120_000,
-  },
+/** Instant fakes: what one worker process does when nothing waits. */
+const instant: EndToEndScenario = {
+  name: "(a) fakes at 0 ms",
+  messages: quick ? 100 : 500,
+  rounds: quick ? 1 : 3,
+  claudeLatencyMs: 0,
+  replyConcurrency: 50,
+  storedMessages: 0,
+  deliveryConcurrency: 16,
+  idleSamples: quick ? 3 : 200,
+  timeoutMs: 120_000,
+};
+
+const endToEnd: EndToEndScenario[][] = [
+  // (a) and (c) alternate round by round: their ratio is target 2's throughput figure.
+  [instant, { ...instant, name: "(c) (a) with stored messages", storedMessages: quick ? 10_000 : 100_000 }],
+  [
+    {
+      name: "(b) Claude at 2000 ms",
+      messages: quick ? 100 : 1000,
+      rounds: quick ? 1 : 2,
+      claudeLatencyMs: 2000,
+      replyConcurrency: 200,
+      storedMessages: 0,
+      deliveryConcurrency: 16,
+      idleSamples: 0, // the idle latency is (a)'s plus the 2 s Claude is told to take
+      timeoutMs: 180_000,
+    },
+  ],
 ];
+
+const sql: SqlSettings = { customers: quick ? 5 : 50, storedMessages: quick ? 10_000 : 100_000, timeoutMs: 60_000 };
+
+/**
+ * Issue 10's figures on main before the work on it (commit c6a175b, `npm run bench`, this
+ * bench): what each target is measured against. See bench/RESULTS.md.
+ */
+const BASELINE = {
+  sqlPerMessage: "-",
+  seqScans: "-",
+  storedRatio: "-",
+  repliesPerSec: "-",
+  claudeRatio: "-",
+};
 
 /** Other work on the machine moves every figure here; print it so a reader can tell. */
 const machineLoad = () => `load average ${loadavg().map((l) => l.toFixed(2)).join(" ")}`;
@@ -77,14 +106,68 @@ async function main(): Promise<void> {
     await load.close();
   }
 
+  const targets = new Targets();
+
   console.log(`\n${machineLoad()}`);
-  console.log(`\n## Benchmark 2: worker end to end (REPLY_CONCURRENCY ${endToEnd[0]?.replyConcurrency}, REPLY_DEBOUNCE_MS 0, one user per message)\n`);
-  const results: EndToEndResult[] = [];
-  for (const scenario of endToEnd) results.push(await runEndToEnd(scenario));
+  console.log("\n## Benchmark 2: worker end to end, the worker in a process of its own (REPLY_DEBOUNCE_MS 0, one user per message)\n");
+  const results = [];
+  for (const group of endToEnd) results.push(...(await runEndToEnd(group)));
   console.log(formatEndToEnd(results));
+  const [a, c, b] = results;
+  if (a && c && b) {
+    const perSec = medianOf(a, (r) => r.repliesPerSec);
+    const claude = medianOf(b, (r) => r.repliesPerSec) / theoreticalRate(b.scenario);
+    const stored = medianOf(c, (r) => r.repliesPerSec) / perSec;
+    const lines = [
+      { target: "3a. replies/s per worker process, instant fakes", goal: "≥ 150/s", figure: `${fmt(perSec, 1)}/s`, met: perSec >= 150, baseline: BASELINE.repliesPerSec },
+      {
+        target: `3b. replies/s ÷ (${b.scenario.replyConcurrency} / ${b.scenario.claudeLatencyMs / 1000} s), Claude at ${b.scenario.claudeLatencyMs} ms`,
+        goal: "≥ 0.90",
+        figure: `${fmt(claude, 2)} (${fmt(medianOf(b, (r) => r.repliesPerSec), 1)}/s of ${fmt(theoreticalRate(b.scenario))}/s, Claude max in flight ${Math.max(...b.rounds.map((r) => r.claudeMaxInFlight))})`,
+        met: claude >= 0.9,
+        baseline: BASELINE.claudeRatio,
+      },
+      { target: `2b. throughput with ${fmt(c.scenario.storedMessages)} stored messages ÷ empty`, goal: "≥ 0.90", figure: fmt(stored, 2), met: stored >= 0.9, baseline: BASELINE.storedRatio },
+    ];
+    console.log("");
+    for (const line of lines) {
+      console.log(Targets.inline(line));
+      targets.add(line);
+    }
+  }
 
   console.log("\n## Benchmark 3: Claude input tokens per reply, with and without prompt caching\n");
   console.log(await runCacheBench());
+
+  console.log(`\n${machineLoad()}`);
+  console.log("\n## Benchmark 4: SQL statements per answered message, and the plan of every statement\n");
+  const counted = await runSqlBench(sql);
+  console.log(formatSql(counted));
+  const worst = answeringPerMessage(counted).reduce((w, p) => (p.perMessage > w.perMessage ? p : w));
+  const sqlLines = [
+    {
+      target: "1. SQL per answered text message, inbound + reply jobs",
+      goal: "≤ 8",
+      figure: `${fmt(worst.perMessage, 1)} (${worst.phase})`,
+      met: worst.perMessage <= 8,
+      baseline: BASELINE.sqlPerMessage,
+    },
+    {
+      target: `2a. statements reading a large table by Seq Scan (${fmt(counted.seeded.messages)} messages stored)`,
+      goal: "0",
+      figure: `${counted.plans.failing.length} of ${counted.plans.statements.length}`,
+      met: counted.plans.failing.length === 0,
+      baseline: BASELINE.seqScans,
+    },
+  ];
+  console.log("");
+  for (const line of sqlLines) {
+    console.log(Targets.inline(line));
+    targets.add(line);
+  }
+
+  console.log("\n## Issue 10's targets (baseline: main before the work, bench/RESULTS.md)\n");
+  console.log(targets.format());
 
   console.log(`\n${machineLoad()} at the end; total bench time ${((Date.now() - started) / 1000).toFixed(0)} s`);
 }
