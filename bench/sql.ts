@@ -214,12 +214,13 @@ export function formatSql(result: SqlResult): string {
   });
   const ordered = jobOrder([...rows.values()].map((r) => r.job)).flatMap((job) => [...rows.values()].filter((r) => r.job === job));
   out.push("Distinct statements, per unit of each phase (" + phases.map((p, i) => `${i + 1}: ${p.name}`).join("; ") + "):");
+  const costs = new Map(plans.statements.map((p) => [p.sql, p.cost]));
   const counts = table(
-    ["job", ...phases.map((_, i) => `${i + 1}`)],
-    ordered.map((r) => [r.job, ...r.perPhase.map((n) => (n ? perUnit(n) : ""))]),
+    ["job", ...phases.map((_, i) => `${i + 1}`), "plan cost"],
+    ordered.map((r) => [r.job, ...r.perPhase.map((n) => (n ? perUnit(n) : "")), costs.has(r.sql) ? fmt(costs.get(r.sql)!, 1) : ""]),
   ).split("\n");
   out.push(...counts.map((line, i) => `${line.padEnd(counts[0]!.length)}  ${i === 0 ? "statement" : i === 1 ? "-".repeat(9) : readableSql(ordered[i - 2]!.sql)}`));
-
+  out.push("  plan cost: Postgres's estimate for the statement (EXPLAIN's total cost, the highest over its explained executions).");
   out.push(
     "",
     `Plans (plain EXPLAIN with each statement's own parameters, on the ${fmt(seeded.messages)}-message database): ` +

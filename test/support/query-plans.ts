@@ -27,6 +27,8 @@ export interface PlannedStatement {
   count: number;
   /** Tables the plan reads. */
   tables: string[];
+  /** The planner's estimate of the work (its root node's Total Cost), the highest over the executions explained. */
+  cost: number;
   /** Sequential scans of large tables, across the statement's explained executions. */
   seqScans: SeqScan[];
   /** The plan (text format) of the first execution that scanned sequentially, else of the first one. */
@@ -53,6 +55,7 @@ const EXPLAINABLE = /^\s*(\(?\s*SELECT|WITH|INSERT|UPDATE|DELETE|MERGE|VALUES|TA
 
 interface PlanNode {
   "Node Type": string;
+  "Total Cost"?: number;
   "Relation Name"?: string;
   Plans?: PlanNode[];
 }
@@ -65,14 +68,15 @@ function* nodesOf(node: PlanNode): Generator<PlanNode> {
 /**
  * Plans `statements` (as recorded by StatementRecorder) in the schema of `databaseUrl`.
  * Each distinct statement is planned with the parameters of up to `samplesPerStatement`
- * of its executions (the first ones), since a plan can depend on the values.
+ * of its executions, spread evenly from its first to its last (a run's phases come in order:
+ * a new customer's message, then one with a long history), since a plan depends on the values.
  */
 export async function explainStatements(
   databaseUrl: string,
   statements: RecordedStatement[],
   options: { samplesPerStatement?: number; largeTableRows?: number } = {},
 ): Promise<PlanReport> {
-  const samples = options.samplesPerStatement ?? 5;
+  const samples = options.samplesPerStatement ?? 8;
   const threshold = options.largeTableRows ?? LARGE_TABLE_ROWS;
   const { connectionString, schema } = splitSchema(databaseUrl);
   if (!schema) throw new Error("explainStatements wants a DATABASE_URL with ?schema=");
@@ -96,21 +100,23 @@ export async function explainStatements(
       const entry = distinct.get(sql) ?? { executions: [], jobs: new Set<string>(), count: 0 };
       entry.count++;
       entry.jobs.add(s.job);
-      if (entry.executions.length < samples) entry.executions.push(s);
+      entry.executions.push(s);
       distinct.set(sql, entry);
     }
 
     const planned: PlannedStatement[] = [];
     for (const [sql, entry] of distinct) {
-      const result: PlannedStatement = { sql, jobs: [...entry.jobs], count: entry.count, tables: [], seqScans: [], plan: "", values: entry.executions[0]?.values };
+      const result: PlannedStatement = { sql, jobs: [...entry.jobs], count: entry.count, tables: [], cost: 0, seqScans: [], plan: "", values: entry.executions[0]?.values };
       const tables = new Set<string>();
       const scanned = new Map<string, number>();
       let shownPlanScans = false;
-      for (const execution of entry.executions) {
+      for (const execution of spread(entry.executions, samples)) {
         try {
           const json = await client.query<{ "QUERY PLAN": { Plan: PlanNode }[] }>({ text: `EXPLAIN (FORMAT JSON) ${execution.sql}`, values: execution.values });
+          const root = json.rows[0]!["QUERY PLAN"][0]!.Plan;
+          result.cost = Math.max(result.cost, root["Total Cost"] ?? 0);
           let scansLarge = false;
-          for (const node of nodesOf(json.rows[0]!["QUERY PLAN"][0]!.Plan)) {
+          for (const node of nodesOf(root)) {
             const table = node["Relation Name"];
             if (!table) continue;
             tables.add(table);
@@ -145,6 +151,13 @@ export async function explainStatements(
   } finally {
     await client.end();
   }
+}
+
+/** Up to `n` of `items`, evenly spaced, the first and the last included. */
+function spread<T>(items: T[], n: number): T[] {
+  if (items.length <= n) return items;
+  const picked = new Set(Array.from({ length: n }, (_, i) => Math.round((i * (items.length - 1)) / (n - 1))));
+  return [...picked].map((i) => items[i]!);
 }
 
 async function planText(client: pg.Client, execution: RecordedStatement): Promise<string> {
