@@ -1,5 +1,5 @@
 import { mkdtemp, readFile, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { RoleProcess } from "../chaos/processes.ts";
@@ -50,6 +50,8 @@ export interface RoundResult {
   p99: number;
   max: number;
   claudeMaxInFlight: number;
+  /** The machine's 1-minute load average when the round ended (others share the machine). */
+  load: number;
   replied: number;
   sends: number;
   recipients: number;
@@ -227,6 +229,7 @@ class System {
       p99: percentile(latencies, 99),
       max: percentile(latencies, 100),
       claudeMaxInFlight: h.claude.maxInFlight,
+      load: loadavg()[0]!,
       replied: replied.length,
       sends: sends.length,
       recipients: new Set(sends.map((s) => String(s.body.to))).size,
@@ -335,6 +338,18 @@ async function withTimeout(promise: Promise<void>, ms: number, what: string): Pr
 /** The median of one figure over a result's rounds. */
 export const medianOf = (r: EndToEndResult, pick: (round: RoundResult) => number) => median(r.rounds.map(pick));
 
+/** Replies per second of the worker process's CPU time: what it does with a core to itself, whatever else the machine runs. */
+export const perCpuSecond = (round: RoundResult) => round.repliesPerSec / (round.workerCpuPercent / 100);
+
+/**
+ * `of` ÷ `to`, round by round (their rounds alternate, so each pair ran under the same load
+ * on the machine), median over the pairs.
+ */
+export function pairedRatio(of: EndToEndResult, to: EndToEndResult, pick: (round: RoundResult) => number): number {
+  const pairs = Math.min(of.rounds.length, to.rounds.length);
+  return median(Array.from({ length: pairs }, (_, i) => pick(of.rounds[i]!) / pick(to.rounds[i]!)));
+}
+
 /** Claude's latency over the reply concurrency: the rate a worker could reach if nothing but Claude took time. */
 export const theoreticalRate = (s: EndToEndScenario) => s.replyConcurrency / (s.claudeLatencyMs / 1000);
 
@@ -344,7 +359,7 @@ export function formatEndToEnd(results: EndToEndResult[]): string {
   out.push(`Worker process (src/main.ts worker): ${settings.join(" / ")}.`);
   out.push(
     table(
-      ["scenario", "messages", "stored", "replies/s", "by round", "worker CPU", "replies/CPU-s", "p50 ms", "p99 ms", "max ms", "idle p50 ms", "idle p99 ms", "Claude max in flight", "bench CPU"],
+      ["scenario", "messages", "stored", "replies/s", "by round", "worker CPU", "replies/CPU-s", "p50 ms", "p99 ms", "max ms", "idle p50 ms", "idle p99 ms", "Claude max in flight", "bench CPU", "load"],
       results.map((r) => {
         const perSec = medianOf(r, (x) => x.repliesPerSec);
         const cpu = medianOf(r, (x) => x.workerCpuPercent);
@@ -355,7 +370,7 @@ export function formatEndToEnd(results: EndToEndResult[]): string {
           fmt(perSec, 1),
           r.rounds.map((x) => fmt(x.repliesPerSec, 1)).join(" / "),
           `${fmt(cpu)}%`,
-          fmt(medianOf(r, (x) => x.repliesPerSec / (x.workerCpuPercent / 100)), 1),
+          fmt(medianOf(r, perCpuSecond), 1),
           fmt(medianOf(r, (x) => x.p50)),
           fmt(medianOf(r, (x) => x.p99)),
           fmt(medianOf(r, (x) => x.max)),
@@ -363,6 +378,7 @@ export function formatEndToEnd(results: EndToEndResult[]): string {
           fmt(r.idleP99),
           fmt(Math.max(...r.rounds.map((x) => x.claudeMaxInFlight))),
           `${fmt(medianOf(r, (x) => x.benchCpuPercent))}%`,
+          fmt(medianOf(r, (x) => x.load), 1),
         ];
       }),
     ),
@@ -370,7 +386,8 @@ export function formatEndToEnd(results: EndToEndResult[]): string {
     "  time over that span, % of one core (of 200%); replies/CPU-s: replies per second of worker CPU (what it would do with a",
     "  core to itself); latency: webhook POST start -> the fake Graph receiving that user's reply, all messages delivered at",
     "  once (so it includes waiting behind the others); idle: one message at a time on an idle system; bench CPU: this",
-    "  process (webhook, fakes, counting), not the worker's.",
+    "  process (webhook, fakes, counting), not the worker's; load: the machine's 1-minute load average after each round",
+    "  (2 cores: above 2, the worker waits for a core and replies/s understates it; replies/CPU-s does not).",
     "",
   );
   for (const r of results) {

@@ -1,6 +1,6 @@
 import { execFileSync } from "node:child_process";
 import { availableParallelism, cpus, loadavg } from "node:os";
-import { formatEndToEnd, medianOf, runEndToEnd, theoreticalRate, type EndToEndScenario } from "./e2e.ts";
+import { formatEndToEnd, medianOf, pairedRatio, perCpuSecond, runEndToEnd, theoreticalRate, type EndToEndScenario } from "./e2e.ts";
 import { runCacheBench } from "./cache.ts";
 import { formatIngest, runIngestBench, type IngestSettings } from "./ingest.ts";
 import { LoadGenerator } from "./load.ts";
@@ -116,18 +116,31 @@ async function main(): Promise<void> {
   const [a, c, b] = results;
   if (a && c && b) {
     const perSec = medianOf(a, (r) => r.repliesPerSec);
-    const claude = medianOf(b, (r) => r.repliesPerSec) / theoreticalRate(b.scenario);
-    const stored = medianOf(c, (r) => r.repliesPerSec) / perSec;
+    const claudeRate = medianOf(b, (r) => r.repliesPerSec);
+    const claude = claudeRate / theoreticalRate(b.scenario);
+    const stored = pairedRatio(c, a, (r) => r.repliesPerSec);
     const lines = [
-      { target: "3a. replies/s per worker process, instant fakes", goal: "≥ 150/s", figure: `${fmt(perSec, 1)}/s`, met: perSec >= 150, baseline: BASELINE.repliesPerSec },
+      {
+        target: "3a. replies/s per worker process, instant fakes",
+        goal: "≥ 150/s",
+        figure: `${fmt(perSec, 1)}/s (${fmt(medianOf(a, perCpuSecond), 1)} per worker CPU-second)`,
+        met: perSec >= 150,
+        baseline: BASELINE.repliesPerSec,
+      },
       {
         target: `3b. replies/s ÷ (${b.scenario.replyConcurrency} / ${b.scenario.claudeLatencyMs / 1000} s), Claude at ${b.scenario.claudeLatencyMs} ms`,
         goal: "≥ 0.90",
-        figure: `${fmt(claude, 2)} (${fmt(medianOf(b, (r) => r.repliesPerSec), 1)}/s of ${fmt(theoreticalRate(b.scenario))}/s, Claude max in flight ${Math.max(...b.rounds.map((r) => r.claudeMaxInFlight))})`,
+        figure: `${fmt(claude, 2)} (${fmt(claudeRate, 1)}/s of ${fmt(theoreticalRate(b.scenario))}/s, Claude max in flight ${Math.max(...b.rounds.map((r) => r.claudeMaxInFlight))})`,
         met: claude >= 0.9,
         baseline: BASELINE.claudeRatio,
       },
-      { target: `2b. throughput with ${fmt(c.scenario.storedMessages)} stored messages ÷ empty`, goal: "≥ 0.90", figure: fmt(stored, 2), met: stored >= 0.9, baseline: BASELINE.storedRatio },
+      {
+        target: `2b. throughput with ${fmt(c.scenario.storedMessages)} stored messages ÷ empty`,
+        goal: "≥ 0.90",
+        figure: `${fmt(stored, 2)} (per worker CPU-second: ${fmt(pairedRatio(c, a, perCpuSecond), 2)})`,
+        met: stored >= 0.9,
+        baseline: BASELINE.storedRatio,
+      },
     ];
     console.log("");
     for (const line of lines) {
