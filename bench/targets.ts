@@ -2,7 +2,7 @@ import { table } from "./stats.ts";
 
 /**
  * The targets of issue 10, each beside its figure from this run and its baseline (the figure
- * measured on main before the work on them, commit and command in bench/RESULTS.md). Each
+ * measured on main before the work on them: bench/BASELINE-issue-10.md). Each
  * benchmark section adds the lines for the targets it measures; run.ts prints them together.
  */
 
