@@ -66,11 +66,11 @@ const sql: SqlSettings = { customers: quick ? 5 : 50, storedMessages: quick ? 10
  * bench/BASELINE-issue-10.md): what each target is measured against.
  */
 const BASELINE = {
-  sqlPerMessage: "-",
-  seqScans: "-",
-  storedRatio: "-",
-  repliesPerSec: "-",
-  claudeRatio: "-",
+  sqlPerMessage: "37",
+  seqScans: "0 of 33",
+  storedRatio: "0.86–0.92",
+  repliesPerSec: "60–71/s, ~92 per CPU-s",
+  claudeRatio: "0.39–0.51",
 };
 
 /** Other work on the machine moves every figure here; print it so a reader can tell. */
@@ -86,7 +86,9 @@ function measuredCode(): string {
     } catch {
       dirty = true; // exit status 1: src/ has changes not in the commit
     }
-    return `commit ${commit}${dirty ? " + uncommitted changes in src/" : ""}`;
+    // The bench itself may be ahead of the code it measures: name the commit src/ and prisma/ come from.
+    const code = execFileSync("git", ["log", "-1", "--format=%h", "--", "src", "prisma"], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }).trim();
+    return `commit ${commit}${code && code !== commit ? ` (src/ and prisma/ as of ${code})` : ""}${dirty ? " + uncommitted changes in src/" : ""}`;
   } catch {
     return "commit unknown (no git)";
   }
