@@ -1,0 +1,233 @@
+import { mkdtemp, readFile, rm } from "node:fs/promises";
+import { loadavg, tmpdir } from "node:os";
+import { join } from "node:path";
+import { performance } from "node:perf_hooks";
+import { RoleProcess } from "../chaos/processes.ts";
+import { loadConfig } from "../src/config.ts";
+import type { RecordedRequest } from "../test/support/fake-graph.ts";
+import { type Harness, startHarness } from "../test/support/harness.ts";
+import { seedHistory } from "../test/support/seed-history.ts";
+import { textWebhook } from "../test/support/webhook-bodies.ts";
+import type { EndToEndResult, EndToEndScenario, RoundResult } from "./e2e.ts";
+import { percentile, sleep } from "./stats.ts";
+
+/**
+ * Benchmark 2's system under test: the harness (web role by inject, the fakes, a Postgres
+ * schema, a Redis prefix) in this process, and the worker as a process of its own
+ * (`src/main.ts worker`, configured by environment variables only), timed by the sends the
+ * fake Graph API receives.
+ */
+
+/**
+ * Conversations run end to end before the clock starts, at the scenario's Claude latency: at
+ * least this many, and at least one per reply slot, so the worker's connection pool has grown
+ * to what the load needs, and Prisma's first queries and the JIT are behind it.
+ */
+const WARMUP_MESSAGES = 20;
+
+/** After the last expected send, how long to keep watching for sends that must not happen (a duplicate). */
+const SETTLE_MS = 500;
+
+/** Linux's clock ticks per second, the unit of /proc/<pid>/stat's CPU times (USER_HZ, 100 on every usual kernel). */
+const CLOCK_TICKS = 100;
+
+/** The worker process's CPU time so far, in ms (user + system, all its threads). */
+async function processCpuMs(pid: number): Promise<number> {
+  const stat = await readFile(`/proc/${pid}/stat`, "utf8");
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  return ((Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS) * 1000;
+}
+
+/** One system under test: the harness (web, fakes, Postgres schema, Redis prefix) here, the worker in its own process. */
+export class System {
+  private readonly sentAt = new Map<string, number>();
+  private readonly waiters = new Set<{ remaining: Set<string>; resolve: () => void }>();
+  private round = 0;
+
+  private constructor(
+    readonly scenario: EndToEndScenario,
+    readonly h: Harness,
+    readonly worker: RoleProcess,
+    readonly settings: EndToEndResult["worker"],
+    private readonly logDir: string,
+  ) {
+    // FakeGraph records each request but not when it came. Stamping them as they are
+    // recorded (before the fake answers) times each send exactly, with no polling error.
+    const record = h.graph.requests.push.bind(h.graph.requests);
+    h.graph.requests.push = (...items: RecordedRequest[]) => {
+      const now = performance.now();
+      for (const item of items) {
+        const to = String(item.body.to);
+        if (item.body.type !== "text" || this.sentAt.has(to)) continue;
+        this.sentAt.set(to, now);
+        for (const waiter of this.waiters) {
+          waiter.remaining.delete(to);
+          if (waiter.remaining.size === 0) {
+            this.waiters.delete(waiter);
+            waiter.resolve();
+          }
+        }
+      }
+      return record(...items);
+    };
+  }
+
+  static async start(scenario: EndToEndScenario, index: number): Promise<System> {
+    const h = await startHarness({ workers: 0, env: { REPLY_CONCURRENCY: String(scenario.replyConcurrency), REPLY_DEBOUNCE_MS: "0" } });
+    try {
+      if (scenario.storedMessages > 0) await seedHistory(h.config.databaseUrl, { messages: scenario.storedMessages });
+      // The worker runs with the production default pool size (DATABASE_POOL_SIZE unset), not the tests' small one.
+      const { DATABASE_POOL_SIZE: _testPool, ...env } = h.env;
+      const config = loadConfig(env);
+      const settings = {
+        replyConcurrency: config.jobs.replyConcurrency,
+        inboundConcurrency: config.jobs.inboundConcurrency,
+        databasePoolSize: config.databasePoolSize,
+        replyDebounceMs: config.jobs.replyDebounceMs,
+        logLevel: config.logLevel,
+      };
+      const logDir = await mkdtemp(join(tmpdir(), "bench-worker-"));
+      const worker = RoleProcess.spawn(`worker-${index}`, "worker", env, logDir);
+      return new System(scenario, h, worker, settings, logDir);
+    } catch (error) {
+      await h.close();
+      throw error;
+    }
+  }
+
+  /** Resolves once every one of `users` has had a reply sent; fails if the worker process dies. */
+  private repliesTo(users: string[]): Promise<void> {
+    const replied = new Promise<void>((resolve) => {
+      const remaining = new Set(users.filter((u) => !this.sentAt.has(u)));
+      if (remaining.size === 0) resolve();
+      else this.waiters.add({ remaining, resolve });
+    });
+    const died = this.worker.exited.then(async ({ code, signal }) => {
+      const log = await readFile(this.worker.logPath, "utf8").catch(() => "");
+      throw new Error(`the worker process exited (${signal ?? `code ${code}`}); its output ended with:\n${log.slice(-2000)}`);
+    });
+    return Promise.race([replied, died]);
+  }
+
+  private users(kind: string, n: number): string[] {
+    return Array.from({ length: n }, (_, i) => `1${kind}${String(i).padStart(8, "0")}`);
+  }
+
+  async warmUp(): Promise<void> {
+    this.h.claude.latencyMs = this.scenario.claudeLatencyMs;
+    const users = this.users("44", Math.max(WARMUP_MESSAGES, this.scenario.replyConcurrency));
+    const replied = this.repliesTo(users);
+    await this.deliverAll(users, this.scenario.deliveryConcurrency, new Map());
+    await withTimeout(replied, this.scenario.timeoutMs, `warm-up replies (${this.scenario.name})`);
+  }
+
+  async idleLatencies(): Promise<number[]> {
+    const idle: number[] = [];
+    for (const user of this.users("33", this.scenario.idleSamples)) {
+      const replied = this.repliesTo([user]);
+      const deliveredAt = new Map<string, number>();
+      await this.deliverAll([user], 1, deliveredAt);
+      await withTimeout(replied, this.scenario.timeoutMs, "an idle-sample reply");
+      idle.push(this.sentAt.get(user)! - deliveredAt.get(user)!);
+    }
+    return idle;
+  }
+
+  async measureRound(): Promise<RoundResult> {
+    const { h, scenario } = this;
+    const users = this.users(`5${++this.round}`, scenario.messages);
+    const claudeBefore = h.claude.requests.length;
+    const deadBefore = await h.db.deadLetter.count();
+    const failedBefore = await this.failedJobs();
+    h.claude.maxInFlight = h.claude.inFlight;
+
+    const allSent = this.repliesTo(users);
+    const deliveredAt = new Map<string, number>();
+    const workerCpuStart = await processCpuMs(this.worker.pid);
+    const benchCpuStart = process.cpuUsage();
+    const start = performance.now();
+    const non200 = await this.deliverAll(users, scenario.deliveryConcurrency, deliveredAt);
+    const deliveryMs = performance.now() - start;
+    const finished = await withTimeout(allSent, scenario.timeoutMs, "replies").then(
+      () => true,
+      (error: unknown) => {
+        console.error(`  ${scenario.name}: ${error instanceof Error ? error.message : String(error)}`);
+        return false;
+      },
+    );
+    const workerCpuMs = (await processCpuMs(this.worker.pid).catch(() => workerCpuStart)) - workerCpuStart;
+    const benchCpu = process.cpuUsage(benchCpuStart);
+    const replied = users.filter((u) => this.sentAt.has(u));
+    const elapsedMs = (finished ? Math.max(...replied.map((u) => this.sentAt.get(u)!)) : performance.now()) - start;
+    if (!finished) console.error(`  ${scenario.name}: only ${replied.length} of ${users.length} replies`);
+
+    await sleep(SETTLE_MS);
+    const measured = new Set(users);
+    const sends = h.graph.sends.filter((s) => measured.has(String(s.body.to)));
+    const latencies = replied.map((u) => this.sentAt.get(u)! - deliveredAt.get(u)!);
+    return {
+      deliveryMs,
+      elapsedMs,
+      repliesPerSec: replied.length / (elapsedMs / 1000),
+      workerCpuPercent: (workerCpuMs / elapsedMs) * 100,
+      benchCpuPercent: ((benchCpu.user + benchCpu.system) / 1000 / elapsedMs) * 100,
+      p50: percentile(latencies, 50),
+      p99: percentile(latencies, 99),
+      max: percentile(latencies, 100),
+      claudeMaxInFlight: h.claude.maxInFlight,
+      load: loadavg()[0]!,
+      replied: replied.length,
+      sends: sends.length,
+      recipients: new Set(sends.map((s) => String(s.body.to))).size,
+      claudeCalls: h.claude.requests.length - claudeBefore,
+      deadLetters: (await h.db.deadLetter.count()) - deadBefore,
+      failedJobs: (await this.failedJobs()) - failedBefore,
+      non200,
+    };
+  }
+
+  private async failedJobs(): Promise<number> {
+    const counts = await Promise.all(Object.values(this.h.queues).map((q) => q.getFailedCount()));
+    return counts.reduce((a, b) => a + b, 0);
+  }
+
+  /** One webhook per user, `concurrency` POSTs in flight; records when each POST began. Returns the non-200 count. */
+  private async deliverAll(users: string[], concurrency: number, deliveredAt: Map<string, number>): Promise<number> {
+    // Bodies are built up front, so the clock measures the system, not the test data.
+    const bodies = users.map((from, i) => ({ from, body: textWebhook({ from, text: `Hello, this is user ${i}. Are you open today?` }).body }));
+    let next = 0;
+    let non200 = 0;
+    await Promise.all(
+      Array.from({ length: concurrency }, async () => {
+        for (let i = next++; i < bodies.length; i = next++) {
+          const { from, body } = bodies[i]!;
+          deliveredAt.set(from, performance.now());
+          const response = await this.h.deliver(body);
+          if (response.statusCode !== 200) non200++;
+        }
+      }),
+    );
+    return non200;
+  }
+
+  async close(): Promise<void> {
+    this.worker.signal("SIGTERM");
+    const stopped = await Promise.race([this.worker.exited.then(() => true), sleep(10_000).then(() => false)]);
+    if (!stopped) await this.worker.kill();
+    await this.h.close();
+    await rm(this.logDir, { recursive: true, force: true });
+  }
+}
+
+export async function withTimeout(promise: Promise<void>, ms: number, what: string): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms waiting for ${what}`)), ms);
+  });
+  try {
+    await Promise.race([promise, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
