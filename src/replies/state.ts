@@ -11,12 +11,16 @@ import { splitForWhatsApp } from "./split.ts";
 /**
  * The reply's state machine, in one file: every change to a reply or to one of its parts
  * (the WhatsApp messages it is sent as) is one of these functions, each one statement or one
- * transaction, the way BullMQ keeps each atomic change of a job in one named script.
+ * transaction, the way BullMQ keeps each atomic change of a job in one named script. A text
+ * message's answer takes five of them (takeConversation, bindAnswer, storeDraft, markSending,
+ * markAccepted), each a single statement that also reads what the next step needs.
  *
  *   conversation: taken by each reply job run (reply_fence + 1); a run whose fence is no
  *                 longer current was overtaken (it stalled past its lock) and may neither
  *                 write nor send (law 8)
- *   reply:  generating ─storeDraft─▶ ready ─markReplySent─▶ sent
+ *   messages: waiting ─bindAnswer─▶ bound to a reply | skipped with a reason (law 6)
+ *   reply:  (bindAnswer) generating ─storeDraft─▶ ready ─markAccepted of its last part, or markReplySent─▶ sent
+ *           (bindAnswer, a configured answer) ready
  *           any ─(dead letter, src/dlq)─▶ dead ─reopenForResend─▶ ready | generating
  *   part:   pending ─markSending─▶ sending ─markAccepted─▶ accepted
  *           sending ─markRefused─▶ pending          (Graph's error body: Meta did not take it)
@@ -24,6 +28,8 @@ import { splitForWhatsApp } from "./split.ts";
  *           sending ─reopenForResend─▶ unconfirmed  (a person chose not to wait; kept for its status)
  *   A part that is sending or unconfirmed is never deleted or renumbered: a late status webhook
  *   must still find it by the id we sent in biz_opaque_callback_data.
+ *
+ * The raw statements find their tables through the search path (src/db/client.ts).
  */
 
 type Tx = Prisma.TransactionClient;
