@@ -47,6 +47,18 @@ describe("a text message", () => {
     expect(receiptAt).toBeLessThan(h.graph.requests.indexOf(h.graph.sends[0]!));
   });
 
+  it("is answered while its read receipt is still unanswered: mark-read and typing never hold up the reply", async () => {
+    // A Graph API slow to answer receipts (within the client's timeout) must not delay the answer.
+    const h = await harness({ env: { GRAPH_TIMEOUT_MS: "30000" } });
+    let answerReceipts!: () => void;
+    h.graph.readReceiptsWait = new Promise((resolve) => (answerReceipts = resolve));
+    const { body, wamids } = textWebhook({ text: "are you open today?" });
+    await h.deliver(body);
+    await eventually(() => h.graph.sends.length === 1, "the reply, with the read receipt still waiting for its answer");
+    expect(h.graph.readReceipts.map((r) => r.body.message_id)).toEqual([wamids[0]]);
+    answerReceipts();
+  });
+
   it("is still answered when the read receipt fails", async () => {
     const h = await harness();
     h.graph.failReadReceipts = true;

@@ -100,26 +100,13 @@ async function mergeContacts(tx: Tx, keep: Contact, gone: Contact): Promise<Cont
 }
 
 /**
- * The customer's conversation with one business number, created on first contact. A message
- * from the customer (`inbound`) extends the 24-hour window to its `sentAt`; the business's own
- * messages (echoes of the WhatsApp Business app) never do (WHATSAPP.md §7).
+ * The customer's conversation with one business number, created on first contact, for the
+ * business's own messages (echoes of the WhatsApp Business app), which never extend the
+ * 24-hour window (WHATSAPP.md §7). A customer's message is stored with its conversation in
+ * one statement instead (src/messages/store.ts), which extends it.
  */
-export async function conversationWith(db: Db, where: { phoneNumberId: string; contactId: string; sentAt: Date; inbound?: boolean }) {
-  const { phoneNumberId, contactId, sentAt } = where;
-  const inbound = where.inbound ?? true;
-  const conversation = await db.conversation.upsert({
-    where: { phoneNumberId_contactId: { phoneNumberId, contactId } },
-    create: { phoneNumberId, contactId, lastInboundAt: inbound ? sentAt : null },
-    update: {},
-  });
-  // The 24-hour window runs from the customer's newest message, by Meta's timestamp.
-  if (inbound) {
-    await db.conversation.updateMany({
-      where: { id: conversation.id, OR: [{ lastInboundAt: null }, { lastInboundAt: { lt: sentAt } }] },
-      data: { lastInboundAt: sentAt },
-    });
-  }
-  return conversation;
+export async function conversationWith(db: Db, where: { phoneNumberId: string; contactId: string }) {
+  return db.conversation.upsert({ where: { phoneNumberId_contactId: where }, create: where, update: {} });
 }
 
 /** How staff and logs name a contact: the phone, else @username, else the BSUID. */

@@ -31,9 +31,15 @@ export function createDb(databaseUrl: string, options: { poolSize: number }): Db
   return new PrismaClient({ adapter, transactionOptions: { maxWait: 10_000, timeout: 15_000 } });
 }
 
-/** A unique-constraint violation: the row is already there (e.g. a wamid seen before). */
+/**
+ * A unique-constraint violation: the row is already there (e.g. a wamid seen before). Prisma's
+ * own queries say P2002; a raw statement says P2010 with the driver's error underneath.
+ */
 export function isUniqueViolation(error: unknown): boolean {
-  return error instanceof Prisma.PrismaClientKnownRequestError && error.code === "P2002";
+  if (!(error instanceof Prisma.PrismaClientKnownRequestError)) return false;
+  if (error.code === "P2002") return true;
+  const cause = (error.meta?.driverAdapterError as { cause?: { kind?: string } } | undefined)?.cause;
+  return cause?.kind === "UniqueConstraintViolation";
 }
 
 /** Prisma's codes for "the database is not there right now" (unreachable, gone, pool or transaction timed out). */

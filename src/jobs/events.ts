@@ -51,7 +51,7 @@ async function recordEcho(deps: EventDeps, event: Extract<EventJobData, { type: 
   const log = deps.logger.child({ wamid: echo.id });
   const at = new Date(Number(echo.timestamp) * 1000);
   const contact = await resolveContact(deps.db, event.recipient);
-  const conversation = await conversationWith(deps.db, { phoneNumberId: event.phoneNumberId, contactId: contact.id, sentAt: at, inbound: false });
+  const conversation = await conversationWith(deps.db, { phoneNumberId: event.phoneNumberId, contactId: contact.id });
   const described = describeInbound(echo as unknown as InboundMessagePayload, deps.conversation);
   const text = described.kind === "answer" ? described.text : `[Sent a message of type ${echo.type}]`;
   if (!(await recordBusinessReply(deps.db, conversation.id, { wamid: echo.id, text, at }))) {

@@ -1,19 +1,16 @@
 import { z } from "zod";
 import type { Config } from "../config.ts";
 import type { Db } from "../db/client.ts";
-import { isUniqueViolation } from "../db/client.ts";
-import type { Prisma } from "../generated/prisma/client.ts";
 import type { Logger } from "../logger.ts";
 import { type Control, controlOf } from "../messages/controls.ts";
 import { adContext, describeInbound } from "../messages/describe.ts";
-import { changeUserId, conversationWith, resolveContact } from "../contacts/identity.ts";
+import { changeUserId, resolveContact } from "../contacts/identity.ts";
+import { type InboundRecord, recordDeletion, recordInbound } from "../messages/store.ts";
 import { scheduleReply, senderOf, type InboundJobData, type Queues } from "../queue/queues.ts";
-import type { GraphClient } from "../whatsapp/graph-client.ts";
 
 export interface InboundDeps {
   db: Db;
   queues: Queues;
-  graph: GraphClient;
   logger: Logger;
   replyDebounceMs: number;
   conversation: Config["conversation"];
@@ -25,43 +22,32 @@ export interface InboundDeps {
  * nothing (a reaction). What the bot does about it (answer, confirm an opt-out, stay silent
  * for an opted-out or paused conversation) is decided by the reply job, in message order
  * (src/messages/plan.ts): messages are stored concurrently and out of order, answers are not.
- * Then shows the user we are on it and schedules the conversation's reply.
+ * Then schedules the conversation's reply; the reply job shows the customer it is on it.
+ * A text message is one statement (src/messages/store.ts).
  */
 export async function processInbound(deps: InboundDeps, data: InboundJobData): Promise<void> {
   const { phoneNumberId } = data;
   const message = wellFormed(data.message);
   const log = deps.logger.child({ wamid: message.id });
   const sentAt = new Date(Number(message.timestamp) * 1000);
+  const sender = senderOf(data);
 
-  const contact = await resolveContact(deps.db, senderOf(data));
-  const conversation = await conversationWith(deps.db, { phoneNumberId, contactId: contact.id, sentAt });
-
-  const asked = await whatItAsks(deps, message, conversation.id);
-  let stored: { skipReason: string | null };
-  try {
-    stored = await deps.db.inboundMessage.create({
-      data: {
-        wamid: message.id,
-        conversationId: conversation.id,
-        type: message.type,
-        ...asked,
-        arrival: data.arrival === undefined ? null : BigInt(data.arrival),
-        sentAt,
-        payload: message as Prisma.InputJsonValue,
-      },
-      select: { skipReason: true },
-    });
-  } catch (error) {
-    if (!isUniqueViolation(error)) throw error;
-    log.info({ event: "inbound.duplicate_in_db" }, "message already stored; the Redis claim was lost or this is a retry");
-    stored = await deps.db.inboundMessage.findUniqueOrThrow({ where: { wamid: message.id }, select: { skipReason: true } });
-  }
-  // A deletion and the message it deletes are stored by jobs that may run in either order:
-  // whichever comes second sees the other (each looks after its own insert).
-  if (message.type === "revoke" && asked.refersTo) await eraseDeleted(deps.db, conversation.id, asked.refersTo, log);
-  else if (await deps.db.inboundMessage.count({ where: { conversationId: conversation.id, type: "revoke", refersTo: message.id } })) {
-    await eraseDeleted(deps.db, conversation.id, message.id, log);
-    return;
+  // An edit changes the customer's own earlier message: it needs to know who they are first.
+  const contactId = message.type === "edit" ? (await resolveContact(deps.db, sender)).id : undefined;
+  const asked = await whatItAsks(deps, message, contactId === undefined ? undefined : { contactId, phoneNumberId });
+  const stored = await recordInbound(deps.db, contactId === undefined ? { sender } : { contactId }, phoneNumberId, {
+    wamid: message.id,
+    type: message.type,
+    ...asked,
+    arrival: data.arrival === undefined ? null : BigInt(data.arrival),
+    sentAt,
+    payload: message,
+  });
+  if (!stored.inserted) log.info({ event: "inbound.duplicate_in_db" }, "message already stored; the Redis claim was lost, this is a retry, or it was deleted first");
+  if (message.type === "revoke" && asked.refersTo) {
+    if (await recordDeletion(deps.db, stored.conversationId, asked.refersTo, sentAt)) {
+      log.info({ event: "inbound.deleted_by_customer", deleted: asked.refersTo }, "the customer deleted a message: its text is erased");
+    }
   }
 
   const changed = userIdChange(message);
@@ -73,16 +59,8 @@ export async function processInbound(deps: InboundDeps, data: InboundJobData): P
     log.info({ event: "inbound.skipped", type: message.type, reason: stored.skipReason }, "message stored, not answered");
     return;
   }
-  log.info({ event: "inbound.stored", conversation: conversation.id, type: message.type }, "message stored");
-  // "Typing…" only where the bot will answer (WHATSAPP.md §5); best effort: a failed read
-  // receipt must never block the reply.
-  const silent = conversation.optedOutAt !== null || (conversation.pausedUntil !== null && conversation.pausedUntil > new Date());
-  if (!silent || asked.control !== null) {
-    await deps.graph.markReadWithTyping(phoneNumberId, message.id).catch((error: unknown) => {
-      log.warn({ event: "inbound.mark_read_failed", err: error }, "could not mark read / show typing");
-    });
-  }
-  await scheduleReply(deps.queues, conversation.id, deps.replyDebounceMs);
+  log.info({ event: "inbound.stored", conversation: stored.conversationId, type: message.type }, "message stored");
+  await scheduleReply(deps.queues, stored.conversationId, deps.replyDebounceMs);
 }
 
 const userIdChangeSchema = z.object({ type: z.literal("user_changed_user_id"), user_id: z.string().min(1), previous_user_id: z.string().min(1).optional() }).passthrough();
@@ -98,10 +76,7 @@ function userIdChange(message: InboundJobData["message"]): { previous: string; c
 const editSchema = z.object({ original_message_id: z.string().min(1), message: z.object({ type: z.string().min(1) }).passthrough() });
 const revokeSchema = z.object({ original_message_id: z.string().min(1) });
 
-type Asked = Pick<Prisma.InboundMessageUncheckedCreateInput, "text" | "cannedText" | "skipReason"> & {
-  control: Control | null;
-  refersTo: string | null;
-};
+type Asked = Pick<InboundRecord, "text" | "cannedText" | "skipReason" | "refersTo"> & { control: Control | null };
 
 /**
  * What the message asks of the bot: words for Claude (with the ad the customer came from, and
@@ -110,14 +85,14 @@ type Asked = Pick<Prisma.InboundMessageUncheckedCreateInput, "text" | "cannedTex
  * edited words and answers once; an edit of an answered message is a message of its own,
  * saying what changed.
  */
-async function whatItAsks(deps: InboundDeps, message: InboundJobData["message"], conversationId: string): Promise<Asked> {
+async function whatItAsks(deps: InboundDeps, message: InboundJobData["message"], owner: EditOwner | undefined): Promise<Asked> {
   const raw = message as Record<string, unknown>;
   const nothing = { cannedText: null, control: null, refersTo: null };
   if (message.type === "revoke") {
     const revoke = revokeSchema.safeParse(raw.revoke);
     return { ...nothing, text: null, skipReason: "the customer deleted a message", refersTo: revoke.success ? revoke.data.original_message_id : null };
   }
-  if (message.type === "edit") return whatAnEditAsks(deps, message, conversationId);
+  if (message.type === "edit" && owner) return whatAnEditAsks(deps, message, owner);
   const described = describeInbound(message, deps.conversation);
   const ad = adContext(raw);
   const text = described.kind === "answer" ? (ad ? `${ad}\n${described.text}` : described.text) : (message.text?.body ?? null);
@@ -130,7 +105,13 @@ async function whatItAsks(deps: InboundDeps, message: InboundJobData["message"],
   };
 }
 
-async function whatAnEditAsks(deps: InboundDeps, message: InboundJobData["message"], conversationId: string): Promise<Asked> {
+/** Whose conversation an edit may change: the customer's own, with this business number. */
+interface EditOwner {
+  contactId: string;
+  phoneNumberId: string;
+}
+
+async function whatAnEditAsks(deps: InboundDeps, message: InboundJobData["message"], owner: EditOwner): Promise<Asked> {
   const edit = editSchema.safeParse((message as Record<string, unknown>).edit);
   if (!edit.success) return { text: null, cannedText: null, control: null, skipReason: "an edit without the edited message", refersTo: null };
   const originalId = edit.data.original_message_id;
@@ -138,26 +119,13 @@ async function whatAnEditAsks(deps: InboundDeps, message: InboundJobData["messag
   const base = { cannedText: null, control: null, refersTo: originalId };
   if (edited.kind !== "answer") return { ...base, text: null, skipReason: `an edit into something the bot does not read (${edit.data.message.type})` };
   const applied = await deps.db.inboundMessage.updateMany({
-    where: { wamid: originalId, conversationId, replyId: null, skipReason: null },
+    where: { wamid: originalId, conversation: owner, replyId: null, skipReason: null },
     data: { text: edited.text },
   });
   if (applied.count > 0) return { ...base, text: edited.text, skipReason: "edit applied to the message before it was answered" };
-  const original = await deps.db.inboundMessage.findFirst({ where: { wamid: originalId, conversationId }, select: { text: true } });
+  const original = await deps.db.inboundMessage.findFirst({ where: { wamid: originalId, conversation: owner }, select: { text: true } });
   const before = original?.text ? ` "${original.text.slice(0, 300)}"` : "";
   return { ...base, text: `[Edited their earlier message${before}. It now says:]\n${edited.text}`, skipReason: null };
-}
-
-/**
- * The customer took a message back (`revoke`): it is never answered if it was not yet (Claude
- * does not see it), and its words are erased, whether it was answered or not.
- */
-async function eraseDeleted(db: Db, conversationId: string, wamid: string, log: Logger): Promise<void> {
-  await db.inboundMessage.updateMany({ where: { wamid, conversationId, replyId: null, skipReason: null }, data: { skipReason: "deleted by the customer" } });
-  const erased = await db.inboundMessage.updateMany({
-    where: { wamid, conversationId, deletedAt: null },
-    data: { text: null, cannedText: null, payload: { deleted: true }, deletedAt: new Date() },
-  });
-  if (erased.count > 0) log.info({ event: "inbound.deleted_by_customer", deleted: wamid }, "the customer deleted a message: its text is erased");
 }
 
 const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;

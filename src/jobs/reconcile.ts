@@ -3,10 +3,9 @@ import type { Job } from "bullmq";
 import type { Redis } from "ioredis";
 import type { Db } from "../db/client.ts";
 import { recordDeadLetter } from "../dlq/dead-letters.ts";
-import type { Prisma } from "../generated/prisma/client.ts";
 import type { Logger } from "../logger.ts";
 import { markAccepted, storeDraft } from "../replies/state.ts";
-import { conversationWith, resolveContact } from "../contacts/identity.ts";
+import { recordInbound } from "../messages/store.ts";
 import { wellFormed } from "./inbound.ts";
 import { deadLetterFailedDelivery } from "./status.ts";
 import { type EventJobData, hasLiveReplyJob, type InboundJobData, type Queues, type ReplyJobData, scheduleReply, senderOf, type StatusJobData } from "../queue/queues.ts";
@@ -164,13 +163,19 @@ async function settleFailedInboundJob(deps: ReconcileDeps, job: Job<InboundJobDa
     return;
   }
   // It failed twice over: keep the message itself as a dead letter, for staff to answer.
-  const sentAt = new Date(Number(message.timestamp) * 1000);
-  const contact = await resolveContact(deps.db, senderOf(job.data));
-  const conversation = await conversationWith(deps.db, { phoneNumberId, contactId: contact.id, sentAt });
-  await deps.db.inboundMessage.create({
-    data: { wamid: message.id, conversationId: conversation.id, type: message.type, text: message.text?.body ?? null, sentAt, payload: message as Prisma.InputJsonValue },
+  const kept = await recordInbound(deps.db, { sender: senderOf(job.data) }, phoneNumberId, {
+    wamid: message.id,
+    type: message.type,
+    text: message.text?.body ?? null,
+    cannedText: null,
+    control: null,
+    skipReason: null,
+    refersTo: null,
+    arrival: null,
+    sentAt: new Date(Number(message.timestamp) * 1000),
+    payload: message,
   });
-  result.deadLettered += await deadLetterConversation(deps.db, conversation.id, {
+  result.deadLettered += await deadLetterConversation(deps.db, kept.conversationId, {
     code: "inbound_failed",
     reason: "The message could not be processed, even when tried again; it is kept here for staff to answer.",
     detail: { failedReason: job.failedReason },

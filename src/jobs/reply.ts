@@ -6,14 +6,17 @@ import type { Config } from "../config.ts";
 import type { Db } from "../db/client.ts";
 import { openHandoffItem, recordDeadLetter } from "../dlq/dead-letters.ts";
 import { FencedOut, PermanentError, Postpone, RetryableError } from "../errors.ts";
-import type { Reply } from "../generated/prisma/client.ts";
 import type { Logger } from "../logger.ts";
 import { scheduleReply, type Queues, type ReplyJobData } from "../queue/queues.ts";
-import { conversationTurns } from "../replies/history.ts";
+import { conversationTurns, readHistory } from "../replies/history.ts";
 import {
+  type Begun,
   beginReply,
   type ConversationView,
   type Lease,
+  type Outbox,
+  type Planned,
+  type ReplyView,
   markAccepted,
   markRefused,
   markReplySent,
@@ -72,6 +75,7 @@ export async function processReply(deps: ReplyDeps, job: Job<ReplyJobData>, keep
     ...deps.conversation,
     debounceMs: deps.replyDebounceMs,
     debounceMaxMs: deps.replyDebounceMs * DEBOUNCE_MAX_WINDOWS,
+    historyMessages: deps.historyMessages,
     openHandoff: openHandoffItem,
   });
   if (begun.kind === "no_conversation") {
@@ -82,11 +86,11 @@ export async function processReply(deps: ReplyDeps, job: Job<ReplyJobData>, keep
   // The debounce slides here, not in the queue: a queue-side reschedule would also move retries.
   if (begun.kind === "debounce") throw new Postpone(begun.untilMs, "the customer is still writing");
 
-  const { lease, conversation, reply } = begun;
+  const { lease, reply } = begun;
   const replyLog = log.child({ reply: reply.id });
   let outcome: string;
   try {
-    await completeReply(deps, lease, conversation, reply, job.data, keep, replyLog);
+    await completeReply(deps, begun, job.data, keep, replyLog);
     outcome = "sent";
   } catch (error) {
     const fate = decideFate(error, job, deps.retry);
@@ -130,37 +134,28 @@ export async function processReply(deps: ReplyDeps, job: Job<ReplyJobData>, keep
     }
   }
 
-  if (await hasWork(deps.db, conversationId)) await scheduleReply(deps.queues, conversationId, 0);
+  // What the take saw waiting behind this reply. A message stored since schedules its own job,
+  // which BullMQ keeps until this one ends (scheduleReply).
+  if (begun.more) await scheduleReply(deps.queues, conversationId, 0);
   return outcome;
 }
 
-async function hasWork(db: Db, conversationId: string): Promise<boolean> {
-  const [replies, messages] = await Promise.all([
-    db.reply.count({ where: { conversationId, state: { in: ["generating", "ready"] } } }),
-    db.inboundMessage.count({ where: { conversationId, replyId: null, skipReason: null } }),
-  ]);
-  return replies + messages > 0;
-}
-
-async function completeReply(
-  deps: ReplyDeps,
-  lease: Lease,
-  conversation: ConversationView,
-  reply: Reply,
-  data: ReplyJobData,
-  keep: KeepInJob,
-  log: Logger,
-): Promise<void> {
+async function completeReply(deps: ReplyDeps, begun: Extract<Begun, { kind: "reply" }>, data: ReplyJobData, keep: KeepInJob, log: Logger): Promise<void> {
+  const { lease, conversation, reply, planned } = begun;
   // Sends Meta took while the database was away, recorded first: they must not go out again.
   for (const [partId, wamid] of Object.entries(data.accepted ?? {})) await markAccepted(deps.db, partId, wamid);
+  // Read and "typing…" for what this reply answers, beside the reply path: while Claude writes,
+  // never in front of it. Best effort: a failed receipt must never block the reply.
+  if (planned) showTyping(deps, conversation, planned.messages.at(-1)!.wamid, log);
   const kept = data.draft;
+  let outbox: Outbox | undefined;
   // Checked before Claude is paid for a reply that could not be sent anyway, and again after.
   if (!windowOpen(conversation.lastInboundAt)) await templateInstead(deps, lease, conversation, reply.id, log);
   else if (reply.state === "generating") {
-    const draft = kept?.replyId === reply.id ? kept : await generate(deps, conversation, reply, log);
-    let held: { lastInboundAt: Date | null };
+    const draft = kept?.replyId === reply.id ? kept : await generate(deps, conversation, reply, planned, log);
+    let stored: Awaited<ReturnType<typeof storeDraft>>;
     try {
-      held = await storeDraft(deps.db, lease, reply.id, draft);
+      stored = await storeDraft(deps.db, lease, reply.id, draft);
     } catch (error) {
       // Paid for: if Postgres cannot take it now, Redis keeps it until it can (law 4).
       if (isInfrastructureFailure(error) && draft !== kept) {
@@ -170,15 +165,23 @@ async function completeReply(
       throw error;
     }
     if (kept?.replyId === reply.id) log.info({ event: "reply.draft_recovered" }, "stored the answer the job kept while the database was away");
-    if (!windowOpen(held.lastInboundAt)) await templateInstead(deps, lease, { ...conversation, lastInboundAt: held.lastInboundAt }, reply.id, log);
+    if (!windowOpen(stored.lastInboundAt)) await templateInstead(deps, lease, { ...conversation, lastInboundAt: stored.lastInboundAt }, reply.id, log);
+    else outbox = stored.outbox;
   }
-  await sendParts(deps, lease, conversation, reply.id, keep, log);
-  if (await markReplySent(deps.db, reply.id)) log.info({ event: "reply.sent" }, "reply sent");
+  const sent = await sendParts(deps, lease, conversation, outbox ?? (await unsentParts(deps.db, reply.id)), keep, log);
+  if (sent || (await markReplySent(deps.db, reply.id))) log.info({ event: "reply.sent" }, "reply sent");
+}
+
+function showTyping(deps: ReplyDeps, conversation: ConversationView, wamid: string, log: Logger): void {
+  deps.graph.markReadWithTyping(conversation.phoneNumberId, wamid).catch((error: unknown) => {
+    log.warn({ event: "reply.mark_read_failed", err: error }, "could not mark read / show typing");
+  });
 }
 
 /** The one Claude call for these messages (law 4). */
-async function generate(deps: ReplyDeps, conversation: ConversationView, reply: Reply, log: Logger): Promise<GeneratedReply> {
-  const turns = await conversationTurns(deps, reply);
+async function generate(deps: ReplyDeps, conversation: ConversationView, reply: ReplyView, planned: Planned | undefined, log: Logger): Promise<GeneratedReply> {
+  const { messages, history } = planned?.history ? { messages: planned.messages, history: planned.history } : await readHistory(deps.db, reply, deps.historyMessages);
+  const turns = await conversationTurns(deps, messages, history);
   if (turns.length === 0) throw new Error(`reply ${reply.id} has no messages to answer`);
   const generated = await deps.claude.generate(turns, deps.numbers.get(conversation.phoneNumberId)?.systemPrompt);
   log.info(
@@ -200,11 +203,11 @@ async function generate(deps: ReplyDeps, conversation: ConversationView, reply: 
  * whose outcome we never learned waits for its status webhook (until `resend_after`) before
  * it is sent again (law 5). Only Graph's error body makes it safe to send again at once.
  */
-async function sendParts(deps: ReplyDeps, lease: Lease, conversation: ConversationView, replyId: string, keep: KeepInJob, log: Logger): Promise<void> {
-  const { parts, firstSeq } = await unsentParts(deps.db, replyId);
-  if (parts.length === 0) return;
-  const replyTo = await quoteTarget(deps.db, conversation.id, replyId);
+async function sendParts(deps: ReplyDeps, lease: Lease, conversation: ConversationView, outbox: Outbox, keep: KeepInJob, log: Logger): Promise<boolean> {
+  const { parts, firstSeq, quote } = outbox;
+  if (parts.length === 0) return false;
   const to = recipientOf(conversation);
+  let replySent = false;
   const { leaseMs, timeoutMs, reconcileWaitMs } = deps.send;
 
   for (const part of parts) {
@@ -248,7 +251,7 @@ async function sendParts(deps: ReplyDeps, lease: Lease, conversation: Conversati
             to,
             text: part.text,
             bizOpaqueCallbackData: part.id,
-            replyTo: part.seq === firstSeq ? replyTo : undefined,
+            replyTo: part.seq === firstSeq ? quote : undefined,
           }));
     } catch (error) {
       // Meta answered with its error body, so it did not take the message: safe to send again.
@@ -257,7 +260,7 @@ async function sendParts(deps: ReplyDeps, lease: Lease, conversation: Conversati
       throw error;
     }
     try {
-      await markAccepted(deps.db, part.id, wamid);
+      ({ replySent } = await markAccepted(deps.db, part.id, wamid));
     } catch (error) {
       // Meta took it; if Postgres cannot hear it now, Redis keeps the wamid, or a resend after
       // `resend_after` would send the part twice.
@@ -265,6 +268,7 @@ async function sendParts(deps: ReplyDeps, lease: Lease, conversation: Conversati
       throw error;
     }
   }
+  return replySent;
 }
 
 /** The phone number when known (Meta's advice), else the BSUID (WHATSAPP.md §9). */
@@ -272,16 +276,4 @@ function recipientOf(conversation: ConversationView): Recipient {
   if (conversation.waId) return { phone: conversation.waId };
   if (conversation.userId) return { bsuid: conversation.userId };
   throw new PermanentError({ source: "internal", code: "no_address", reason: "The customer has neither a phone number nor a BSUID on record" });
-}
-
-/**
- * When the customer has written again since the messages this reply answers, quote the
- * newest of them, so it is clear what the answer is about. Otherwise quote nothing.
- */
-async function quoteTarget(db: Db, conversationId: string, replyId: string): Promise<string | undefined> {
-  // By storage order: Meta's timestamps have one-second resolution, too coarse for a burst.
-  const answered = await db.inboundMessage.findFirst({ where: { replyId }, orderBy: { createdAt: "desc" }, select: { wamid: true, createdAt: true } });
-  if (!answered) return undefined;
-  const newer = await db.inboundMessage.count({ where: { conversationId, createdAt: { gt: answered.createdAt } } });
-  return newer > 0 ? answered.wamid : undefined;
 }

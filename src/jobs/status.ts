@@ -69,6 +69,7 @@ async function findPart(deps: { db: Db }, data: StatusJobData, log: Logger) {
   if (!ours || !UUID.test(ours)) return null;
   const part = await deps.db.outboundMessage.findUnique({ where: { id: ours }, select: { id: true, replyId: true, wamid: true } });
   if (!part) return null;
-  if (await markAccepted(deps.db, part.id, status.id)) log.info({ event: "status.reconciled", part: part.id }, "send confirmed by status webhook");
+  const confirmed = await markAccepted(deps.db, part.id, status.id);
+  if (confirmed.accepted) log.info({ event: "status.reconciled", part: part.id, replySent: confirmed.replySent }, "send confirmed by status webhook");
   return part;
 }

@@ -51,6 +51,8 @@ export class FakeGraph {
   private counter = 0;
   /** Read receipts answer 500 while set: they are best effort and must never block a reply. */
   failReadReceipts = false;
+  /** While set, read receipts are answered only once it resolves: a slow Graph API. */
+  readReceiptsWait: Promise<void> | undefined;
   /** Customers' media by id, served by the two-step download of WHATSAPP.md §8. */
   readonly media = new Map<string, { mimeType: string; bytes: Buffer; slowly?: SlowMedia }>();
   /** How each download of media served `slowly` went. */
@@ -142,6 +144,7 @@ export class FakeGraph {
     this.requests.push({ method: req.method ?? "", path: req.url ?? "", authorization: req.headers.authorization, body, at: Date.now() });
 
     if (body.status === "read") {
+      await this.readReceiptsWait;
       return this.failReadReceipts ? json(res, 500, graphError(131000, "Something went wrong")) : json(res, 200, { success: true });
     }
     const answer = this.script.shift();

@@ -1,0 +1,118 @@
+import type { Db } from "../db/client.ts";
+import { isUniqueViolation, Prisma } from "../db/client.ts";
+import { resolveContact } from "../contacts/identity.ts";
+import type { Sender } from "../webhook/payload.ts";
+
+/**
+ * An inbound message's home: the one statement that stores it, with its contact and its
+ * conversation (created on first contact, the 24-hour window extended to its time), and the
+ * one that records a deletion. Like src/replies/state.ts, each is one atomic step.
+ */
+
+/** What is stored of a message, decided before (src/jobs/inbound.ts `whatItAsks`). */
+export interface InboundRecord {
+  wamid: string;
+  type: string;
+  text: string | null;
+  cannedText: string | null;
+  control: string | null;
+  skipReason: string | null;
+  refersTo: string | null;
+  arrival: bigint | null;
+  sentAt: Date;
+  payload: unknown;
+}
+
+export interface Recorded {
+  conversationId: string;
+  /** False when the wamid was stored before: a redelivery, or a deletion that came first. */
+  inserted: boolean;
+  /** Why the stored row is not to be answered (for a redelivery, the earlier row's reason). */
+  skipReason: string | null;
+}
+
+/**
+ * Stores the message in one statement: upserts the contact by the one identifier it is known
+ * by, upserts the conversation (which extends the window: the newest of Meta's timestamps
+ * wins), inserts the message unless its wamid is there already. A sender whose phone and BSUID
+ * belong to two contacts (they must be merged) is resolved first, then stored the same way.
+ */
+export async function recordInbound(db: Db, who: { sender: Sender } | { contactId: string }, phoneNumberId: string, message: InboundRecord): Promise<Recorded> {
+  let recorded: Recorded | undefined;
+  try {
+    recorded = await storeOnce(db, "contactId" in who ? Prisma.sql`SELECT ${who.contactId}::uuid AS id` : contactUpsert(who.sender), phoneNumberId, message);
+  } catch (error) {
+    // Two rows for one person (the phone's and the BSUID's), or a new customer's first two
+    // deliveries at once: the slow path merges or finds the row, then the same statement.
+    if (!("sender" in who) || !isUniqueViolation(error)) throw error;
+  }
+  if (!recorded) {
+    const contact = await resolveContact(db, (who as { sender: Sender }).sender);
+    recorded = await storeOnce(db, Prisma.sql`SELECT ${contact.id}::uuid AS id`, phoneNumberId, message);
+  }
+  if (recorded.inserted) return recorded;
+  // Stored before: its own reason counts (a deletion stored first left a tombstone).
+  const [earlier] = await db.$queryRaw<{ skipReason: string | null }[]>`SELECT skip_reason AS "skipReason" FROM inbound_messages WHERE wamid = ${message.wamid}`;
+  return { ...recorded, skipReason: earlier?.skipReason ?? null };
+}
+
+/**
+ * The contact, by its phone number when Meta gives one (else its BSUID), created or
+ * completed. When the sender also brings a BSUID another contact holds, the insert or update
+ * violates contacts_user_id_key: the caller merges the two (resolveContact).
+ */
+function contactUpsert(sender: Sender): Prisma.Sql {
+  if (!sender.waId && !sender.userId) throw new Error("a sender needs a phone number or a BSUID");
+  const arbiter = sender.waId ? Prisma.sql`(wa_id)` : Prisma.sql`(user_id)`;
+  return Prisma.sql`
+    INSERT INTO contacts AS ct (id, wa_id, user_id, parent_user_id, username, name, updated_at)
+    VALUES (gen_random_uuid(), ${sender.waId ?? null}, ${sender.userId ?? null}, ${sender.parentUserId ?? null}, ${sender.username ?? null}, ${sender.name ?? null}, now())
+    ON CONFLICT ${arbiter} DO UPDATE SET
+      user_id = COALESCE(EXCLUDED.user_id, ct.user_id),
+      parent_user_id = COALESCE(EXCLUDED.parent_user_id, ct.parent_user_id),
+      username = COALESCE(EXCLUDED.username, ct.username),
+      name = COALESCE(EXCLUDED.name, ct.name),
+      updated_at = now()
+    RETURNING ct.id`;
+}
+
+async function storeOnce(db: Db, contact: Prisma.Sql, phoneNumberId: string, m: InboundRecord): Promise<Recorded> {
+  const [row] = await db.$queryRaw<Recorded[]>`
+    WITH contact AS (${contact}),
+    conversation AS (
+      INSERT INTO conversations AS c (id, phone_number_id, contact_id, last_inbound_at, updated_at)
+      SELECT gen_random_uuid(), ${phoneNumberId}, contact.id, ${m.sentAt}, now() FROM contact
+      ON CONFLICT (phone_number_id, contact_id) DO UPDATE SET last_inbound_at = GREATEST(c.last_inbound_at, EXCLUDED.last_inbound_at)
+      RETURNING c.id
+    ),
+    message AS (
+      INSERT INTO inbound_messages (id, wamid, conversation_id, type, text, canned_text, control, skip_reason, refers_to, arrival, sent_at, payload)
+      SELECT gen_random_uuid(), ${m.wamid}, conversation.id, ${m.type}, ${m.text}, ${m.cannedText}, ${m.control}, ${m.skipReason}, ${m.refersTo},
+             ${m.arrival}::bigint, ${m.sentAt}, ${JSON.stringify(m.payload)}::jsonb
+      FROM conversation
+      ON CONFLICT (wamid) DO NOTHING
+      RETURNING skip_reason
+    )
+    SELECT conversation.id AS "conversationId", EXISTS (SELECT 1 FROM message) AS inserted, (SELECT skip_reason FROM message) AS "skipReason"
+    FROM conversation`;
+  if (!row) throw new Error(`message ${m.wamid}: no conversation was stored`);
+  return row;
+}
+
+/**
+ * The customer took a message back (`revoke`, WHATSAPP.md §11): its words are erased and, if it
+ * was not answered yet, it never is. When the deletion is stored before the message itself (the
+ * two jobs run in either order), it leaves the wamid taken by an erased row, so the message,
+ * arriving later, is a known duplicate: never stored with its words, never answered. The
+ * unique wamid decides, with no window between two jobs. True when it erased or took the wamid.
+ */
+export async function recordDeletion(db: Db, conversationId: string, wamid: string, deletedAt: Date): Promise<boolean> {
+  const changed = await db.$executeRaw`
+    INSERT INTO inbound_messages AS m (id, wamid, conversation_id, type, skip_reason, sent_at, payload, deleted_at)
+    VALUES (gen_random_uuid(), ${wamid}, ${conversationId}::uuid, 'deleted', 'deleted by the customer', ${deletedAt}, '{"deleted":true}'::jsonb, now())
+    ON CONFLICT (wamid) DO UPDATE SET
+      text = NULL, canned_text = NULL, payload = '{"deleted":true}'::jsonb, deleted_at = now(),
+      skip_reason = CASE WHEN m.reply_id IS NULL AND m.skip_reason IS NULL THEN 'deleted by the customer' ELSE m.skip_reason END
+    WHERE m.conversation_id = ${conversationId}::uuid AND m.deleted_at IS NULL`;
+  return changed > 0;
+}
