@@ -4,11 +4,10 @@ import { Redis } from "ioredis";
 import pino from "pino";
 import { createLogger } from "../src/logger.ts";
 import { closeQueues, createQueues, jobOf, type Queues } from "../src/queue/queues.ts";
-import { claimAndEnqueue } from "../src/webhook/claim.ts";
 import { type InboundItem, walkWebhook } from "../src/webhook/payload.ts";
 import { WEBHOOK_BODY_LIMIT } from "../src/webhook/routes.ts";
 import { signMetaBody, verifyMetaSignature } from "../src/webhook/signature.ts";
-import { type Harness, startHarness } from "../test/support/harness.ts";
+import { startHarness } from "../test/support/harness.ts";
 import { textWebhook } from "../test/support/webhook-bodies.ts";
 import type { LoadGenerator, LoadResult } from "./load.ts";
 import { CommandCounter, ServerProbe, type WindowCost } from "./probe.ts";
@@ -37,7 +36,7 @@ const TARGETS: { name: TargetName; description: string }[] = [
   { name: "baseline", description: "bare Fastify 5, one POST route that reads the body (buffer) and answers 200" },
   { name: "app", description: "the real app from the harness (LOG_LEVEL silent, as in the tests)" },
   { name: "app+info-log", description: "a second harness, the same but LOG_LEVEL=info (production's default), logs to /dev/null" },
-  { name: "redis-only", description: "the route's Redis work alone: claimAndEnqueue + the inbound job's add, no HTTP (in process)" },
+  { name: "redis-only", description: "the route's Redis work alone: the inbound job's add (claim in the same script), no HTTP (in process)" },
 ];
 
 interface ClosedRun {
@@ -124,7 +123,7 @@ export async function runIngestBench(load: LoadGenerator, settings: IngestSettin
         const spec = { label, connections: settings.connections, warmupMs: settings.warmupMs, durationMs: settings.durationMs };
         const result =
           target === "redis-only"
-            ? await redisOnlyLoop(h, redisOnlyQueues, redisOnlyPrefix, spec, probe)
+            ? await redisOnlyLoop(redisOnlyQueues, spec, probe)
             : await load.run({ ...spec, url: urls[target], appSecret }, { onMeasureStart: probe.open, onMeasureEnd: probe.close });
         addOk(target, result.totalOk);
         countNon200(result);
@@ -197,13 +196,11 @@ async function startBaseline(): Promise<{ app: FastifyInstance; url: string }> {
 }
 
 /**
- * The same claim + enqueue the route does for a one-message webhook, on the same Redis
- * connection, with `connections` concurrent callers: the floor under the route's cost.
+ * The same claim + enqueue (one script) the route does for a one-message webhook, on the same
+ * Redis connection, with `connections` concurrent callers: the floor under the route's cost.
  */
 async function redisOnlyLoop(
-  h: Harness,
   queues: Queues,
-  prefix: string,
   spec: { label: string; connections: number; warmupMs: number; durationMs: number },
   probe: ServerProbe,
 ): Promise<LoadResult> {
@@ -229,7 +226,7 @@ async function redisOnlyLoop(
       const start = performance.now();
       if (start >= closesAt) return;
       const job = jobOf(queues, item, Date.now());
-      const outcome = await claimAndEnqueue(h.redis, `${prefix}:claim:${job.id}`, h.config.claim, job.enqueue).then(
+      const outcome = await job.enqueue().then(
         () => "200",
         () => "error",
       );

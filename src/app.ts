@@ -10,7 +10,7 @@ import type { Redis } from "ioredis";
 import { webhookRoutes } from "./webhook/routes.ts";
 
 export interface AppDeps {
-  config: Pick<Config, "whatsapp" | "adminToken" | "adminSecureCookies" | "claim" | "queuePrefix" | "trustProxy" | "metrics">;
+  config: Pick<Config, "whatsapp" | "adminToken" | "adminSecureCookies" | "queuePrefix" | "trustProxy" | "metrics">;
   logger: Logger;
   redis: Redis;
   queues: Queues;
@@ -48,8 +48,6 @@ export function buildApp(deps: AppDeps): FastifyInstance {
       queues: deps.queues,
       verifyToken: deps.config.whatsapp.verifyToken,
       appSecret: deps.config.whatsapp.appSecret,
-      claim: deps.config.claim,
-      keyPrefix: deps.config.queuePrefix,
       metrics: deps.metrics,
     }),
   );
