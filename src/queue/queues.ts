@@ -122,11 +122,13 @@ export type EnqueueOutcome = "enqueued" | "duplicate";
  * failed one) also turns a redelivery into a no-op.
  *
  * BullMQ answers a new, a duplicated and a deduplicated add alike (with the job id, the same
- * in all three), so whether the item is new is read by an EXISTS sent right before the script,
- * in the same write: Redis runs the two back to back. That read only names the outcome (logs,
- * metrics), it never decides the answer. This is Queue.add's own path (its option merge,
- * Job.create) without the awaits inside it, which would let other requests' commands in
- * between the read and the add.
+ * in all three), so whether the item is new is read by an EXISTS issued right before the
+ * script, in the same write: Redis runs the two back to back (only another process's add of
+ * the same item, landing between them, could make both say "enqueued"). That read only names
+ * the outcome for logs and metrics; it never decides the answer. The add is Queue.add's own
+ * path (its option merge, Job.create; its checks hold for these ids and options by
+ * construction) without the awaits inside it, which would let other requests' commands in
+ * between the read and the script.
  */
 async function addOnce<T>(queue: Queue<T>, name: string, data: T, jobId: string): Promise<EnqueueOutcome> {
   const backend = queue.getBackend();
