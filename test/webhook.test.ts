@@ -1,6 +1,8 @@
 import { readFileSync } from "node:fs";
+import { Writable } from "node:stream";
 import type { Queue } from "bullmq";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { createLogger } from "../src/logger.ts";
 import { inboundJobId, statusJobId } from "../src/queue/queues.ts";
 import { WEBHOOK_BODY_LIMIT } from "../src/webhook/routes.ts";
 import { signMetaBody } from "../src/webhook/signature.ts";
@@ -499,5 +501,27 @@ describe("POST /webhook: duplicates (at-least-once delivery)", () => {
     expect((await h.deliver(statusWebhook({ id: wamid, status: "read" }))).statusCode).toBe(200);
     expect(await jobCounts(h)).toEqual({ inbound: 0, status: 2, reply: 0 });
     expect(await jobIds(h.queues.status)).toEqual([statusJobId(wamid, "delivered"), statusJobId(wamid, "read")].sort());
+  });
+});
+
+describe("POST /webhook: logs (law 10)", () => {
+  it("a delivery is one info line with what it queued, its status and its time, whatever the batch size, and never the text", async () => {
+    const lines: Record<string, unknown>[] = [];
+    const sink = new Writable({
+      write(chunk: Buffer, _encoding, done) {
+        lines.push(...chunk.toString("utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l) as Record<string, unknown>));
+        done();
+      },
+    });
+    const h = await webOnly({ logger: createLogger({ level: "info", destination: sink }) });
+    const messages = Array.from({ length: 20 }, (_, i) => textMessage({ text: `private words ${i}` }));
+    expect((await h.deliver(metaWire(envelope([messagesChange(messages)])))).statusCode).toBe(200);
+    expect((await h.deliver(metaWire(envelope([messagesChange(messages.slice(0, 1))])))).statusCode).toBe(200);
+
+    expect(lines.map((l) => l.event)).toEqual(["webhook.enqueued", "webhook.duplicate"]);
+    expect(lines[0]).toMatchObject({ level: 30, status: 200, enqueued: messages.map((m) => m.id), duplicates: [] });
+    expect(lines[1]).toMatchObject({ status: 200, enqueued: [], duplicates: [messages[0]!.id] });
+    expect(typeof lines[0]!.ms).toBe("number");
+    expect(JSON.stringify(lines)).not.toContain("private words");
   });
 });

@@ -19,6 +19,14 @@ export const WEBHOOK_BODY_LIMIT = 4 * 1024 * 1024;
 
 type Kind = Exclude<WebhookItem["kind"], "ignored">;
 
+/**
+ * A POST /webhook logs itself: one line per delivery (what was queued, the status, the time),
+ * so Fastify's own "incoming request" and "request completed" lines are left out for it.
+ */
+export function logsItsOwnRequests(request: { method?: string | undefined; url?: string | undefined }): boolean {
+  return request.method === "POST" && request.url !== undefined && request.url.split("?", 1)[0] === "/webhook";
+}
+
 class RedisNotReadyError extends Error {
   override readonly name = "RedisNotReadyError";
   constructor(status: string) {
@@ -61,14 +69,14 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
       const raw = request.body;
       const signature = request.headers["x-hub-signature-256"];
       if (!Buffer.isBuffer(raw) || !verifyMetaSignature(raw, typeof signature === "string" ? signature : undefined, deps.appSecret)) {
-        request.log.warn({ event: "webhook.bad_signature" }, "signature missing or wrong; nothing stored");
+        request.log.warn({ event: "webhook.bad_signature", status: 401 }, "signature missing or wrong; nothing stored");
         return reply.code(401).send({ error: "invalid signature" });
       }
       let body: unknown;
       try {
         body = JSON.parse(raw.toString("utf8"));
       } catch {
-        request.log.warn({ event: "webhook.malformed_json" }, "signed body is not JSON");
+        request.log.warn({ event: "webhook.malformed_json", status: 400 }, "signed body is not JSON");
         return reply.code(400).send({ error: "malformed JSON" });
       }
 
@@ -104,18 +112,14 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
       const failed = results.filter((r): r is PromiseRejectedResult => r.status === "rejected");
       if (failed.length > 0) {
         request.log.error(
-          { event: "webhook.enqueue_failed", failed: failed.length, of: items.length, err: failed[0]?.reason },
+          { event: "webhook.enqueue_failed", status: 503, ms: reply.elapsedTime, failed: failed.length, of: items.length, err: failed[0]?.reason },
           "could not enqueue every item; Meta will deliver again",
         );
         return reply.code(503).send({ error: "temporarily unable to accept; retry" });
       }
       // One line per delivery, not per item: a batch of 1000 updates is one line (ids only, never text).
-      if (enqueued.length > 0 || duplicates.length > 0) {
-        request.log.info(
-          { event: enqueued.length > 0 ? "webhook.enqueued" : "webhook.duplicate", enqueued, duplicates, ignored },
-          enqueued.length > 0 ? "queued" : "already queued",
-        );
-      }
+      const event = enqueued.length > 0 ? "webhook.enqueued" : duplicates.length > 0 ? "webhook.duplicate" : "webhook.nothing_queued";
+      request.log.info({ event, status: 200, ms: reply.elapsedTime, enqueued, duplicates, ignored }, "delivery accepted");
       return reply.code(200).send({ ok: true });
     });
   };
