@@ -1,4 +1,4 @@
-import type { FastifyInstance, FastifyPluginAsync } from "fastify";
+import { type FastifyInstance, type FastifyPluginAsync, type FastifyReply, type FastifyRequest, LogController } from "fastify";
 import type { Redis } from "ioredis";
 import type { Metrics } from "../http/metrics.ts";
 import { type EnqueueOutcome, jobOf, type Queues } from "../queue/queues.ts";
@@ -19,12 +19,21 @@ export const WEBHOOK_BODY_LIMIT = 4 * 1024 * 1024;
 
 type Kind = Exclude<WebhookItem["kind"], "ignored">;
 
+const isDelivery = (request: FastifyRequest) => request.method === "POST" && request.url.split("?", 1)[0] === "/webhook";
+
 /**
- * A POST /webhook logs itself: one line per delivery (what was queued, the status, the time),
- * so Fastify's own "incoming request" and "request completed" lines are left out for it.
+ * Fastify's request lines, except "incoming request" and "request completed" for Meta's
+ * deliveries: each logs one line of its own (what it queued, its status, its time), and at
+ * info the two lines more were most of a delivery's cost. Errors are logged as ever.
  */
-export function logsItsOwnRequests(request: { method?: string | undefined; url?: string | undefined }): boolean {
-  return request.method === "POST" && request.url !== undefined && request.url.split("?", 1)[0] === "/webhook";
+export class WebhookLogController extends LogController {
+  override incomingRequest(request: FastifyRequest, reply: FastifyReply, metadata?: Record<string, unknown>): void {
+    if (!isDelivery(request)) super.incomingRequest(request, reply, metadata);
+  }
+
+  override requestCompleted(error: Error | null | undefined, request: FastifyRequest, reply: FastifyReply, metadata?: Record<string, unknown>): void {
+    if (error || !isDelivery(request)) super.requestCompleted(error, request, reply, metadata);
+  }
 }
 
 class RedisNotReadyError extends Error {
