@@ -53,10 +53,11 @@ const CHILD = fileURLToPath(new URL("./load-child.ts", import.meta.url));
 
 /**
  * How many generator processes share a run: one measured 89 % busy driving the bare Fastify
- * route on a 2-core machine, so it, not the server, set the baseline's pace. With several,
- * none is the limit (the report shows the busiest). BENCH_GENERATORS overrides it.
+ * route on a 2-core machine, so it, not the server, set the baseline's pace. Against that
+ * route, side by side: 3 processes gave 10-25 % more req/s than 2, and 4 no more than 3
+ * (the busiest of 3 about 30 % busy). BENCH_GENERATORS overrides it.
  */
-const DEFAULT_GENERATORS = 2;
+const DEFAULT_GENERATORS = 3;
 
 /** A load generator made of `count` child processes; each run is split evenly across them. */
 export class LoadGenerator {
