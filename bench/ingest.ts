@@ -1,16 +1,16 @@
 import { performance } from "node:perf_hooks";
+import { pathToFileURL } from "node:url";
 import Fastify, { type FastifyInstance } from "fastify";
 import { Redis } from "ioredis";
 import pino from "pino";
 import { createLogger } from "../src/logger.ts";
 import { closeQueues, createQueues, jobOf, type Queues } from "../src/queue/queues.ts";
-import { claimAndEnqueue } from "../src/webhook/claim.ts";
 import { type InboundItem, walkWebhook } from "../src/webhook/payload.ts";
 import { WEBHOOK_BODY_LIMIT } from "../src/webhook/routes.ts";
 import { signMetaBody, verifyMetaSignature } from "../src/webhook/signature.ts";
-import { type Harness, startHarness } from "../test/support/harness.ts";
+import { startHarness } from "../test/support/harness.ts";
 import { textWebhook } from "../test/support/webhook-bodies.ts";
-import type { LoadGenerator, LoadResult } from "./load.ts";
+import { LoadGenerator, type LoadResult } from "./load.ts";
 import { CommandCounter, ServerProbe, type WindowCost } from "./probe.ts";
 import { fmt, median, percentile, sleep, sum, table } from "./stats.ts";
 
@@ -37,7 +37,7 @@ const TARGETS: { name: TargetName; description: string }[] = [
   { name: "baseline", description: "bare Fastify 5, one POST route that reads the body (buffer) and answers 200" },
   { name: "app", description: "the real app from the harness (LOG_LEVEL silent, as in the tests)" },
   { name: "app+info-log", description: "a second harness, the same but LOG_LEVEL=info (production's default), logs to /dev/null" },
-  { name: "redis-only", description: "the route's Redis work alone: claimAndEnqueue + the inbound job's add, no HTTP (in process)" },
+  { name: "redis-only", description: "the route's Redis work alone: the inbound job's add (claim in the same script), no HTTP (in process)" },
 ];
 
 interface ClosedRun {
@@ -48,6 +48,8 @@ interface ClosedRun {
   p99: number;
   non200: number;
   cost: WindowCost;
+  /** Writes to the app's Redis socket in the window: each one carries every command issued in one event-loop turn. */
+  redisWrites: number;
   requests: number;
   generatorBusy: number;
 }
@@ -64,6 +66,7 @@ interface OpenRun {
 
 export interface IngestReport {
   settings: IngestSettings;
+  generators: number;
   closed: ClosedRun[];
   open: OpenRun[];
   pieces: { name: string; micros: number }[];
@@ -108,7 +111,22 @@ export async function runIngestBench(load: LoadGenerator, settings: IngestSettin
     };
 
     const counters = [new CommandCounter(h.redis), new CommandCounter(hInfo.redis)];
-    const probe = new ServerProbe(probeRedis, () => sum(counters.map((c) => c.count)));
+    const serverProbe = new ServerProbe(probeRedis, () => sum(counters.map((c) => c.count)));
+    const writeCounters = [new WriteCounter(h.redis), new WriteCounter(hInfo.redis)];
+    const writesSent = () => sum(writeCounters.map((c) => c.count));
+    let writesAtOpen = 0;
+    let windowWrites = 0;
+    const probe = {
+      open: async () => {
+        writesAtOpen = writesSent();
+        await serverProbe.open();
+      },
+      close: async () => {
+        windowWrites = writesSent() - writesAtOpen;
+        await serverProbe.close();
+      },
+      result: () => ({ cost: serverProbe.result(), writes: windowWrites }),
+    };
     const appSecret = h.config.whatsapp.appSecret;
     const okByTarget = new Map<TargetName, number>();
     const addOk = (target: TargetName, n: number) => okByTarget.set(target, (okByTarget.get(target) ?? 0) + n);
@@ -124,7 +142,7 @@ export async function runIngestBench(load: LoadGenerator, settings: IngestSettin
         const spec = { label, connections: settings.connections, warmupMs: settings.warmupMs, durationMs: settings.durationMs };
         const result =
           target === "redis-only"
-            ? await redisOnlyLoop(h, redisOnlyQueues, redisOnlyPrefix, spec, probe)
+            ? await redisOnlyLoop(redisOnlyQueues, spec, probe)
             : await load.run({ ...spec, url: urls[target], appSecret }, { onMeasureStart: probe.open, onMeasureEnd: probe.close });
         addOk(target, result.totalOk);
         countNon200(result);
@@ -169,6 +187,7 @@ export async function runIngestBench(load: LoadGenerator, settings: IngestSettin
     const jobs = async (queues: Queues) => sum(Object.values(await queues.inbound.getJobCounts()));
     return {
       settings,
+      generators: load.processes,
       closed,
       open,
       pieces: routeCpuPieces(appSecret),
@@ -180,6 +199,26 @@ export async function runIngestBench(load: LoadGenerator, settings: IngestSettin
     };
   } finally {
     for (const close of closers.reverse()) await close();
+  }
+}
+
+/**
+ * Counts the writes a Redis connection makes to its socket (what reaches the kernel: one
+ * `_write` or `_writev` each), so the report can set round trips beside commands: the web
+ * connection sends every command of one event-loop turn in one write.
+ */
+class WriteCounter {
+  count = 0;
+
+  constructor(redis: Redis) {
+    const socket = redis.stream as unknown as Record<"_write" | "_writev", (...args: unknown[]) => unknown>;
+    for (const method of ["_write", "_writev"] as const) {
+      const original = socket[method].bind(socket);
+      socket[method] = (...args: unknown[]) => {
+        this.count++;
+        return original(...args);
+      };
+    }
   }
 }
 
@@ -197,15 +236,13 @@ async function startBaseline(): Promise<{ app: FastifyInstance; url: string }> {
 }
 
 /**
- * The same claim + enqueue the route does for a one-message webhook, on the same Redis
- * connection, with `connections` concurrent callers: the floor under the route's cost.
+ * The same claim + enqueue (one script) the route does for a one-message webhook, on the same
+ * Redis connection, with `connections` concurrent callers: the floor under the route's cost.
  */
 async function redisOnlyLoop(
-  h: Harness,
   queues: Queues,
-  prefix: string,
   spec: { label: string; connections: number; warmupMs: number; durationMs: number },
-  probe: ServerProbe,
+  probe: { open: () => Promise<void>; close: () => Promise<void> },
 ): Promise<LoadResult> {
   const [template] = walkWebhook(JSON.parse(textWebhook({ text: "Benchmark message: hello, is the shop open on Sunday?" }).body));
   if (template?.kind !== "message") throw new Error("the sample webhook did not parse as a message");
@@ -229,7 +266,7 @@ async function redisOnlyLoop(
       const start = performance.now();
       if (start >= closesAt) return;
       const job = jobOf(queues, item, Date.now());
-      const outcome = await claimAndEnqueue(h.redis, `${prefix}:claim:${job.id}`, h.config.claim, job.enqueue).then(
+      const outcome = await job.enqueue().then(
         () => "200",
         () => "error",
       );
@@ -257,7 +294,7 @@ async function redisOnlyLoop(
   };
 }
 
-function closedRun(target: TargetName, round: number, result: LoadResult, cost: WindowCost): ClosedRun {
+function closedRun(target: TargetName, round: number, result: LoadResult, { cost, writes }: { cost: WindowCost; writes: number }): ClosedRun {
   const reqPerSec = result.sent / (result.windowMs / 1000);
   return {
     target,
@@ -267,6 +304,7 @@ function closedRun(target: TargetName, round: number, result: LoadResult, cost: 
     p99: percentile(result.latenciesMs, 99),
     non200: result.non200,
     cost,
+    redisWrites: writes,
     requests: result.sent,
     generatorBusy: result.generatorBusy,
   };
@@ -291,11 +329,11 @@ function routeCpuPieces(appSecret: string): { name: string; micros: number }[] {
 }
 
 export function formatIngest(report: IngestReport): string {
-  const { settings, closed, open, pieces, check } = report;
+  const { settings, generators, closed, open, pieces, check } = report;
   const out: string[] = [];
   out.push(
-    `Closed loop: ${settings.connections} keep-alive connections, ${settings.warmupMs / 1000} s warm-up + ${settings.durationMs / 1000} s measured, ` +
-      `${settings.rounds} rounds alternating targets; medians over rounds.`,
+    `Closed loop: ${settings.connections} keep-alive connections from ${generators} generator processes, ${settings.warmupMs / 1000} s warm-up + ` +
+      `${settings.durationMs / 1000} s measured, ${settings.rounds} rounds alternating targets; medians over rounds.`,
   );
   out.push(...TARGETS.map((t) => `  ${t.name.padEnd(13)} ${t.description}`), "");
 
@@ -304,7 +342,7 @@ export function formatIngest(report: IngestReport): string {
   const perReq = (r: ClosedRun, value: number) => (value * 1000) / r.requests; // ms → µs per request
   out.push(
     table(
-      ["target", "req/s", "p50 ms", "p99 ms", "non-200", "node busy", "node CPU µs/req", "redis cmds/req", "redis CPU µs/req*", "generator busy"],
+      ["target", "req/s", "p50 ms", "p99 ms", "non-200", "node busy", "node CPU µs/req", "redis cmds/req", "redis writes/req", "redis CPU µs/req*", "generator busy"],
       TARGETS.map(({ name }) => [
         name,
         fmt(med(name, (r) => r.reqPerSec)),
@@ -314,6 +352,7 @@ export function formatIngest(report: IngestReport): string {
         `${fmt(med(name, (r) => r.cost.busy * 100))}%`,
         fmt(med(name, (r) => perReq(r, r.cost.nodeCpuMs))),
         fmt(med(name, (r) => r.cost.redisCommands / r.requests), 1),
+        fmt(med(name, (r) => r.redisWrites / r.requests), 2),
         fmt(med(name, (r) => perReq(r, r.cost.redisCpuMs))),
         name === "redis-only" ? "-" : `${fmt(med(name, (r) => r.generatorBusy * 100))}%`,
       ]),
@@ -321,16 +360,20 @@ export function formatIngest(report: IngestReport): string {
   );
   out.push(
     "  node busy: main-thread event-loop utilisation of the process under test; node CPU: all its threads.",
-    "  redis cmds: sent by the app's Redis client; * redis CPU is server-wide (includes other clients of that Redis).",
-    "  generator busy: the load generator's own event-loop utilisation (near 100% = generator-bound).",
+    "  redis cmds: sent by the app's Redis client; redis writes: its writes to the socket, each carrying every command of one",
+    "  event-loop turn (of all requests in it); * redis CPU is server-wide (includes other clients of that Redis).",
+    "  generator busy: the busiest load generator's event-loop utilisation (near 100% = generator-bound).",
     "",
   );
   for (const { name } of TARGETS) {
     out.push(`  ${name.padEnd(13)} req/s by round: ${byTarget(name).map((r) => fmt(r.reqPerSec)).join(" / ")}`);
   }
   const ratio = (target: TargetName, pick: (r: ClosedRun) => number) => med(target, pick) / med("baseline", pick);
+  const commandsPerMessage = med("app", (r) => r.cost.redisCommands / r.requests);
   out.push(
     "",
+    `Redis per webhook message (app): ${fmt(commandsPerMessage, 2)} commands (EXISTS, naming the outcome, + the add script that also ` +
+      `claims), sent together: 1 round trip; ${fmt(med("app", (r) => r.redisWrites / r.requests), 2)} socket writes (shared with the requests of the same turn)`,
     `app / baseline:           throughput ${fmt(ratio("app", (r) => r.reqPerSec), 2)}x, p99 ${fmt(ratio("app", (r) => r.p99), 2)}x`,
     `app+info-log / baseline:  throughput ${fmt(ratio("app+info-log", (r) => r.reqPerSec), 2)}x, p99 ${fmt(ratio("app+info-log", (r) => r.p99), 2)}x`,
     `app / redis-only:         throughput ${fmt(med("app", (r) => r.reqPerSec) / med("redis-only", (r) => r.reqPerSec), 2)}x`,
@@ -355,4 +398,25 @@ export function formatIngest(report: IngestReport): string {
   }
   out.push(`Check all targets: ${fmt(check.non200)} answers other than 200 -> ${check.non200 === 0 ? "OK" : "FAIL"}`);
   return out.join("\n");
+}
+
+/** `tsx bench/ingest.ts`: benchmark 1 alone, with npm run bench's settings (BENCH_QUICK=1 shortens it, as there). */
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  const quick = process.env.BENCH_QUICK === "1";
+  const settings: IngestSettings = {
+    rounds: quick ? 1 : 3,
+    connections: 16,
+    warmupMs: quick ? 300 : 1000,
+    durationMs: quick ? 1000 : 5000,
+    openRate: 500,
+    openConnections: 64,
+  };
+  const load = LoadGenerator.start();
+  runIngestBench(load, settings)
+    .then((report) => console.log(formatIngest(report)))
+    .catch((error: unknown) => {
+      console.error(error);
+      process.exitCode = 1;
+    })
+    .finally(() => load.close());
 }

@@ -7,10 +7,10 @@ import { type Metrics, metricsRoutes } from "./http/metrics.ts";
 import type { Logger } from "./logger.ts";
 import type { Queues } from "./queue/queues.ts";
 import type { Redis } from "ioredis";
-import { webhookRoutes } from "./webhook/routes.ts";
+import { WebhookLogController, webhookRoutes } from "./webhook/routes.ts";
 
 export interface AppDeps {
-  config: Pick<Config, "whatsapp" | "adminToken" | "adminSecureCookies" | "claim" | "queuePrefix" | "trustProxy" | "metrics">;
+  config: Pick<Config, "whatsapp" | "adminToken" | "adminSecureCookies" | "queuePrefix" | "trustProxy" | "metrics">;
   logger: Logger;
   redis: Redis;
   queues: Queues;
@@ -28,6 +28,8 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     // Behind a load balancer (DESIGN.md §5) the socket's address is the balancer's; request.ip
     // must be the client's, or the sign-in limits would count every person as one.
     trustProxy: fastifyTrustProxy(deps.config.trustProxy),
+    // Meta's deliveries log one line each, with their status and time, not Fastify's two more.
+    logController: new WebhookLogController(),
   });
 
   app.setErrorHandler((error: Error & { statusCode?: number }, request, reply) => {
@@ -48,8 +50,6 @@ export function buildApp(deps: AppDeps): FastifyInstance {
       queues: deps.queues,
       verifyToken: deps.config.whatsapp.verifyToken,
       appSecret: deps.config.whatsapp.appSecret,
-      claim: deps.config.claim,
-      keyPrefix: deps.config.queuePrefix,
       metrics: deps.metrics,
     }),
   );

@@ -167,8 +167,6 @@ const envSchema = z.object({
   JOB_LOCK_MS: int("JOB_LOCK_MS", 30_000, 500, 600_000),
   RECONCILE_INTERVAL_MS: int("RECONCILE_INTERVAL_MS", 60_000, 100, 86_400_000),
   RECONCILE_AFTER_MS: int("RECONCILE_AFTER_MS", 120_000, 0, 7 * 86_400_000),
-  CLAIM_PENDING_TTL_MS: int("CLAIM_PENDING_TTL_MS", 30_000, 100, 600_000),
-  CLAIM_WAIT_MS: int("CLAIM_WAIT_MS", 1000, 0, 10_000),
   SHUTDOWN_TIMEOUT_MS: int("SHUTDOWN_TIMEOUT_MS", 25_000, 0, 600_000),
   MEDIA_REPLY: sayOrNothing("Thanks! I can read text, images and PDFs, but not voice notes or videos. Could you write your question?"),
   DOCUMENT_REPLY: sayOrNothing("I can read PDFs and images, but not this kind of file. Could you send it as a PDF, or write the question?"),
@@ -290,7 +288,6 @@ export interface Config {
     /** How long a job's lock lives without renewal: a dead worker's job runs again after this. */
     readonly lockMs: number;
   };
-  readonly claim: { readonly pendingTtlMs: number; readonly waitMs: number };
   /** The reconciler's sweep: how often, and how old unanswered work must be before it acts (src/jobs/reconcile.ts). */
   readonly reconcile: { readonly intervalMs: number; readonly afterMs: number };
   /** How the bot treats what is not a plain question (see src/messages/). */
@@ -391,7 +388,6 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
       retryMaxDelayMs: e.RETRY_MAX_DELAY_MS,
       lockMs: e.JOB_LOCK_MS,
     },
-    claim: { pendingTtlMs: e.CLAIM_PENDING_TTL_MS, waitMs: e.CLAIM_WAIT_MS },
     reconcile: { intervalMs: e.RECONCILE_INTERVAL_MS, afterMs: e.RECONCILE_AFTER_MS },
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
     conversation: {

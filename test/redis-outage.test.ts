@@ -1,7 +1,14 @@
 import type { Queue } from "bullmq";
+import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { eventually, type Harness, startHarness } from "./support/harness.ts";
-import { inboundJobId } from "../src/queue/queues.ts";
+import { buildApp } from "../src/app.ts";
+import { loadConfig } from "../src/config.ts";
+import { createDb } from "../src/db/client.ts";
+import { createMetrics } from "../src/http/metrics.ts";
+import { eventually, type Harness, startHarness, TEST_APP_SECRET, testEnv } from "./support/harness.ts";
+import { closeQueues, createQueues, inboundJobId } from "../src/queue/queues.ts";
+import { createFailFastRedis } from "../src/queue/redis.ts";
+import { signMetaBody } from "../src/webhook/signature.ts";
 import { PrivateRedis } from "./support/private-redis.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
 
@@ -79,7 +86,8 @@ describe("Redis outage on the web role (law 2)", () => {
     expect(redelivered.statusCode).toBe(200);
     const job = await h.queues.inbound.getJob(inboundJobId(during.wamids[0]!));
     expect(job?.data.message.text?.body).toBe("during the outage");
-    expect(await h.redis.get(`${h.prefix}:claim:${inboundJobId(during.wamids[0]!)}`)).toBe("done");
+    // Claimed by the same script that queued it (law 3): the refused deliveries left no claim behind.
+    expect(await h.queues.inbound.getDeduplicationJobId(inboundJobId(during.wamids[0]!))).toBe(inboundJobId(during.wamids[0]!));
 
     // And a brand-new message after the outage is enqueued as well.
     const after = textWebhook({ text: "after the outage" });
@@ -89,6 +97,39 @@ describe("Redis outage on the web role (law 2)", () => {
     // This Redis kept nothing across the restart (no persistence): exactly the two new jobs.
     expect(await jobCount(h.queues.inbound)).toBe(2);
   });
+});
+
+describe("Redis down when the web role starts (law 2)", () => {
+  it("the webhook answers 503 at once rather than waiting for the queues to connect, and 200 once Redis is up", async () => {
+    const redisServer = await PrivateRedis.start();
+    await redisServer.kill();
+    const config = loadConfig(testEnv({ REDIS_URL: redisServer.url, QUEUE_PREFIX: `{t-down-${Date.now().toString(36)}}` }));
+    const redis = createFailFastRedis(config.redisUrl);
+    redis.on("error", () => undefined);
+    // BullMQ's queues wait for their connection's first "ready" before any add, with no timeout.
+    const queues = createQueues(redis, { prefix: config.queuePrefix, attempts: config.jobs.attempts });
+    const db = createDb(config.databaseUrl, { poolSize: 1 });
+    const app = buildApp({ config, logger: pino({ level: "silent" }), redis, queues, db, metrics: createMetrics() });
+    const deliver = (body: string) =>
+      app.inject({ method: "POST", url: "/webhook", payload: body, headers: { "content-type": "application/json", "x-hub-signature-256": signMetaBody(Buffer.from(body), TEST_APP_SECRET) } });
+    try {
+      await app.ready();
+      const { body, wamids } = textWebhook({ text: "while Redis is still down" });
+      expect((await deliver(body)).statusCode).toBe(503);
+
+      await redisServer.resume();
+      await eventually(() => redis.status === "ready", "the web connection to reach Redis", 15_000);
+      expect((await deliver(body)).statusCode).toBe(200);
+      expect(await queues.inbound.getJob(inboundJobId(wamids[0]!))).toBeDefined();
+    } finally {
+      await redisServer.resume();
+      await app.close();
+      await closeQueues(queues);
+      await redis.quit().catch(() => undefined);
+      await db.$disconnect();
+      await redisServer.destroy();
+    }
+  }, 30_000);
 });
 
 describe("Redis outage on the worker role", () => {

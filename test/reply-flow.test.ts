@@ -83,12 +83,12 @@ describe("one AI call per answer (law 4) and one send per reply (law 5)", () => 
 
   it("a redelivery after the Redis claim was lost is stopped by Postgres: no second reply", async () => {
     const h = await harness();
-    const { body } = textWebhook({ text: "first" });
+    const { body, wamids } = textWebhook({ text: "first" });
     await h.deliver(body);
     await eventually(() => h.graph.sends.length === 1, "the reply");
-    const claims = await h.redis.keys(`${h.prefix}:claim:*`);
-    await h.redis.del(...claims); // as if Redis lost the key (eviction, failover)
-    // The inbound job id is derived from the wamid; remove the finished job so BullMQ accepts it again.
+    // As if Redis lost the claim (the job's deduplication key: eviction, failover)...
+    await h.queues.inbound.removeDeduplicationKey(inboundJobId(wamids[0]!));
+    // ...and the finished job: the job id derives from the wamid, so BullMQ would refuse it otherwise.
     await h.queues.inbound.clean(0, 1000, "completed");
     expect((await h.deliver(body)).statusCode).toBe(200);
     await eventually(async () => (await h.queues.inbound.getJobCounts("completed")).completed === 1, "the redelivery to be processed");

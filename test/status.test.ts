@@ -150,8 +150,8 @@ describe("status webhooks", () => {
     await deliverStatus(failedStatus(sent.wamid));
     expect(await h.db.deadLetter.count({ where: { replyId: sent.replyId } })).toBe(1);
 
-    // Simulate lost Redis state: the webhook claim and the finished job are gone.
-    await h.redis.del(`${h.prefix}:claim:${statusJobId(sent.wamid, "failed")}`);
+    // Simulate lost Redis state: the webhook claim (the job's deduplication key) and the finished job are gone.
+    await h.queues.status.removeDeduplicationKey(statusJobId(sent.wamid, "failed"));
     await (await h.queues.status.getJob(statusJobId(sent.wamid, "failed")))?.remove();
 
     await deliverStatus(failedStatus(sent.wamid));

@@ -1,11 +1,12 @@
 import { readFileSync } from "node:fs";
+import { Writable } from "node:stream";
 import type { Queue } from "bullmq";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { createLogger } from "../src/logger.ts";
 import { inboundJobId, statusJobId } from "../src/queue/queues.ts";
 import { WEBHOOK_BODY_LIMIT } from "../src/webhook/routes.ts";
 import { signMetaBody } from "../src/webhook/signature.ts";
 import {
-  eventually,
   type Harness,
   type HarnessOptions,
   startHarness,
@@ -26,11 +27,10 @@ import {
 
 /**
  * The web role of DESIGN.md §2 through the real app, on real Redis and Postgres: laws 1, 2,
- * 3, 9 and 11, and the GET verify handshake of WHATSAPP.md §1. Every harness here runs
+ * 9 and 11 (law 3 has webhook-claim.test.ts), and the GET verify handshake of WHATSAPP.md §1. Every harness here runs
  * without workers, so whatever the webhook enqueues stays in the queue to be counted.
  */
 
-const DAY_MS = 24 * 60 * 60 * 1000;
 const MB = 1024 * 1024;
 
 // ---------------------------------------------------------------------------------------------
@@ -75,11 +75,10 @@ async function scanKeys(h: Harness, pattern: string): Promise<string[]> {
   return found.sort();
 }
 
-const claimKeys = (h: Harness) => scanKeys(h, `${h.prefix}:claim:*`);
+/** The webhook's claims: BullMQ's deduplication keys, one per queued item (law 3; see webhook-claim.test.ts). */
+const claimKeys = (h: Harness) => scanKeys(h, `${h.prefix}:*:de:*`);
 /** Every key of this system except the ":meta" keys BullMQ writes on its own when a Queue is built. */
 const dataKeys = async (h: Harness) => (await scanKeys(h, `${h.prefix}*`)).filter((key) => !key.endsWith(":meta"));
-const messageClaimKey = (h: Harness, wamid: string) => `${h.prefix}:claim:${inboundJobId(wamid)}`;
-const statusClaimKey = (h: Harness, wamid: string, status: string) => `${h.prefix}:claim:${statusJobId(wamid, status)}`;
 
 /** A POST /webhook with exactly these headers (h.deliver always adds a signature). */
 function post(h: Harness, payload: string | Buffer, headers: Record<string, string>) {
@@ -97,7 +96,6 @@ const statusItem = (id: string, status: string) => ({
   recipient_id: "16505551234",
 });
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 // ---------------------------------------------------------------------------------------------
 // fixtures: Meta wire-format bodies with signatures committed beside them
@@ -278,7 +276,7 @@ describe("POST /webhook: signature and bad input (laws 1 and 11)", () => {
 
     expect(await jobCounts(h)).toEqual({ inbound: 0, status: 0, reply: 0 });
     expect(await claimKeys(h)).toEqual([]);
-    expect(await h.redis.exists(messageClaimKey(h, wamids[0]!))).toBe(0);
+    expect(await h.queues.inbound.getDeduplicationJobId(inboundJobId(wamids[0]!))).toBeNull();
     // No side effect of any kind: this system has no key in Redis beyond BullMQ's own metadata.
     expect(await dataKeys(h)).toEqual([]);
   });
@@ -383,7 +381,7 @@ describe("POST /webhook: body size (Meta sends up to 3 MB)", () => {
     const res = await h.deliver(body);
     expect(res.statusCode).toBe(413);
     expect(await jobCounts(h)).toEqual({ inbound: 0, status: 0, reply: 0 });
-    expect(await h.redis.exists(messageClaimKey(h, wamids[0]!))).toBe(0);
+    expect(await h.queues.inbound.getDeduplicationJobId(inboundJobId(wamids[0]!))).toBeNull();
     expect(await claimKeys(h)).toEqual([]);
     expect(await dataKeys(h)).toEqual([]);
   });
@@ -413,7 +411,7 @@ describe("POST /webhook: batches are normal (law 9)", () => {
     expect(await jobCounts(h)).toEqual({ inbound: 18, status: 12, reply: 0 });
     expect(await jobIds(h.queues.inbound)).toEqual(messageIds.map((id) => inboundJobId(id)).sort());
     expect(await jobIds(h.queues.status)).toEqual(statusIds.sort());
-    // Every message and status is claimed "done".
+    // Every message and status is claimed, by the same script that queued its job.
     expect(await claimKeys(h)).toHaveLength(30);
   });
 
@@ -475,7 +473,7 @@ describe("POST /webhook: duplicates (at-least-once delivery)", () => {
     expect(responses.map((r) => r.statusCode)).toEqual([200, 200, 200, 200, 200]);
     expect(await jobCounts(h)).toEqual({ inbound: 1, status: 0, reply: 0 });
     expect(await jobIds(h.queues.inbound)).toEqual([inboundJobId(wamids[0]!)]);
-    expect(await h.redis.get(messageClaimKey(h, wamids[0]!))).toBe("done");
+    expect(await h.queues.inbound.getDeduplicationJobId(inboundJobId(wamids[0]!))).toBe(inboundJobId(wamids[0]!));
   });
 
   it("the same wamid twice within one POST gives one inbound job and 200", async () => {
@@ -506,92 +504,24 @@ describe("POST /webhook: duplicates (at-least-once delivery)", () => {
   });
 });
 
-describe("POST /webhook: a claim never swallows a message (law 3)", () => {
-  it("after an enqueue the claim key is \"done\" with a TTL close to 24 h", async () => {
-    const h = await webOnly();
-    const { body, wamids } = textWebhook({ text: "claim me" });
-    expect((await h.deliver(body)).statusCode).toBe(200);
-    const key = messageClaimKey(h, wamids[0]!);
-    expect(await h.redis.get(key)).toBe("done");
-    const ttl = await h.redis.pttl(key);
-    expect(ttl).toBeGreaterThan(DAY_MS - 60_000);
-    expect(ttl).toBeLessThanOrEqual(DAY_MS);
-  });
+describe("POST /webhook: logs (law 10)", () => {
+  it("a delivery is one info line with what it queued, its status and its time, whatever the batch size, and never the text", async () => {
+    const lines: Record<string, unknown>[] = [];
+    const sink = new Writable({
+      write(chunk: Buffer, _encoding, done) {
+        lines.push(...chunk.toString("utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l) as Record<string, unknown>));
+        done();
+      },
+    });
+    const h = await webOnly({ logger: createLogger({ level: "info", destination: sink }) });
+    const messages = Array.from({ length: 20 }, (_, i) => textMessage({ text: `private words ${i}` }));
+    expect((await h.deliver(metaWire(envelope([messagesChange(messages)])))).statusCode).toBe(200);
+    expect((await h.deliver(metaWire(envelope([messagesChange(messages.slice(0, 1))])))).statusCode).toBe(200);
 
-  it("after a status enqueue its (wamid, status) claim key is \"done\" with a TTL close to 24 h", async () => {
-    const h = await webOnly();
-    const wamid = uniqueWamid();
-    expect((await h.deliver(statusWebhook({ id: wamid, status: "sent" }))).statusCode).toBe(200);
-    const key = statusClaimKey(h, wamid, "sent");
-    expect(await h.redis.get(key)).toBe("done");
-    expect(await h.redis.pttl(key)).toBeGreaterThan(DAY_MS - 60_000);
-  });
-
-  it("a process dying between claim and enqueue: the redelivery is answered 503 while the claim is pending, then processed once it expires", async () => {
-    const h = await webOnly({ env: { CLAIM_PENDING_TTL_MS: "400", CLAIM_WAIT_MS: "50" } });
-    const { body, wamids } = textWebhook({ text: "claimed by a process that died" });
-    const key = messageClaimKey(h, wamids[0]!);
-    // What the dying process left behind: its short-lived "pending" claim, and no job.
-    expect(await h.redis.set(key, "pending", "PX", h.config.claim.pendingTtlMs, "NX")).toBe("OK");
-
-    // Meta's redelivery while the claim is still pending: not 200 (that would swallow it).
-    const whilePending = await h.deliver(body);
-    expect(whilePending.statusCode).toBe(503);
-    expect(await jobCounts(h)).toEqual({ inbound: 0, status: 0, reply: 0 });
-    expect(await h.redis.get(key)).toBe("pending"); // not ours to delete or promote
-
-    // The pending claim expires on its own...
-    await eventually(async () => (await h.redis.exists(key)) === 0, "the pending claim to expire", 5000);
-
-    // ...and Meta's next redelivery is processed, exactly once.
-    const afterExpiry = await h.deliver(body);
-    expect(afterExpiry.statusCode).toBe(200);
-    expect(await jobCounts(h)).toEqual({ inbound: 1, status: 0, reply: 0 });
-    expect(await jobIds(h.queues.inbound)).toEqual([inboundJobId(wamids[0]!)]);
-    expect(await h.redis.get(key)).toBe("done");
-  });
-
-  it("a redelivery that finds the claim pending, and sees it turn \"done\" within the wait window, is answered 200 without a second job", async () => {
-    const h = await webOnly({ env: { CLAIM_WAIT_MS: "1000" } });
-    const { body, wamids } = textWebhook({ text: "being enqueued by another request" });
-    const key = messageClaimKey(h, wamids[0]!);
-    expect(await h.redis.set(key, "pending", "PX", h.config.claim.pendingTtlMs, "NX")).toBe("OK");
-
-    let markedDone = false;
-    const delivery = h.deliver(body).then((res) => ({ res, markedDoneBeforeAnswer: markedDone }));
-    // The other request finishes its enqueue a moment later (well inside the 1 s wait window)
-    // and promotes its claim; long enough that the delivery has surely found "pending".
-    await sleep(100);
-    await h.redis.set(key, "done", "PX", DAY_MS);
-    markedDone = true;
-
-    const { res, markedDoneBeforeAnswer } = await delivery;
-    expect(res.statusCode).toBe(200);
-    expect(markedDoneBeforeAnswer).toBe(true); // it waited for "done" rather than answering for the other request
-    expect(await jobCounts(h)).toEqual({ inbound: 0, status: 0, reply: 0 }); // the other request's job, not ours
-    expect(await h.redis.get(key)).toBe("done");
-  });
-
-  it("a claim key holding a value we never write is treated as in flight: 503 after the wait, never a hung request", async () => {
-    const h = await webOnly({ env: { CLAIM_WAIT_MS: "50" } });
-    const { body, wamids } = textWebhook({ text: "hello" });
-    await h.redis.set(messageClaimKey(h, wamids[0]!), "1", "PX", 60_000); // e.g. left by an older key format
-    expect((await h.deliver(body)).statusCode).toBe(503);
-    expect(await jobCounts(h)).toEqual({ inbound: 0, status: 0, reply: 0 });
-  });
-
-  it("a pending claim on one message of a batch answers 503 for the POST, while the other messages are enqueued and not lost", async () => {
-    const h = await webOnly({ env: { CLAIM_PENDING_TTL_MS: "400", CLAIM_WAIT_MS: "50" } });
-    const stuck = textMessage({ text: "claimed by a process that died" });
-    const fresh = textMessage({ text: "never seen before" });
-    const body = metaWire(envelope([messagesChange([stuck, fresh])]));
-    await h.redis.set(messageClaimKey(h, stuck.id), "pending", "PX", h.config.claim.pendingTtlMs);
-
-    expect((await h.deliver(body)).statusCode).toBe(503);
-    expect(await jobIds(h.queues.inbound)).toEqual([inboundJobId(fresh.id)]);
-
-    await eventually(async () => (await h.redis.exists(messageClaimKey(h, stuck.id))) === 0, "the pending claim to expire", 5000);
-    expect((await h.deliver(body)).statusCode).toBe(200);
-    expect(await jobIds(h.queues.inbound)).toEqual([inboundJobId(fresh.id), inboundJobId(stuck.id)].sort());
+    expect(lines.map((l) => l.event)).toEqual(["webhook.enqueued", "webhook.duplicate"]);
+    expect(lines[0]).toMatchObject({ level: 30, status: 200, enqueued: messages.map((m) => m.id), duplicates: [] });
+    expect(lines[1]).toMatchObject({ status: 200, enqueued: [], duplicates: [messages[0]!.id] });
+    expect(typeof lines[0]!.ms).toBe("number");
+    expect(JSON.stringify(lines)).not.toContain("private words");
   });
 });

@@ -33,7 +33,7 @@ export const faultsUpdate = z
   .partial()
   .strict();
 
-/** When the copies of a duplicated webhook go out: two at once (a claim still pending), the rest later. */
+/** When the copies of a duplicated webhook go out: two at once (racing for one claim), the rest later. */
 export const DUPLICATE_DELAYS_MS = [0, 0, 150, 600, 1500];
 
 /** What Meta does with a send while `name` is on (WHATSAPP.md §6). */

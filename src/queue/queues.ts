@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { Queue, type JobsOptions } from "bullmq";
+import { Job, Queue, type JobsOptions } from "bullmq";
 import type { Redis } from "ioredis";
 import type { GeneratedReply } from "../ai/claude.ts";
 import type { BusinessEvent, InboundItem, Sender, StatusItem, WebhookItem } from "../webhook/payload.ts";
@@ -103,23 +103,60 @@ const eventJobId = (event: BusinessEvent) =>
 
 type QueuedItem = Exclude<WebhookItem, { kind: "ignored" }>;
 
-/** The job a webhook item becomes: its id (the claim is named after it, law 3) and how to add it. */
-export function jobOf(queues: Queues, item: QueuedItem, receivedAtMs: number): { id: string; enqueue: () => Promise<unknown> } {
+/**
+ * How long a webhook item stays a known duplicate once its job is queued. Meta redelivers an
+ * unanswered webhook for up to 7 days, but what it sends again after a 200 comes within
+ * hours; past this, Postgres's UNIQUE wamid is the second line of defence.
+ */
+export const WEBHOOK_DEDUP_TTL_MS = 24 * 60 * 60 * 1000;
+
+/** What adding a webhook item did: queued it now, or found it queued already. */
+export type EnqueueOutcome = "enqueued" | "duplicate";
+
+/**
+ * Law 3 in one Redis script, so in one round trip: BullMQ's add sets the deduplication key
+ * (24 h) and stores the job inside the same Lua call, so no crash can leave a claim without
+ * its job, and a redelivery finds the key only when the job really was queued. The key is
+ * named after the job id and outlives the job: BullMQ's clean-up of finished jobs (KEEP)
+ * leaves it. The job id still derives from the wamid, so a job kept longer than the key (a
+ * failed one) also turns a redelivery into a no-op.
+ *
+ * BullMQ answers a new, a duplicated and a deduplicated add alike (with the job id, the same
+ * in all three), so whether the item is new is read by an EXISTS issued right before the
+ * script, in the same write: Redis runs the two back to back (only another process's add of
+ * the same item, landing between them, could make both say "enqueued"). That read only names
+ * the outcome for logs and metrics; it never decides the answer. The add is Queue.add's own
+ * path (its option merge, Job.create; its checks hold for these ids and options by
+ * construction) without the awaits inside it, which would let other requests' commands in
+ * between the read and the script.
+ */
+async function addOnce<T>(queue: Queue<T>, name: string, data: T, jobId: string): Promise<EnqueueOutcome> {
+  const backend = queue.getBackend();
+  const client = await backend.client; // the queue's connection, ioredis underneath
+  const job = new Job(queue, name, data, { ...queue.jobsOpts, jobId, deduplication: { id: jobId, ttl: WEBHOOK_DEDUP_TTL_MS } }, jobId);
+  const known = (client as unknown as Pick<Redis, "exists">).exists(queue.toKey(jobId), `${queue.keys.de}:${jobId}`);
+  const added = backend.addJobToTransaction(client, job.asJSON(), jobId);
+  const [keys] = await Promise.all([known, added]);
+  return keys > 0 ? "duplicate" : "enqueued";
+}
+
+/** The job a webhook item becomes: its id and how to add it. */
+export function jobOf(queues: Queues, item: QueuedItem, receivedAtMs: number): { id: string; enqueue: () => Promise<EnqueueOutcome> } {
   switch (item.kind) {
     case "message": {
       const { kind: _kind, position, ...rest } = item;
       const id = inboundJobId(item.message.id);
       const data: InboundJobData = { ...rest, arrival: receivedAtMs * 1000 + position };
-      return { id, enqueue: () => queues.inbound.add("inbound", data, { jobId: id }) };
+      return { id, enqueue: () => addOnce(queues.inbound, "inbound", data, id) };
     }
     case "status": {
       const { kind: _kind, ...data } = item;
       const id = statusJobId(item.status.id, item.status.status);
-      return { id, enqueue: () => queues.status.add("status", data, { jobId: id }) };
+      return { id, enqueue: () => addOnce(queues.status, "status", data, id) };
     }
     case "event": {
       const id = eventJobId(item.event);
-      return { id, enqueue: () => queues.events.add(item.event.type, item.event, { jobId: id }) };
+      return { id, enqueue: () => addOnce(queues.events, item.event.type, item.event, id) };
     }
   }
 }

@@ -2,16 +2,47 @@ import { Redis } from "ioredis";
 
 /**
  * The web role's connection fails fast (law 2): no offline queue, one try per command, so a
- * Redis outage becomes a 503 in milliseconds and Meta delivers again later.
+ * Redis outage becomes a 503 in milliseconds and Meta delivers again later. Its writes are
+ * coalesced: the webhook's hot path is a command or two per request from many requests.
  */
 export function createFailFastRedis(url: string): Redis {
-  return new Redis(url, {
-    enableOfflineQueue: false,
-    maxRetriesPerRequest: 1,
-    commandTimeout: 2000,
-    connectTimeout: 2000,
-    retryStrategy: (times) => Math.min(times * 200, 2000),
-  });
+  return coalesceWrites(
+    new Redis(url, {
+      enableOfflineQueue: false,
+      maxRetriesPerRequest: 1,
+      commandTimeout: 2000,
+      connectTimeout: 2000,
+      retryStrategy: (times) => Math.min(times * 200, 2000),
+    }),
+  );
+}
+
+/**
+ * Commands issued in one turn of the event loop leave in one write instead of one write
+ * each: the socket is corked at the turn's first command and uncorked by setImmediate, which
+ * runs before the loop next waits for I/O, so no command waits longer than the rest of the
+ * turn. A socket write costs more than the command (~5 µs of CPU each on our machines, and
+ * as much again in Redis), so a webhook's command costs about a third of what it did.
+ * ioredis's own auto-pipelining does the same batching but builds a Pipeline (copying every
+ * BullMQ script onto it) per batch and keeps one batch in flight: it measured slower.
+ */
+function coalesceWrites(redis: Redis): Redis {
+  const send = redis.sendCommand.bind(redis);
+  let corked: Redis["stream"] | undefined;
+  const flush = () => {
+    const stream = corked;
+    corked = undefined;
+    stream?.uncork();
+  };
+  redis.sendCommand = ((...args: Parameters<Redis["sendCommand"]>) => {
+    if (corked === undefined && redis.stream?.writable) {
+      corked = redis.stream;
+      corked.cork();
+      setImmediate(flush);
+    }
+    return send(...args);
+  }) as Redis["sendCommand"];
+  return redis;
 }
 
 /** Workers block on Redis and must ride out outages: BullMQ requires maxRetriesPerRequest null. */

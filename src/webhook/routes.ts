@@ -1,23 +1,47 @@
-import type { FastifyInstance, FastifyPluginAsync } from "fastify";
-import type { Metrics } from "../http/metrics.ts";
+import { type FastifyInstance, type FastifyPluginAsync, type FastifyReply, type FastifyRequest, LogController } from "fastify";
 import type { Redis } from "ioredis";
-import { jobOf, type Queues } from "../queue/queues.ts";
-import { claimAndEnqueue, type ClaimSettings } from "./claim.ts";
-import { walkWebhook } from "./payload.ts";
+import type { Metrics } from "../http/metrics.ts";
+import { type EnqueueOutcome, jobOf, type Queues } from "../queue/queues.ts";
+import { walkWebhook, type WebhookItem } from "./payload.ts";
 import { safeEqual, verifyMetaSignature } from "./signature.ts";
 
 export interface WebhookDeps {
+  /** The connection the queues use: its state says at once whether an enqueue can succeed. */
   redis: Redis;
   queues: Queues;
   verifyToken: string;
   appSecret: string;
-  claim: ClaimSettings;
-  keyPrefix: string;
   metrics: Metrics;
 }
 
 /** Meta's payloads are up to 3 MB (WHATSAPP.md §4); a little headroom, then 413. */
 export const WEBHOOK_BODY_LIMIT = 4 * 1024 * 1024;
+
+type Kind = Exclude<WebhookItem["kind"], "ignored">;
+
+const isDelivery = (request: FastifyRequest) => request.method === "POST" && request.url.split("?", 1)[0] === "/webhook";
+
+/**
+ * Fastify's request lines, except "incoming request" and "request completed" for Meta's
+ * deliveries: each logs one line of its own (what it queued, its status, its time), and at
+ * info the two lines more were most of a delivery's cost. Errors are logged as ever.
+ */
+export class WebhookLogController extends LogController {
+  override incomingRequest(request: FastifyRequest, reply: FastifyReply, metadata?: Record<string, unknown>): void {
+    if (!isDelivery(request)) super.incomingRequest(request, reply, metadata);
+  }
+
+  override requestCompleted(error: Error | null | undefined, request: FastifyRequest, reply: FastifyReply, metadata?: Record<string, unknown>): void {
+    if (error || !isDelivery(request)) super.requestCompleted(error, request, reply, metadata);
+  }
+}
+
+class RedisNotReadyError extends Error {
+  override readonly name = "RedisNotReadyError";
+  constructor(status: string) {
+    super(`Redis connection is ${status}`);
+  }
+}
 
 export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
   return async (app: FastifyInstance) => {
@@ -27,6 +51,15 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
     app.addContentTypeParser("*", { parseAs: "buffer", bodyLimit: WEBHOOK_BODY_LIMIT }, (_req, body, done) => {
       done(null, body);
     });
+
+    // Bound once: a labelled inc() hashes its labels on every call, and this is the hot path.
+    const counted = (kind: Kind | "ignored", outcome: EnqueueOutcome | "ignored" | "failed") => deps.metrics.webhookItems.labels({ kind, outcome });
+    const itemCounter = {
+      message: { enqueued: counted("message", "enqueued"), duplicate: counted("message", "duplicate"), failed: counted("message", "failed") },
+      status: { enqueued: counted("status", "enqueued"), duplicate: counted("status", "duplicate"), failed: counted("status", "failed") },
+      event: { enqueued: counted("event", "enqueued"), duplicate: counted("event", "duplicate"), failed: counted("event", "failed") },
+    };
+    const ignoredCounter = counted("ignored", "ignored");
 
     app.get<{ Querystring: Record<string, string | undefined> }>("/webhook", async (request, reply) => {
       const mode = request.query["hub.mode"];
@@ -45,47 +78,57 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
       const raw = request.body;
       const signature = request.headers["x-hub-signature-256"];
       if (!Buffer.isBuffer(raw) || !verifyMetaSignature(raw, typeof signature === "string" ? signature : undefined, deps.appSecret)) {
-        request.log.warn({ event: "webhook.bad_signature" }, "signature missing or wrong; nothing stored");
+        request.log.warn({ event: "webhook.bad_signature", status: 401 }, "signature missing or wrong; nothing stored");
         return reply.code(401).send({ error: "invalid signature" });
       }
       let body: unknown;
       try {
         body = JSON.parse(raw.toString("utf8"));
       } catch {
-        request.log.warn({ event: "webhook.malformed_json" }, "signed body is not JSON");
+        request.log.warn({ event: "webhook.malformed_json", status: 400 }, "signed body is not JSON");
         return reply.code(400).send({ error: "malformed JSON" });
       }
 
       const receivedAt = Date.now();
       const items = walkWebhook(body);
-      // Every item is claimed and enqueued; 200 only when all are safe (law 2). One failing
-      // item does not stop the others: they are enqueued, and the redelivery finds them done.
+      // Law 2, fast: a connection that is not ready cannot enqueue. BullMQ would wait for it
+      // (a queue still starting waits for Redis without a timeout); Meta should retry instead.
+      const notReady = deps.redis.status === "ready" ? undefined : new RedisNotReadyError(deps.redis.status);
+      const enqueued: string[] = [];
+      const duplicates: string[] = [];
+      let ignored = 0;
+      // Every item is enqueued on its own; 200 only when all are safe (law 2). One failing
+      // item does not stop the others (law 9): they are queued, and the redelivery finds them.
       const results = await Promise.allSettled(
         items.map(async (item) => {
           if (item.kind === "ignored") {
-            deps.metrics.webhookItems.inc({ kind: "ignored", outcome: "ignored" });
+            ignoredCounter.inc();
+            ignored++;
             request.log.info({ event: "webhook.ignored", reason: item.reason, where: item.where }, "item ignored");
             return;
           }
-          // The claim is named after the job it guards: one hashed id, safe from hostile wamids.
           const job = jobOf(deps.queues, item, receivedAt);
-          const outcome = await claimAndEnqueue(deps.redis, `${deps.keyPrefix}:claim:${job.id}`, deps.claim, job.enqueue).catch((error: unknown) => {
-            deps.metrics.webhookItems.inc({ kind: item.kind, outcome: "failed" });
+          const outcome = await (notReady ? Promise.reject(notReady) : job.enqueue()).catch((error: unknown) => {
+            itemCounter[item.kind].failed.inc();
             throw error;
           });
-          deps.metrics.webhookItems.inc({ kind: item.kind, outcome });
+          itemCounter[item.kind][outcome].inc();
           const id = item.kind === "message" ? item.message.id : item.kind === "status" ? item.status.id : job.id;
-          request.log.info({ event: outcome === "duplicate" ? "webhook.duplicate" : "webhook.enqueued", kind: item.kind, wamid: id }, outcome);
+          (outcome === "enqueued" ? enqueued : duplicates).push(id);
+          request.log.debug({ event: `webhook.${outcome}`, kind: item.kind, wamid: id }, outcome);
         }),
       );
       const failed = results.filter((r): r is PromiseRejectedResult => r.status === "rejected");
       if (failed.length > 0) {
         request.log.error(
-          { event: "webhook.enqueue_failed", failed: failed.length, of: items.length, err: failed[0]?.reason },
+          { event: "webhook.enqueue_failed", status: 503, ms: reply.elapsedTime, failed: failed.length, of: items.length, err: failed[0]?.reason },
           "could not enqueue every item; Meta will deliver again",
         );
         return reply.code(503).send({ error: "temporarily unable to accept; retry" });
       }
+      // One line per delivery, not per item: a batch of 1000 updates is one line (ids only, never text).
+      const event = enqueued.length > 0 ? "webhook.enqueued" : duplicates.length > 0 ? "webhook.duplicate" : "webhook.nothing_queued";
+      request.log.info({ event, status: 200, ms: reply.elapsedTime, enqueued, duplicates, ignored }, "delivery accepted");
       return reply.code(200).send({ ok: true });
     });
   };
