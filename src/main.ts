@@ -1,5 +1,6 @@
 import { type ChildProcess, fork } from "node:child_process";
-import { existsSync } from "node:fs";
+import { existsSync, readdirSync } from "node:fs";
+import { setPriority } from "node:os";
 import { fileURLToPath } from "node:url";
 import { buildApp, buildMetricsApp } from "./app.ts";
 import { ConfigError, loadConfig, type Config } from "./config.ts";
@@ -23,6 +24,13 @@ type Role = "all" | "web" | "worker" | "migrate";
 
 /** How `all` starts its worker child (this file again); not for operators. */
 const WORKER_CHILD_FLAG = "--worker-child";
+
+/**
+ * The worker child's CPU priority: the lowest. When the CPU is short, the web's acks (and
+ * Redis and Postgres, which they wait on) come first; the jobs still get every cycle the web
+ * does not use, and a job is seconds of work where an ack is milliseconds.
+ */
+const WORKER_CHILD_NICENESS = 19;
 
 async function main(): Promise<void> {
   const role = (process.argv[2] ?? "all") as Role;
@@ -122,6 +130,7 @@ function forkWorkerChild(): ChildProcess {
  * when the parent says so, after the web has stopped taking webhooks, or when the parent dies.
  */
 function runWorkerChild(): void {
+  yieldTheCpu(WORKER_CHILD_NICENESS);
   let logger: Logger | undefined;
   let drain: ((bindings: Record<string, string>) => void) | undefined;
   answerParent(process, {
@@ -148,6 +157,22 @@ function runWorkerChild(): void {
   // once; the parent decides the order, web first, so the child waits for its word.
   for (const signal of ["SIGINT", "SIGTERM"] as const) {
     process.on(signal, () => logger?.info({ event: "shutdown.deferred", signal }, "the parent stops the worker after the web"));
+  }
+}
+
+/**
+ * Lowers this process's CPU priority. Linux keeps a niceness per thread: every thread that
+ * exists now (V8's helpers) is lowered, and threads made later (libuv's pool) inherit it.
+ */
+function yieldTheCpu(niceness: number): void {
+  const threads = existsSync("/proc/self/task") ? readdirSync("/proc/self/task").map(Number) : [0];
+  for (const thread of threads) {
+    try {
+      setPriority(thread, niceness);
+    } catch (error) {
+      // A thread that ended meanwhile has nothing left to lower; anything else is worth a line.
+      if ((error as { info?: { code?: string } }).info?.code !== "ESRCH") console.error("could not lower the worker's CPU priority:", error);
+    }
   }
 }
 
