@@ -3,6 +3,7 @@ import { availableParallelism, cpus, loadavg } from "node:os";
 import { formatEndToEnd, medianOf, pairedRatio, perCpuSecond, runEndToEnd, theoreticalRate, type EndToEndScenario } from "./e2e.ts";
 import { runCacheBench } from "./cache.ts";
 import { formatIngest, runIngestBench, type IngestSettings } from "./ingest.ts";
+import { formatIsolation, isolationSettings, runIsolationBench } from "./isolation.ts";
 import { LoadGenerator } from "./load.ts";
 import { answeringPerMessage, formatSql, runSqlBench, type SqlSettings } from "./sql.ts";
 import { fmt } from "./stats.ts";
@@ -179,6 +180,16 @@ async function main(): Promise<void> {
   for (const line of sqlLines) {
     console.log(Targets.inline(line));
     targets.add(line);
+  }
+
+  console.log(`\n${machineLoad()}`);
+  console.log("\n## Benchmark 5: webhook acks while the workers are saturated (npm start's layouts, real processes)\n");
+  const isolation = isolationSettings(quick);
+  const isolationLoad = LoadGenerator.start();
+  try {
+    console.log(formatIsolation(await runIsolationBench(isolationLoad, isolation), isolation));
+  } finally {
+    await isolationLoad.close();
   }
 
   console.log("\n## Issue 10's targets (baseline: main before the work, bench/BASELINE-issue-10.md)\n");
