@@ -1,5 +1,6 @@
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
+import { getPriority } from "node:os";
 import { afterEach, describe, expect, it } from "vitest";
 import { signMetaBody } from "../src/webhook/signature.ts";
 import { eventually, type Harness, startHarness, TEST_APP_SECRET, testEnv } from "./support/harness.ts";
@@ -96,11 +97,16 @@ function isRunning(pid: number): boolean {
   }
 }
 
-/** The parent of a process, from /proc (the fourth field of its stat, after the command's parentheses). */
-function parentOf(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-  return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+/** Fields of /proc/<path>/stat from the fourth on (the third, the command, may hold spaces). */
+function statFields(path: string): string[] {
+  const stat = readFileSync(`/proc/${path}/stat`, "utf8");
+  return stat.slice(stat.lastIndexOf(")") + 2).split(" ");
 }
+
+const parentOf = (pid: number) => Number(statFields(String(pid))[1]);
+
+/** The niceness of each thread of a process. */
+const nicenessOfThreads = (pid: number) => readdirSync(`/proc/${pid}/task`).map((tid) => Number(statFields(`${pid}/task/${tid}`)[16]));
 
 const scrape = (url: string) => fetch(url).then((r) => (r.ok ? r.text() : ""), () => "");
 
@@ -114,6 +120,9 @@ describe("npm start: the web and its worker child", () => {
 
     expect(childPid).not.toBe(webPid);
     expect(parentOf(childPid)).toBe(webPid);
+    // The jobs yield the CPU to the acks: every thread of the child at the lowest priority.
+    expect(new Set(nicenessOfThreads(childPid))).toEqual(new Set([19]));
+    expect(nicenessOfThreads(webPid)[0]).toBe(getPriority()); // the web keeps the priority it was started with
     expect(await post(all.base, "who answers?")).toBe(200);
     await eventually(() => h!.graph.sentTexts.length === 1, "the reply to be sent", 30_000);
 
