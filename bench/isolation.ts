@@ -1,4 +1,5 @@
 import { type ChildProcess, spawn } from "node:child_process";
+import { Redis } from "ioredis";
 import { closeSync, openSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
@@ -107,6 +108,12 @@ export interface IsolationRun {
   /** CPU of the process that answers webhooks, and of the one running jobs (the same one in (a)), % of one core. */
   webCpuPercent: number;
   workerCpuPercent: number;
+  /**
+   * PING round trips to Redis from here on a connection of its own, p99 over the window: the
+   * web waits on Redis three times per message, and Redis also serves the workers (and, on a
+   * shared machine, everyone else).
+   */
+  redisPingP99: number;
   /** The machine's 1-minute load average as the window opened: other work moves every figure. */
   loadAverage: number;
 }
@@ -150,6 +157,7 @@ async function runOnce(load: LoadGenerator, settings: IsolationSettings, spec: L
       at: performance.now(),
       loadAverage: loadavg()[0]!,
     });
+    const pinger = new RedisPinger(h.config.redisUrl);
     let start = snapshot();
     let end = start;
     const result = await load.run(
@@ -162,8 +170,18 @@ async function runOnce(load: LoadGenerator, settings: IsolationSettings, spec: L
         durationMs: settings.durationMs,
         rate: settings.rate,
       },
-      { onMeasureStart: () => void (start = snapshot()), onMeasureEnd: () => void (end = snapshot()) },
+      {
+        onMeasureStart: () => {
+          start = snapshot();
+          pinger.measuring = true;
+        },
+        onMeasureEnd: () => {
+          end = snapshot();
+          pinger.measuring = false;
+        },
+      },
     );
+    const pings = await pinger.stop();
     const seconds = (end.at - start.at) / 1000;
     const cpuPercent = (from: number, to: number) => ((to - from) / TICKS_PER_SECOND / seconds) * 100;
     failed = false;
@@ -179,6 +197,7 @@ async function runOnce(load: LoadGenerator, settings: IsolationSettings, spec: L
       repliesPerSec: (end.sends - start.sends) / seconds,
       webCpuPercent: cpuPercent(start.web, end.web),
       workerCpuPercent: workerPid === undefined ? Number.NaN : cpuPercent(start.worker, end.worker),
+      redisPingP99: percentile(pings, 99),
       loadAverage: start.loadAverage,
     };
   } finally {
@@ -186,6 +205,36 @@ async function runOnce(load: LoadGenerator, settings: IsolationSettings, spec: L
     await h.close();
     if (failed) console.error(`  (the ${layout} processes' log is ${logPath})`);
     else rmSync(logPath, { force: true });
+  }
+}
+
+/** PINGs Redis every 10 ms, one at a time, and keeps the round trips taken while `measuring`. */
+class RedisPinger {
+  measuring = false;
+  private readonly redis: Redis;
+  private readonly roundTrips: number[] = [];
+  private readonly done: Promise<void>;
+  private running = true;
+
+  constructor(url: string) {
+    this.redis = new Redis(url);
+    this.done = this.loop();
+  }
+
+  async stop(): Promise<number[]> {
+    this.running = false;
+    await this.done;
+    await this.redis.quit();
+    return this.roundTrips;
+  }
+
+  private async loop(): Promise<void> {
+    while (this.running) {
+      const sentAt = performance.now();
+      await this.redis.ping();
+      if (this.measuring) this.roundTrips.push(performance.now() - sentAt);
+      await sleep(10);
+    }
   }
 }
 
@@ -265,6 +314,7 @@ export function formatIsolation(runs: IsolationRun[], settings: IsolationSetting
     fmt(r.repliesPerSec, 1),
     Number.isNaN(r.webCpuPercent) ? "-" : `${fmt(r.webCpuPercent)}%`,
     Number.isNaN(r.workerCpuPercent) ? "-" : `${fmt(r.workerCpuPercent)}%`,
+    fmt(r.redisPingP99, 1),
     fmt(r.loadAverage, 2),
   ];
   const medians = (layout: Layout): Omit<IsolationRun, "layout" | "round"> => {
@@ -280,6 +330,7 @@ export function formatIsolation(runs: IsolationRun[], settings: IsolationSetting
       repliesPerSec: m((r) => r.repliesPerSec),
       webCpuPercent: m((r) => r.webCpuPercent),
       workerCpuPercent: m((r) => r.workerCpuPercent),
+      redisPingP99: m((r) => r.redisPingP99),
       loadAverage: m((r) => r.loadAverage),
     };
   };
@@ -287,7 +338,7 @@ export function formatIsolation(runs: IsolationRun[], settings: IsolationSetting
   const [a, b, c, d] = [medians("one-loop"), medians("worker-child"), medians("two-roles"), medians("web-alone")];
   return [
     table(
-      ["layout", "round", "p50 ms", "p99 ms", "max ms", "req/s", "non-200", "503", "replies/s", "web CPU", "worker CPU", "load avg"],
+      ["layout", "round", "p50 ms", "p99 ms", "max ms", "req/s", "non-200", "503", "replies/s", "web CPU", "worker CPU", "Redis ping p99", "load avg"],
       [...runs.map((r) => row(nameOf(r.layout), String(r.round), r)), ...LAYOUTS.map(({ layout, name }) => row(name, "median", medians(layout)))],
     ),
     `  open loop at ${settings.rate} req/s (${settings.connections} connections), ${settings.durationMs / 1000} s measured after ${settings.warmupMs / 1000} s of warm-up,` +
@@ -295,6 +346,7 @@ export function formatIsolation(runs: IsolationRun[], settings: IsolationSetting
     `  ${fmt(settings.backlog)} messages queued before each start and answered while measured (REPLY_CONCURRENCY ${settings.replyConcurrency}, REPLY_DEBOUNCE_MS 0,` +
       " fakes at 0 ms), LOG_LEVEL info to a file;",
     "  replies/s: sent by the workers in the window; CPU: % of one core (of 200%), of the web's process and of the jobs' (the same one in (a));",
+    "  Redis ping p99: PING round trips from the bench on a connection of its own (ms), the web's wait for each of its Redis commands;",
     "  load avg: the machine's, as the window opened; non-200 and 503 on the median rows: summed over the rounds.",
     "",
     `Target 5 (acks never wait behind work): (b) p99 ${fmt(b.p99, 1)} ms at ${settings.rate} req/s with the workers saturated, goal < 20 ms -> ` +
