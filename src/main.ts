@@ -9,7 +9,7 @@ import { migrate } from "./db/migrate.ts";
 import { createMetrics, type Metrics } from "./http/metrics.ts";
 import { startConfiguredWorkers } from "./jobs/workers.ts";
 import { createLogger, type Logger } from "./logger.ts";
-import { answerParent, CHILD_EXIT_GRACE_MS, superviseWorkerChild } from "./process/worker-child.ts";
+import { answerParent, SHUTDOWN_GRACE_MS, superviseWorkerChild } from "./process/worker-child.ts";
 import { closeQueues, createQueues } from "./queue/queues.ts";
 import { createFailFastRedis, createWorkerRedis, redisPersistenceWarnings } from "./queue/redis.ts";
 
@@ -75,7 +75,7 @@ async function runRole(role: "web" | "worker", config: Config, logger: Logger): 
   if (app) await app.listen({ port: config.port, host: config.host });
   if (metricsApp) await metricsApp.listen({ port: config.metrics.port, host: config.metrics.host });
 
-  stopOnSignals(logger, config.shutdownTimeoutMs + CHILD_EXIT_GRACE_MS, async () => {
+  stopOnSignals(logger, config.shutdownTimeoutMs + SHUTDOWN_GRACE_MS, async () => {
     await app?.close(); // stop taking webhooks first; in-flight requests finish
     await worker?.close();
     await metricsApp?.close(); // scraped until the workers are done: the drain shows
@@ -103,7 +103,7 @@ async function runAll(config: Config, logger: Logger): Promise<void> {
   worker.start();
 
   // The child's own exit deadline is SHUTDOWN_TIMEOUT_MS + grace; ours comes after it.
-  stopOnSignals(logger, config.shutdownTimeoutMs + 2 * CHILD_EXIT_GRACE_MS, async () => {
+  stopOnSignals(logger, config.shutdownTimeoutMs + 2 * SHUTDOWN_GRACE_MS, async () => {
     await app.close(); // first: no webhook is taken after this, in-flight requests finish
     const drained = await worker.stop(); // then the child finishes its active jobs and exits
     await metricsApp?.close(); // scraped until the child is done: the drain shows
@@ -141,7 +141,7 @@ function runWorkerChild(): void {
       metrics.registry.setDefaultLabels({ role: "worker" });
       const db = createDb(config.databaseUrl, { poolSize: config.databasePoolSize });
       const worker = startWorkerRole(config, log, db, metrics);
-      drain = drainOnce(log, config.shutdownTimeoutMs + CHILD_EXIT_GRACE_MS, async () => {
+      drain = drainOnce(log, config.shutdownTimeoutMs + SHUTDOWN_GRACE_MS, async () => {
         await worker.close();
         await db.$disconnect();
         return true;

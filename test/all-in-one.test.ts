@@ -43,11 +43,13 @@ afterEach(async () => {
   h = undefined;
 });
 
-async function startAll(harness: Harness, env: Record<string, string> = {}): Promise<AllInOne> {
+/** `group`: in a process group of its own, as a terminal runs it, so a signal can go to the whole group (Ctrl-C). */
+async function startAll(harness: Harness, options: { group?: boolean } = {}): Promise<AllInOne> {
   const [port, metricsPort] = [await freePort(), await freePort()];
   const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts", "all", "--migrate"], {
-    env: { ...process.env, ...harness.env, PORT: String(port), HOST: "127.0.0.1", METRICS_PORT: String(metricsPort), LOG_LEVEL: "info", ...env },
+    env: { ...process.env, ...harness.env, PORT: String(port), HOST: "127.0.0.1", METRICS_PORT: String(metricsPort), LOG_LEVEL: "info" },
     stdio: ["ignore", "pipe", "pipe"],
+    detached: options.group ?? false,
   });
   let output = "";
   const lines: LogLine[] = [];
@@ -200,6 +202,24 @@ describe("npm start: the web and its worker child", () => {
     expect(await all.event("worker.child_stopped")).toMatchObject({ code: 0 });
     expect(all.lines.filter((l) => l.event === "shutdown.deferred")).toEqual([]); // the signal went to the parent only
     await expect(fetch(all.metricsUrl)).rejects.toThrow();
+  }, 90_000);
+
+  it("Ctrl-C signals both processes at once: the child waits for the parent's word, and the drain keeps its order", async () => {
+    h = await startHarness({ workers: 0 });
+    const all = await startAll(h, { group: true });
+    const webPid = all.process.pid!;
+    const childPid = Number((await all.event("worker.child_started")).child);
+    pidsToKill.add(childPid);
+    h.claude.latencyMs = 1500;
+    expect(await post(all.base, "are you closing?")).toBe(200);
+    await eventually(() => h!.claude.inFlight === 1, "the reply to be in Claude's hands", 30_000);
+
+    process.kill(-webPid, "SIGINT"); // the terminal's way: every process of the foreground group
+    expect(await all.exited).toEqual({ code: 0, signal: null });
+    expect(await all.event("shutdown.deferred")).toMatchObject({ pid: childPid, signal: "SIGINT" });
+    expect(await all.event("shutdown.start", (l) => l.pid === childPid)).toMatchObject({ reason: "asked by the parent" });
+    expect(h.graph.sentTexts).toEqual(["Reply #1"]);
+    expect(isRunning(childPid)).toBe(false);
   }, 90_000);
 
   it("a worker child never outlives its parent: when the parent is killed, the child drains and exits", async () => {

@@ -35,8 +35,8 @@ export const DEFAULT_RESTART: RestartPolicy = { firstDelayMs: 1000, maxDelayMs: 
 
 /** How long a scrape waits for the child's metrics before it is served without them. */
 const METRICS_TIMEOUT_MS = 2000;
-/** Past SHUTDOWN_TIMEOUT_MS, how long a draining child has to close its connections before it is killed. */
-export const CHILD_EXIT_GRACE_MS = 5000;
+/** Past SHUTDOWN_TIMEOUT_MS, how long a draining process has to close its connections before it is ended. */
+export const SHUTDOWN_GRACE_MS = 5000;
 
 export interface WorkerChildDeps {
   /** Starts a process running the worker role that waits for its configuration over IPC. */
@@ -183,7 +183,7 @@ export function superviseWorkerChild(deps: WorkerChildDeps): WorkerChild {
       const deadline = setTimeout(() => {
         logger.error({ event: "worker.child_killed", child: current.pid }, "the worker child did not exit after draining; killing it");
         current.kill("SIGKILL");
-      }, deps.config.shutdownTimeoutMs + CHILD_EXIT_GRACE_MS);
+      }, deps.config.shutdownTimeoutMs + SHUTDOWN_GRACE_MS);
       const { code, signal } = await exited;
       clearTimeout(deadline);
       logger.info({ event: "worker.child_stopped", child: current.pid, code, signal }, "worker child stopped");
@@ -213,7 +213,11 @@ export interface ChildRole {
  */
 export function answerParent(channel: ParentChannel, role: ChildRole): void {
   let started: { metrics: Metrics; logger: Logger } | undefined;
-  const reply = (message: FromWorkerChild) => channel.send?.(message);
+  const reply = (message: FromWorkerChild) =>
+    channel.send?.(message, undefined, undefined, (error) => {
+      // The parent is gone: its disconnect has started the drain; there is no one to answer.
+      if (error) started?.logger.debug({ event: "worker.parent_unreachable", type: message.type }, "could not answer the parent");
+    });
   channel.on("message", (raw) => {
     const message = raw as ToWorkerChild;
     if (message.type === "start") {
