@@ -1,4 +1,4 @@
-import { buildApp } from "../src/app.ts";
+import { buildApp, buildMetricsApp } from "../src/app.ts";
 import { loadConfig } from "../src/config.ts";
 import { createDb } from "../src/db/client.ts";
 import { createMetrics } from "../src/http/metrics.ts";
@@ -24,12 +24,15 @@ const app = buildApp({ config, logger, redis, queues, db, metrics });
 const connection = createWorkerRedis(config.redisUrl);
 connection.on("error", (error) => logger.warn({ event: "redis.error", role: "worker", err: error }, "worker's redis connection error"));
 const workers = startConfiguredWorkers(config, { db, logger, metrics, connection });
+const metricsApp = buildMetricsApp({ logger, queues, db, metrics });
 await app.listen({ port: config.port, host: config.host });
+if (config.metrics.port !== 0) await metricsApp.listen({ port: config.metrics.port, host: config.metrics.host });
 
 process.once("SIGTERM", () => {
   void (async () => {
     await app.close();
     await workers.close(config.shutdownTimeoutMs);
+    await metricsApp.close();
     await closeQueues(queues);
     await Promise.allSettled([redis.quit(), connection.quit(), db.$disconnect()]);
     process.exit(0);

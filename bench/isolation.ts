@@ -115,6 +115,11 @@ export interface IsolationRun {
    * shared machine, everyone else).
    */
   redisPingP99: number;
+  /**
+   * The web's own event-loop delay, p99 over the window (prom-client's figure from the web's
+   * metrics listener, which resets it at each scrape): how long work in its own process held it up.
+   */
+  webLoopP99: number;
   /** The machine's 1-minute load average as the window opened: other work moves every figure. */
   loadAverage: number;
 }
@@ -142,7 +147,9 @@ async function runOnce(load: LoadGenerator, settings: IsolationSettings, spec: L
   try {
     await queueBacklog(h, settings.backlog, `${layout}${round}`);
     const port = await freePort();
-    servers = startServers(spec, { ...h.env, PORT: String(port), HOST: "127.0.0.1", METRICS_PORT: "0", LOG_LEVEL: "info" }, logPath);
+    const metricsPorts = await Promise.all(spec.commands.map(() => freePort()));
+    servers = startServers(spec, { ...h.env, PORT: String(port), HOST: "127.0.0.1", LOG_LEVEL: "info" }, metricsPorts, logPath);
+    const webLoopP99 = () => eventLoopP99(`http://127.0.0.1:${metricsPorts[0]}/metrics`);
     const alive = () => servers.every((s) => s.exitCode === null && s.signalCode === null);
     const waitFor = (check: () => boolean | Promise<boolean>, what: string) => until(check, what, alive, logPath);
     await waitFor(() => fetch(`http://127.0.0.1:${port}/readyz`).then((r) => r.ok, () => false), "the web to be ready");
@@ -159,6 +166,7 @@ async function runOnce(load: LoadGenerator, settings: IsolationSettings, spec: L
       loadAverage: loadavg()[0]!,
     });
     const pinger = new RedisPinger(h.config.redisUrl);
+    let loopP99 = Number.NaN;
     let start = snapshot();
     let end = start;
     const result = await load.run(
@@ -172,13 +180,15 @@ async function runOnce(load: LoadGenerator, settings: IsolationSettings, spec: L
         rate: settings.rate,
       },
       {
-        onMeasureStart: () => {
+        onMeasureStart: async () => {
           start = snapshot();
           pinger.measuring = true;
+          await webLoopP99(); // the scrape resets the histogram: the next one covers the window
         },
-        onMeasureEnd: () => {
+        onMeasureEnd: async () => {
           end = snapshot();
           pinger.measuring = false;
+          loopP99 = await webLoopP99();
         },
       },
     );
@@ -199,6 +209,7 @@ async function runOnce(load: LoadGenerator, settings: IsolationSettings, spec: L
       webCpuPercent: cpuPercent(start.web, end.web),
       workerCpuPercent: workerPid === undefined ? Number.NaN : cpuPercent(start.worker, end.worker),
       redisPingP99: percentile(pings, 99),
+      webLoopP99: loopP99,
       loadAverage: start.loadAverage,
     };
   } finally {
@@ -250,12 +261,16 @@ async function queueBacklog(h: Harness, count: number, label: string): Promise<v
   }
 }
 
-function startServers(spec: LayoutSpec, env: Record<string, string>, logPath: string): ChildProcess[] {
+/** Each process gets a metrics listener of its own (npm start's child shares its parent's). */
+function startServers(spec: LayoutSpec, env: Record<string, string>, metricsPorts: number[], logPath: string): ChildProcess[] {
   const log = openSync(logPath, "w");
   try {
     // This process's execArgv carries tsx's loader, so the servers run the TypeScript sources too.
-    return spec.commands.map((command) =>
-      spawn(process.execPath, [...process.execArgv, ...command], { env: { ...process.env, ...env }, stdio: ["ignore", log, log] }),
+    return spec.commands.map((command, i) =>
+      spawn(process.execPath, [...process.execArgv, ...command], {
+        env: { ...process.env, ...env, METRICS_PORT: String(metricsPorts[i]), METRICS_HOST: "127.0.0.1" },
+        stdio: ["ignore", log, log],
+      }),
     );
   } finally {
     closeSync(log); // the servers have their own copies
@@ -278,6 +293,20 @@ async function until(check: () => boolean | Promise<boolean>, what: string, aliv
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what} (see ${logPath})`);
     await sleep(50);
   }
+}
+
+/** prom-client samples the event loop with a 10 ms timer, and its delays include that interval. */
+const LOOP_SAMPLE_MS = 10;
+
+/**
+ * nodejs_eventloop_lag_p99_seconds of the web (the series labelled role="web" under npm
+ * start), as ms beyond prom-client's sampling interval.
+ */
+async function eventLoopP99(url: string): Promise<number> {
+  const text = await fetch(url).then((r) => r.text());
+  const series = [...text.matchAll(/^nodejs_eventloop_lag_p99_seconds(\{[^}]*\})? (\S+)$/gm)];
+  const web = series.find(([, labels]) => labels === undefined || labels.includes('role="web"'));
+  return web ? Math.max(0, Number(web[2]) * 1000 - LOOP_SAMPLE_MS) : Number.NaN;
 }
 
 /** The worker child npm start forked: the process whose parent is the web and whose command line says so. */
@@ -319,6 +348,7 @@ function summarise(runs: IsolationRun[], layout: Layout): Summary {
     webCpuPercent: m((r) => r.webCpuPercent),
     workerCpuPercent: m((r) => r.workerCpuPercent),
     redisPingP99: m((r) => r.redisPingP99),
+    webLoopP99: m((r) => r.webLoopP99),
     loadAverage: m((r) => r.loadAverage),
   };
 }
@@ -348,6 +378,7 @@ export function formatIsolation(runs: IsolationRun[], settings: IsolationSetting
     fmt(r.repliesPerSec, 1),
     Number.isNaN(r.webCpuPercent) ? "-" : `${fmt(r.webCpuPercent)}%`,
     Number.isNaN(r.workerCpuPercent) ? "-" : `${fmt(r.workerCpuPercent)}%`,
+    fmt(r.webLoopP99, 1),
     fmt(r.redisPingP99, 1),
     fmt(r.loadAverage, 2),
   ];
@@ -358,7 +389,7 @@ export function formatIsolation(runs: IsolationRun[], settings: IsolationSetting
   const d = summarise(runs, "web-alone");
   return [
     table(
-      ["layout", "round", "p50 ms", "p99 ms", "max ms", "req/s", "non-200", "503", "replies/s", "web CPU", "worker CPU", "Redis ping p99", "load avg"],
+      ["layout", "round", "p50 ms", "p99 ms", "max ms", "req/s", "non-200", "503", "replies/s", "web CPU", "worker CPU", "web loop p99", "Redis ping p99", "load avg"],
       [...runs.map((r) => row(nameOf(r.layout), String(r.round), r)), ...LAYOUTS.map(({ layout, name }) => row(name, "median", summarise(runs, layout)))],
     ),
     `  open loop at ${settings.rate} req/s (${settings.connections} connections), ${settings.durationMs / 1000} s measured after ${settings.warmupMs / 1000} s of warm-up,` +
@@ -366,6 +397,7 @@ export function formatIsolation(runs: IsolationRun[], settings: IsolationSetting
     `  ${fmt(settings.backlog)} messages queued before each start and answered while measured (REPLY_CONCURRENCY ${settings.replyConcurrency}, REPLY_DEBOUNCE_MS 0,` +
       " fakes at 0 ms), LOG_LEVEL info to a file;",
     "  replies/s: sent by the workers in the window; CPU: % of one core (of 200%), of the web's process and of the jobs' (the same one in (a));",
+    "  web loop p99: the web's own event-loop delay over the window (prom-client's, ms beyond its 10 ms sampling timer): work in its own process;",
     "  Redis ping p99: PING round trips from the bench on a connection of its own (ms), the web's wait for each of its Redis commands;",
     "  load avg: the machine's, as the window opened; non-200 and 503 on the median rows: summed over the rounds.",
     "",
