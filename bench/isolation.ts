@@ -116,8 +116,9 @@ export interface IsolationRun {
    */
   redisPingP99: number;
   /**
-   * The web's own event-loop delay, p99 over the window (prom-client's figure from the web's
-   * metrics listener, which resets it at each scrape): how long work in its own process held it up.
+   * The web's event-loop delay, p99 over the window (prom-client's figure from the web's
+   * metrics listener, which resets it at each scrape): work in its own process held it up, or
+   * the process waited for a CPU.
    */
   webLoopP99: number;
   /** The machine's 1-minute load average as the window opened: other work moves every figure. */
@@ -397,7 +398,7 @@ export function formatIsolation(runs: IsolationRun[], settings: IsolationSetting
     `  ${fmt(settings.backlog)} messages queued before each start and answered while measured (REPLY_CONCURRENCY ${settings.replyConcurrency}, REPLY_DEBOUNCE_MS 0,` +
       " fakes at 0 ms), LOG_LEVEL info to a file;",
     "  replies/s: sent by the workers in the window; CPU: % of one core (of 200%), of the web's process and of the jobs' (the same one in (a));",
-    "  web loop p99: the web's own event-loop delay over the window (prom-client's, ms beyond its 10 ms sampling timer): work in its own process;",
+    "  web loop p99: the web's event-loop delay over the window (prom-client's, ms beyond its 10 ms timer): work in its process, or waiting for a CPU;",
     "  Redis ping p99: PING round trips from the bench on a connection of its own (ms), the web's wait for each of its Redis commands;",
     "  load avg: the machine's, as the window opened; non-200 and 503 on the median rows: summed over the rounds.",
     "",
