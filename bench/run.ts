@@ -3,6 +3,7 @@ import { availableParallelism, cpus, loadavg } from "node:os";
 import { formatEndToEnd, medianOf, pairedRatio, perCpuSecond, runEndToEnd, theoreticalRate, type EndToEndScenario } from "./e2e.ts";
 import { runCacheBench } from "./cache.ts";
 import { formatIngest, runIngestBench, type IngestSettings } from "./ingest.ts";
+import { formatIsolation, isolationSettings, isolationTarget, runIsolationBench } from "./isolation.ts";
 import { LoadGenerator } from "./load.ts";
 import { answeringPerMessage, formatSql, runSqlBench, type SqlSettings } from "./sql.ts";
 import { fmt } from "./stats.ts";
@@ -11,7 +12,8 @@ import { Targets } from "./targets.ts";
 /**
  * `npm run bench`: benchmark 1 (webhook ingest over HTTP), benchmark 2 (worker end to end,
  * the worker in a process of its own), benchmark 3 (prompt caching), benchmark 4 (SQL per
- * answered message and the plans of every statement), printed as tables, then issue 10's
+ * answered message and the plans of every statement), benchmark 5 (webhook acks with the
+ * workers saturated, in npm start's layouts), printed as tables, then issue 10's
  * targets beside their figures. Needs Redis and Postgres as for the tests (TEST_REDIS_URL,
  * TEST_DATABASE_URL); each benchmark builds its own isolated harness and removes it after.
  * BENCH_QUICK=1 shortens every phase, for checking the bench itself, not for figures.
@@ -179,6 +181,20 @@ async function main(): Promise<void> {
   for (const line of sqlLines) {
     console.log(Targets.inline(line));
     targets.add(line);
+  }
+
+  console.log(`\n${machineLoad()}`);
+  console.log("\n## Benchmark 5: webhook acks while the workers are saturated (npm start's layouts, real processes)\n");
+  const isolation = isolationSettings(quick);
+  const isolationLoad = LoadGenerator.start();
+  try {
+    const runs = await runIsolationBench(isolationLoad, isolation);
+    console.log(formatIsolation(runs, isolation));
+    const line = isolationTarget(runs, isolation);
+    console.log(`\n${Targets.inline(line)}`);
+    targets.add(line);
+  } finally {
+    await isolationLoad.close();
   }
 
   console.log("\n## Issue 10's targets (baseline: main before the work, bench/BASELINE-issue-10.md)\n");

@@ -3,7 +3,7 @@ import { adminRoutes } from "./admin/routes.ts";
 import type { Config } from "./config.ts";
 import type { Db } from "./db/client.ts";
 import { healthRoutes } from "./http/health.ts";
-import { type Metrics, metricsRoutes } from "./http/metrics.ts";
+import { type Metrics, type MetricsSnapshot, metricsRoutes } from "./http/metrics.ts";
 import type { Logger } from "./logger.ts";
 import type { Queues } from "./queue/queues.ts";
 import type { Redis } from "ioredis";
@@ -16,6 +16,8 @@ export interface AppDeps {
   queues: Queues;
   db: Db;
   metrics: Metrics;
+  /** Metrics of other processes to serve beside ours (the `all` role's worker child). */
+  otherProcesses?: () => Promise<MetricsSnapshot[]>;
 }
 
 /** The web role as a value: tests call this and use inject(); only main.ts listens. */
@@ -43,7 +45,11 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   // The webhook's port faces the internet: metrics (queue depths, error rates) are served here
   // only to METRICS_TOKEN's bearer; without it, not at all (buildMetricsApp serves them).
   const metricsToken = deps.config.metrics.token;
-  if (metricsToken) app.register(metricsRoutes({ metrics: deps.metrics, queues: deps.queues, db: deps.db, bearerToken: metricsToken }));
+  if (metricsToken) {
+    app.register(
+      metricsRoutes({ metrics: deps.metrics, queues: deps.queues, db: deps.db, bearerToken: metricsToken, otherProcesses: deps.otherProcesses }),
+    );
+  }
   app.register(
     webhookRoutes({
       redis: deps.redis,
@@ -71,6 +77,8 @@ export interface MetricsAppDeps {
   queues: Queues;
   db: Db;
   metrics: Metrics;
+  /** Metrics of other processes this listener speaks for (the `all` role's worker child). */
+  otherProcesses?: () => Promise<MetricsSnapshot[]>;
 }
 
 /** The metrics listener (METRICS_PORT), in every role: a worker-only process has its own counters to show. */
@@ -80,7 +88,7 @@ export function buildMetricsApp(deps: MetricsAppDeps): FastifyInstance {
     return503OnClosing: true,
   });
   // A scrape every few seconds is not news: its request lines are below "warn"; failures to collect are still logged.
-  app.register(metricsRoutes({ metrics: deps.metrics, queues: deps.queues, db: deps.db }), { logLevel: "warn" });
+  app.register(metricsRoutes({ metrics: deps.metrics, queues: deps.queues, db: deps.db, otherProcesses: deps.otherProcesses }), { logLevel: "warn" });
   return app;
 }
 

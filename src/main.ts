@@ -1,27 +1,43 @@
-import { existsSync } from "node:fs";
+import { type ChildProcess, fork } from "node:child_process";
+import { existsSync, readdirSync } from "node:fs";
+import { setPriority } from "node:os";
+import { fileURLToPath } from "node:url";
 import { buildApp, buildMetricsApp } from "./app.ts";
 import { ConfigError, loadConfig, type Config } from "./config.ts";
-import { createDb } from "./db/client.ts";
+import { createDb, type Db } from "./db/client.ts";
 import { migrate } from "./db/migrate.ts";
-import { createMetrics } from "./http/metrics.ts";
-import { startConfiguredWorkers, type Workers } from "./jobs/workers.ts";
+import { createMetrics, type Metrics } from "./http/metrics.ts";
+import { startConfiguredWorkers } from "./jobs/workers.ts";
 import { createLogger, type Logger } from "./logger.ts";
+import { answerParent, SHUTDOWN_GRACE_MS, superviseWorkerChild } from "./process/worker-child.ts";
 import { closeQueues, createQueues } from "./queue/queues.ts";
 import { createFailFastRedis, createWorkerRedis, redisPersistenceWarnings } from "./queue/redis.ts";
 
 /**
  * The entry point, and the only module that reads process.env, opens ports and traps signals.
- *   tsx src/main.ts all --migrate   (npm start)   web + worker in one process
+ *   tsx src/main.ts all --migrate   (npm start)   web here, workers in a child process
  *   tsx src/main.ts web | worker                  one role each, for scaling out
  *   tsx src/main.ts migrate                       apply migrations and exit
  */
 
 type Role = "all" | "web" | "worker" | "migrate";
 
+/** How `all` starts its worker child (this file again); not for operators. */
+const WORKER_CHILD_FLAG = "--worker-child";
+
+/**
+ * The worker child's CPU priority: the lowest. When the CPU is short, the web's acks (and
+ * Redis and Postgres, which they wait on) come first; the jobs still get every cycle the web
+ * does not use, and a job is seconds of work where an ack is milliseconds.
+ */
+const WORKER_CHILD_NICENESS = 19;
+
 async function main(): Promise<void> {
+  const role = (process.argv[2] ?? "all") as Role;
+  if (role === "worker" && process.argv.includes(WORKER_CHILD_FLAG)) return runWorkerChild();
+
   // A local .env is a convenience for one-machine setups; real deployments set the environment.
   if (existsSync(".env")) process.loadEnvFile(".env");
-  const role = (process.argv[2] ?? "all") as Role;
   if (!["all", "web", "worker", "migrate"].includes(role)) {
     console.error(`unknown role "${role}": use all, web, worker or migrate`);
     process.exit(2);
@@ -45,62 +61,192 @@ async function main(): Promise<void> {
     if (role === "migrate") return;
   }
 
-  await run(role, config, logger);
+  if (role === "all") await runAll(config, logger);
+  else await runRole(role, config, logger);
 }
 
-async function run(role: Exclude<Role, "migrate">, config: Config, logger: Logger): Promise<void> {
+/** One role in this process, with the metrics listener. */
+async function runRole(role: "web" | "worker", config: Config, logger: Logger): Promise<void> {
+  const web = connectWeb(config, logger);
+  const metrics = createMetrics({ defaultMetrics: true });
+  const app = role === "web" ? buildApp({ config, logger, redis: web.redis, queues: web.queues, db: web.db, metrics }) : undefined;
+  const worker = role === "worker" ? startWorkerRole(config, logger, web.db, metrics) : undefined;
+  const metricsApp = config.metrics.port !== 0 ? buildMetricsApp({ logger, queues: web.queues, db: web.db, metrics }) : undefined;
+  if (app) await app.listen({ port: config.port, host: config.host });
+  if (metricsApp) await metricsApp.listen({ port: config.metrics.port, host: config.metrics.host });
+
+  stopOnSignals(logger, config.shutdownTimeoutMs + SHUTDOWN_GRACE_MS, async () => {
+    await app?.close(); // stop taking webhooks first; in-flight requests finish
+    await worker?.close();
+    await metricsApp?.close(); // scraped until the workers are done: the drain shows
+    await web.close();
+    return true;
+  });
+}
+
+/**
+ * npm start: the web on this process's event loop and the workers in a child process, so a
+ * webhook's ack never waits behind job code. One metrics listener serves both (each process's
+ * series carry `role`), and a worker child that dies is started again (src/process/worker-child.ts).
+ */
+async function runAll(config: Config, logger: Logger): Promise<void> {
+  const web = connectWeb(config, logger);
+  const metrics = createMetrics({ defaultMetrics: true });
+  metrics.registry.setDefaultLabels({ role: "web" });
+  const worker = superviseWorkerChild({ fork: forkWorkerChild, config, logger, metrics });
+  const otherProcesses = () => worker.collectMetrics();
+  const app = buildApp({ config, logger, redis: web.redis, queues: web.queues, db: web.db, metrics, otherProcesses });
+  const metricsApp =
+    config.metrics.port !== 0 ? buildMetricsApp({ logger, queues: web.queues, db: web.db, metrics, otherProcesses }) : undefined;
+  await app.listen({ port: config.port, host: config.host });
+  if (metricsApp) await metricsApp.listen({ port: config.metrics.port, host: config.metrics.host });
+  worker.start();
+
+  // The child's own exit deadline is SHUTDOWN_TIMEOUT_MS + grace; ours comes after it.
+  stopOnSignals(logger, config.shutdownTimeoutMs + 2 * SHUTDOWN_GRACE_MS, async () => {
+    await app.close(); // first: no webhook is taken after this, in-flight requests finish
+    const drained = await worker.stop(); // then the child finishes its active jobs and exits
+    await metricsApp?.close(); // scraped until the child is done: the drain shows
+    await web.close();
+    return drained;
+  });
+}
+
+function forkWorkerChild(): ChildProcess {
+  // execArgv carries the TypeScript loader (tsx's own --require/--import flags under the tsx
+  // CLI, or --import tsx), so the child runs this same file; stdout and stderr are inherited,
+  // so its log lines never pass through the web's event loop; "advanced" serialisation keeps
+  // the Config's Map.
+  return fork(fileURLToPath(import.meta.url), ["worker", WORKER_CHILD_FLAG], {
+    execArgv: process.execArgv,
+    serialization: "advanced",
+    stdio: "inherit",
+  });
+}
+
+/**
+ * The worker child of `all`: the worker role with the configuration the parent validated (it
+ * reads no environment of its own and opens no port; the parent serves its metrics). It drains
+ * when the parent says so, after the web has stopped taking webhooks, or when the parent dies.
+ */
+function runWorkerChild(): void {
+  yieldTheCpu(WORKER_CHILD_NICENESS);
+  let logger: Logger | undefined;
+  let drain: ((bindings: Record<string, string>) => void) | undefined;
+  answerParent(process, {
+    start(config) {
+      const log = createLogger({ level: config.logLevel });
+      logger = log;
+      const metrics = createMetrics({ defaultMetrics: true });
+      metrics.registry.setDefaultLabels({ role: "worker" });
+      const db = createDb(config.databaseUrl, { poolSize: config.databasePoolSize });
+      const worker = startWorkerRole(config, log, db, metrics);
+      drain = drainOnce(log, config.shutdownTimeoutMs + SHUTDOWN_GRACE_MS, async () => {
+        await worker.close();
+        await db.$disconnect();
+        return true;
+      });
+      return { metrics, logger: log };
+    },
+    drain(reason) {
+      if (drain) drain({ reason });
+      else process.exit(0); // told to stop before it started: nothing to drain
+    },
+  });
+  // A terminal's Ctrl-C (and systemd's default KillMode) signals the parent and the child at
+  // once; the parent decides the order, web first, so the child waits for its word.
+  for (const signal of ["SIGINT", "SIGTERM"] as const) {
+    process.on(signal, () => logger?.info({ event: "shutdown.deferred", signal }, "the parent stops the worker after the web"));
+  }
+}
+
+/**
+ * Lowers this process's CPU priority. Linux keeps a niceness per thread: every thread that
+ * exists now (V8's helpers) is lowered, and threads made later (libuv's pool) inherit it.
+ */
+function yieldTheCpu(niceness: number): void {
+  const threads = existsSync("/proc/self/task") ? readdirSync("/proc/self/task").map(Number) : [0];
+  for (const thread of threads) {
+    try {
+      setPriority(thread, niceness);
+    } catch (error) {
+      // A thread that ended meanwhile has nothing left to lower; anything else is worth a line.
+      if ((error as { info?: { code?: string } }).info?.code !== "ESRCH") console.error("could not lower the worker's CPU priority:", error);
+    }
+  }
+}
+
+/** Postgres and the web's fail-fast Redis with its queue handles (the web, and the metrics gauges). */
+function connectWeb(config: Config, logger: Logger) {
   const db = createDb(config.databaseUrl, { poolSize: config.databasePoolSize });
   const redis = createFailFastRedis(config.redisUrl);
   redis.on("error", (error) => logger.warn({ event: "redis.error", err: error }, "redis connection error"));
   const queues = createQueues(redis, { prefix: config.queuePrefix, attempts: config.jobs.attempts }, (error) =>
     logger.warn({ event: "queue.error", err: error }, "queue connection error"),
   );
+  return {
+    db,
+    redis,
+    queues,
+    async close() {
+      await closeQueues(queues);
+      await Promise.allSettled([redis.quit(), db.$disconnect()]);
+    },
+  };
+}
 
-  const metrics = createMetrics({ defaultMetrics: true });
-  const app = role !== "worker" ? buildApp({ config, logger, redis, queues, db, metrics }) : undefined;
-  const metricsApp = config.metrics.port !== 0 ? buildMetricsApp({ logger, queues, db, metrics }) : undefined;
-  let workers: Workers | undefined;
-  let workerRedis: ReturnType<typeof createWorkerRedis> | undefined;
+/** The worker role on a connection of its own (one that waits out a Redis outage); close() drains it. */
+function startWorkerRole(config: Config, logger: Logger, db: Db, metrics: Metrics) {
+  const connection = createWorkerRedis(config.redisUrl);
+  // It reconnects by itself and the jobs wait for it; say so once per error, not on stderr.
+  connection.on("error", (error) => logger.warn({ event: "redis.error", role: "worker", err: error }, "worker's redis connection error"));
+  const workers = startConfiguredWorkers(config, { db, logger, metrics, connection });
+  redisPersistenceWarnings(connection).then(
+    (warnings) => warnings.forEach((w) => logger.warn({ event: "redis.config_warning" }, w)),
+    (error) => logger.warn({ event: "redis.config_unreadable", err: error }, "could not read Redis settings (CONFIG GET refused?)"),
+  );
+  logger.info({ event: "worker.started", concurrency: config.jobs.replyConcurrency }, "worker started");
+  return {
+    async close() {
+      await workers.close(config.shutdownTimeoutMs);
+      await Promise.allSettled([connection.quit()]);
+    },
+  };
+}
 
-  if (role !== "web") {
-    workerRedis = createWorkerRedis(config.redisUrl);
-    // It reconnects by itself and the jobs wait for it; say so once per error, not on stderr.
-    workerRedis.on("error", (error) => logger.warn({ event: "redis.error", role: "worker", err: error }, "worker's redis connection error"));
-    workers = startConfiguredWorkers(config, { db, logger, metrics, connection: workerRedis });
-    redisPersistenceWarnings(workerRedis).then(
-      (warnings) => warnings.forEach((w) => logger.warn({ event: "redis.config_warning" }, w)),
-      (error) => logger.warn({ event: "redis.config_unreadable", err: error }, "could not read Redis settings (CONFIG GET refused?)"),
-    );
-    logger.info({ event: "worker.started", concurrency: config.jobs.replyConcurrency }, "worker started");
-  }
-  if (app) await app.listen({ port: config.port, host: config.host });
-  if (metricsApp) await metricsApp.listen({ port: config.metrics.port, host: config.metrics.host });
+/** SIGTERM and SIGINT run `stop` once; see drainOnce. */
+function stopOnSignals(logger: Logger, hardStopMs: number, stop: () => Promise<boolean>): void {
+  const shutdown = drainOnce(logger, hardStopMs, stop);
+  process.on("SIGTERM", () => shutdown({ signal: "SIGTERM" }));
+  process.on("SIGINT", () => shutdown({ signal: "SIGINT" }));
+}
 
+/**
+ * The shutdown, run once whatever asks for it again: `stop` resolves whether everything
+ * stopped cleanly (exit 0) or not (exit 1); past `hardStopMs` the process exits anyway.
+ */
+function drainOnce(logger: Logger, hardStopMs: number, stop: () => Promise<boolean>): (bindings: Record<string, string>) => void {
   let stopping = false;
-  const shutdown = async (signal: string) => {
+  return (bindings) => {
     if (stopping) return;
     stopping = true;
-    logger.info({ event: "shutdown.start", signal }, "shutting down");
+    logger.info({ event: "shutdown.start", ...bindings }, "shutting down");
     const hardStop = setTimeout(() => {
       logger.error({ event: "shutdown.forced" }, "shutdown took too long; exiting");
       process.exit(1);
-    }, config.shutdownTimeoutMs + 5000);
+    }, hardStopMs);
     hardStop.unref();
-    try {
-      await app?.close(); // stop taking webhooks first; in-flight requests finish
-      await workers?.close(config.shutdownTimeoutMs);
-      await metricsApp?.close(); // scraped until the workers are done: the drain shows
-      await closeQueues(queues);
-      await Promise.allSettled([redis.quit(), workerRedis?.quit(), db.$disconnect()]);
-      logger.info({ event: "shutdown.done" }, "stopped");
-      process.exit(0);
-    } catch (error) {
-      logger.error({ event: "shutdown.error", err: error }, "error during shutdown");
-      process.exit(1);
-    }
+    stop().then(
+      (clean) => {
+        logger.info({ event: "shutdown.done", clean }, "stopped");
+        process.exit(clean ? 0 : 1);
+      },
+      (error: unknown) => {
+        logger.error({ event: "shutdown.error", err: error }, "error during shutdown");
+        process.exit(1);
+      },
+    );
   };
-  process.on("SIGTERM", () => void shutdown("SIGTERM"));
-  process.on("SIGINT", () => void shutdown("SIGINT"));
 }
 
 main().catch((error: unknown) => {

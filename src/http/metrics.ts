@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyPluginAsync } from "fastify";
-import { Counter, Gauge, Registry, collectDefaultMetrics } from "prom-client";
+import { AggregatorRegistry, Counter, Gauge, Registry, collectDefaultMetrics } from "prom-client";
 import type { Db } from "../db/client.ts";
 import type { Queues } from "../queue/queues.ts";
 import { safeEqual } from "../webhook/signature.ts";
@@ -31,13 +31,33 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
   };
 }
 
+/** A registry's metrics as plain data (`getMetricsAsJSON`), which crosses a process boundary. */
+export type MetricsSnapshot = Awaited<ReturnType<Registry["getMetricsAsJSON"]>>;
+
+/**
+ * Several processes' metrics as one exposition (the `all` role: the web and its worker child
+ * behind one METRICS_PORT). Each process labels its series with a default label of its own
+ * (`role`), so no two series coincide and summing leaves every value as its process wrote it;
+ * prom-client's per-metric aggregators (average, omit, ...) would blur or drop them.
+ */
+export function mergeMetrics(snapshots: MetricsSnapshot[]): Registry {
+  return AggregatorRegistry.aggregate(snapshots.map((metrics) => metrics.map((metric) => ({ ...metric, aggregator: "sum" }))));
+}
+
 const JOB_STATES = ["waiting", "active", "delayed", "failed", "completed"] as const;
 
 /**
  * `/metrics`. On the metrics listener it is open (that port belongs on the private network);
  * on the web port it exists only with `bearerToken`, and answers only to that bearer.
  */
-export function metricsRoutes(deps: { metrics: Metrics; queues: Queues; db: Db; bearerToken?: string | undefined }): FastifyPluginAsync {
+export function metricsRoutes(deps: {
+  metrics: Metrics;
+  queues: Queues;
+  db: Db;
+  bearerToken?: string | undefined;
+  /** Other processes' metrics to serve beside ours (the worker child of the `all` role). */
+  otherProcesses?: (() => Promise<MetricsSnapshot[]>) | undefined;
+}): FastifyPluginAsync {
   const { registry } = deps.metrics;
   registerStateGauges(deps);
   return async (app: FastifyInstance) => {
@@ -49,7 +69,9 @@ export function metricsRoutes(deps: { metrics: Metrics; queues: Queues; db: Db; 
         }
       }
       try {
-        const body = await registry.metrics();
+        const body = deps.otherProcesses
+          ? await mergeMetrics([await registry.getMetricsAsJSON(), ...(await deps.otherProcesses())]).metrics()
+          : await registry.metrics();
         return reply.type(registry.contentType).send(body);
       } catch (error) {
         request.log.warn({ event: "metrics.unavailable", err: error }, "could not collect metrics");

@@ -1,0 +1,40 @@
+import { buildApp, buildMetricsApp } from "../src/app.ts";
+import { loadConfig } from "../src/config.ts";
+import { createDb } from "../src/db/client.ts";
+import { createMetrics } from "../src/http/metrics.ts";
+import { startConfiguredWorkers } from "../src/jobs/workers.ts";
+import { createLogger } from "../src/logger.ts";
+import { closeQueues, createQueues } from "../src/queue/queues.ts";
+import { createFailFastRedis, createWorkerRedis } from "../src/queue/redis.ts";
+
+/**
+ * The layout `npm start` had before issue 10, kept as the isolation bench's baseline
+ * (bench/isolation.ts): the web and the workers in one process, on one event loop, the way
+ * src/main.ts ran role `all` then. Configured by the environment like src/main.ts.
+ */
+
+const config = loadConfig(process.env);
+const logger = createLogger({ level: config.logLevel });
+const db = createDb(config.databaseUrl, { poolSize: config.databasePoolSize });
+const redis = createFailFastRedis(config.redisUrl);
+redis.on("error", (error) => logger.warn({ event: "redis.error", err: error }, "redis connection error"));
+const queues = createQueues(redis, { prefix: config.queuePrefix, attempts: config.jobs.attempts });
+const metrics = createMetrics({ defaultMetrics: true });
+const app = buildApp({ config, logger, redis, queues, db, metrics });
+const connection = createWorkerRedis(config.redisUrl);
+connection.on("error", (error) => logger.warn({ event: "redis.error", role: "worker", err: error }, "worker's redis connection error"));
+const workers = startConfiguredWorkers(config, { db, logger, metrics, connection });
+const metricsApp = buildMetricsApp({ logger, queues, db, metrics });
+await app.listen({ port: config.port, host: config.host });
+if (config.metrics.port !== 0) await metricsApp.listen({ port: config.metrics.port, host: config.metrics.host });
+
+process.once("SIGTERM", () => {
+  void (async () => {
+    await app.close();
+    await workers.close(config.shutdownTimeoutMs);
+    await metricsApp.close();
+    await closeQueues(queues);
+    await Promise.allSettled([redis.quit(), connection.quit(), db.$disconnect()]);
+    process.exit(0);
+  })();
+});
