@@ -44,7 +44,7 @@ afterEach(async () => {
 });
 
 /** `group`: in a process group of its own, as a terminal runs it, so a signal can go to the whole group (Ctrl-C). */
-async function startAll(harness: Harness, options: { group?: boolean } = {}): Promise<AllInOne> {
+async function startAll(harness: Harness, options: { group?: boolean } = {}, attempt = 1): Promise<AllInOne> {
   const [port, metricsPort] = [await freePort(), await freePort()];
   const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts", "all", "--migrate"], {
     env: { ...process.env, ...harness.env, PORT: String(port), HOST: "127.0.0.1", METRICS_PORT: String(metricsPort), LOG_LEVEL: "info" },
@@ -76,8 +76,13 @@ async function startAll(harness: Harness, options: { group?: boolean } = {}): Pr
       eventually(() => lines.find((line) => line.event === event && where(line)), `the log line ${event}`, timeoutMs),
   };
   started = all;
-  await eventually(() => fetch(`${all.base}/readyz`).then((r) => r.ok, () => false), "the web to be ready", 60_000);
-  return all;
+  let gone: string | undefined;
+  void exited.then(({ code, signal }) => (gone = `exited (${signal ?? `code ${code}`}) before it was ready:\n${output}`));
+  await eventually(() => gone !== undefined || fetch(`${all.base}/readyz`).then((r) => r.ok, () => false), "the web to be ready", 60_000);
+  if (gone === undefined) return all;
+  // Another test took a port between freePort() and our listen: try again on new ones.
+  if (/EADDRINUSE/.test(gone) && attempt < 3) return startAll(harness, options, attempt + 1);
+  throw new Error(`npm start ${gone}`);
 }
 
 async function post(base: string, text: string, from?: string): Promise<number> {
