@@ -117,11 +117,15 @@ function forkWorkerChild(): ChildProcess {
   // CLI, or --import tsx), so the child runs this same file; stdout and stderr are inherited,
   // so its log lines never pass through the web's event loop; "advanced" serialisation keeps
   // the Config's Map.
-  return fork(fileURLToPath(import.meta.url), ["worker", WORKER_CHILD_FLAG], {
+  const child = fork(fileURLToPath(import.meta.url), ["worker", WORKER_CHILD_FLAG], {
     execArgv: process.execArgv,
     serialization: "advanced",
     stdio: "inherit",
   });
+  // Lowered from the start, so its start-up (loading and compiling the sources) yields too and
+  // the threads it makes inherit it; the child lowers the threads that came before this itself.
+  if (child.pid !== undefined) lowerPriority(child.pid, WORKER_CHILD_NICENESS);
+  return child;
 }
 
 /**
@@ -166,13 +170,15 @@ function runWorkerChild(): void {
  */
 function yieldTheCpu(niceness: number): void {
   const threads = existsSync("/proc/self/task") ? readdirSync("/proc/self/task").map(Number) : [0];
-  for (const thread of threads) {
-    try {
-      setPriority(thread, niceness);
-    } catch (error) {
-      // A thread that ended meanwhile has nothing left to lower; anything else is worth a line.
-      if ((error as { info?: { code?: string } }).info?.code !== "ESRCH") console.error("could not lower the worker's CPU priority:", error);
-    }
+  for (const thread of threads) lowerPriority(thread, niceness);
+}
+
+function lowerPriority(pidOrThread: number, niceness: number): void {
+  try {
+    setPriority(pidOrThread, niceness);
+  } catch (error) {
+    // One that ended meanwhile has nothing left to lower; anything else is worth a line.
+    if ((error as { info?: { code?: string } }).info?.code !== "ESRCH") console.error("could not lower the worker's CPU priority:", error);
   }
 }
 
