@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createFailFastRedis } from "../src/queue/redis.ts";
 import { TEST_REDIS_URL, waitForReady } from "./support/harness.ts";
 
-/** The web role's connection coalesces the commands of one event-loop turn into one socket write. */
+/** The web role's connection coalesces the commands of one event-loop turn into a few socket writes. */
 
 let redis: Redis;
 const prefix = `{t-writes-${randomBytes(4).toString("hex")}}`;
@@ -30,10 +30,16 @@ afterAll(async () => {
 });
 
 describe("the web role's Redis connection", () => {
-  it("sends the commands issued in one turn in one write, each answered on its own, in order", async () => {
+  it("sends the commands issued in one turn in writes of eight, each answered on its own, in order", async () => {
     writes = 0;
     const answers = await Promise.all(Array.from({ length: 20 }, (_, i) => redis.incr(`${prefix}:n`).then((n) => [i, n])));
     expect(answers).toEqual(Array.from({ length: 20 }, (_, i) => [i, i + 1]));
+    expect(writes).toBe(3); // 8 + 8 at once, the last 4 at the end of the turn
+  });
+
+  it("sends a turn's few commands together at the end of the turn", async () => {
+    writes = 0;
+    expect(await Promise.all([redis.set(`${prefix}:b`, "1"), redis.get(`${prefix}:b`), redis.exists(`${prefix}:b`)])).toEqual(["OK", "1", 1]);
     expect(writes).toBe(1);
   });
 
