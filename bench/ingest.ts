@@ -400,19 +400,15 @@ export function formatIngest(report: IngestReport): string {
   return out.join("\n");
 }
 
+/** npm run bench's settings; `quick` (BENCH_QUICK=1) shortens every phase. */
+export function ingestSettings(quick: boolean): IngestSettings {
+  return { rounds: quick ? 1 : 3, connections: 16, warmupMs: quick ? 300 : 1000, durationMs: quick ? 1000 : 5000, openRate: 500, openConnections: 64 };
+}
+
 /** `tsx bench/ingest.ts`: benchmark 1 alone, with npm run bench's settings (BENCH_QUICK=1 shortens it, as there). */
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  const quick = process.env.BENCH_QUICK === "1";
-  const settings: IngestSettings = {
-    rounds: quick ? 1 : 3,
-    connections: 16,
-    warmupMs: quick ? 300 : 1000,
-    durationMs: quick ? 1000 : 5000,
-    openRate: 500,
-    openConnections: 64,
-  };
   const load = LoadGenerator.start();
-  runIngestBench(load, settings)
+  runIngestBench(load, ingestSettings(process.env.BENCH_QUICK === "1"))
     .then((report) => console.log(formatIngest(report)))
     .catch((error: unknown) => {
       console.error(error);

@@ -2,7 +2,7 @@ import { execFileSync } from "node:child_process";
 import { availableParallelism, cpus, loadavg } from "node:os";
 import { formatEndToEnd, medianOf, pairedRatio, perCpuSecond, runEndToEnd, theoreticalRate, type EndToEndScenario } from "./e2e.ts";
 import { runCacheBench } from "./cache.ts";
-import { formatIngest, runIngestBench, type IngestSettings } from "./ingest.ts";
+import { formatIngest, ingestSettings, runIngestBench } from "./ingest.ts";
 import { formatIsolation, isolationSettings, isolationTarget, runIsolationBench } from "./isolation.ts";
 import { LoadGenerator } from "./load.ts";
 import { answeringPerMessage, formatSql, runSqlBench, type SqlSettings } from "./sql.ts";
@@ -21,14 +21,7 @@ import { Targets } from "./targets.ts";
 
 const quick = process.env.BENCH_QUICK === "1";
 
-const ingest: IngestSettings = {
-  rounds: quick ? 1 : 3,
-  connections: 16,
-  warmupMs: quick ? 300 : 1000,
-  durationMs: quick ? 1000 : 5000,
-  openRate: 500,
-  openConnections: 64,
-};
+const ingest = ingestSettings(quick);
 
 /** Instant fakes: what one worker process does when nothing waits. */
 const instant: EndToEndScenario = {
