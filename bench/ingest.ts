@@ -48,7 +48,7 @@ interface ClosedRun {
   p99: number;
   non200: number;
   cost: WindowCost;
-  /** Writes to the app's Redis socket in the window: each one carries every command issued in one event-loop turn. */
+  /** Writes to the app's Redis socket in the window: each carries the commands of one event-loop turn (of every request in it), 8 at most. */
   redisWrites: number;
   requests: number;
   generatorBusy: number;
@@ -360,8 +360,8 @@ export function formatIngest(report: IngestReport): string {
   );
   out.push(
     "  node busy: main-thread event-loop utilisation of the process under test; node CPU: all its threads.",
-    "  redis cmds: sent by the app's Redis client; redis writes: its writes to the socket, each carrying every command of one",
-    "  event-loop turn (of all requests in it); * redis CPU is server-wide (includes other clients of that Redis).",
+    "  redis cmds: sent by the app's Redis client; redis writes: its writes to the socket, each carrying the commands of one",
+    "  event-loop turn (of every request in it), 8 at most; * redis CPU is server-wide (includes other clients of that Redis).",
     "  generator busy: the busiest load generator's event-loop utilisation (near 100% = generator-bound).",
     "",
   );
