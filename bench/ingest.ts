@@ -8,7 +8,7 @@ import { closeQueues, createQueues, jobOf, type Queues } from "../src/queue/queu
 import { type InboundItem, walkWebhook } from "../src/webhook/payload.ts";
 import { WEBHOOK_BODY_LIMIT } from "../src/webhook/routes.ts";
 import { signMetaBody, verifyMetaSignature } from "../src/webhook/signature.ts";
-import { startHarness } from "../test/support/harness.ts";
+import { startHarness, TEST_REDIS_URL } from "../test/support/harness.ts";
 import { textWebhook } from "../test/support/webhook-bodies.ts";
 import { LoadGenerator, type LoadResult } from "./load.ts";
 import { CommandCounter, ServerProbe, type WindowCost } from "./probe.ts";
@@ -92,7 +92,7 @@ export async function runIngestBench(load: LoadGenerator, settings: IngestSettin
       logger: createLogger({ level: "info", destination: pino.destination({ dest: "/dev/null", sync: true }) }),
     });
     closers.push(() => hInfo.close());
-    const probeRedis = new Redis(h.config.redisUrl);
+    const probeRedis = new Redis(TEST_REDIS_URL);
     closers.push(() => probeRedis.quit());
     // A queue set of its own for the redis-only runs, so each job count stays exact. The
     // prefix keeps the harness's hash tag, so the harness's clean-up deletes its keys too.
@@ -265,7 +265,7 @@ async function redisOnlyLoop(
       const item: InboundItem = { ...template, message: { ...template.message, id } };
       const start = performance.now();
       if (start >= closesAt) return;
-      const job = jobOf(queues, item, Date.now());
+      const job = jobOf(queues, item, Date.now(), { replicas: 0, timeoutMs: 0 });
       const outcome = await job.enqueue().then(
         () => "200",
         () => "error",

@@ -4,7 +4,7 @@ import { closeSync, openSync, readdirSync, readFileSync, rmSync } from "node:fs"
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { type Harness, startHarness } from "../test/support/harness.ts";
+import { type Harness, startHarness, TEST_REDIS_URL } from "../test/support/harness.ts";
 import { freePort } from "../test/support/ports.ts";
 import { envelope, messagesChange, metaWire, textMessage } from "../test/support/webhook-bodies.ts";
 import { LoadGenerator } from "./load.ts";
@@ -166,7 +166,7 @@ async function runOnce(load: LoadGenerator, settings: IsolationSettings, spec: L
       at: performance.now(),
       loadAverage: loadavg()[0]!,
     });
-    const pinger = new RedisPinger(h.config.redisUrl);
+    const pinger = new RedisPinger(TEST_REDIS_URL);
     let loopP99 = Number.NaN;
     let start = snapshot();
     let end = start;

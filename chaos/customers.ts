@@ -31,16 +31,21 @@ export class Customers {
     return `1555${String(i).padStart(7, "0")}`;
   }
 
-  /** Customer `i` writes `text`; returns the message's wamid. */
-  write(i: number, text = `Hello, is the shop open on Sunday? (customer ${i})`): string {
+  /**
+   * Customer `i` writes `text`; returns the message's wamid. Meta delivers it once, a share of
+   * messages twice (duplicateRate), and with `copies` that many times at least: a storm of
+   * redeliveries, some at once, some up to 1.5 s later.
+   */
+  write(i: number, text = `Hello, is the shop open on Sunday? (customer ${i})`, copies = 1): string {
     const from = this.waId(i);
     const wamid = `wamid.CHAOS${this.tag}x${++this.counter}`;
     const { body } = textWebhook({ from, id: wamid, text, name: `Customer ${i}` });
     this.written.set(wamid, { wamid, from, at: Date.now() });
     void this.deliverer.deliver(body);
-    if (this.random() < this.duplicateRate) {
+    const again = Math.max(copies - 1, this.random() < this.duplicateRate ? 1 : 0);
+    for (let n = 0; n < again; n++) {
       this.duplicatesDelivered++;
-      void this.deliverer.deliver(body, 200 + this.random() * 1300);
+      void this.deliverer.deliver(body, n === 0 && copies > 1 ? 0 : 200 + this.random() * 1300);
     }
     return wamid;
   }

@@ -28,8 +28,7 @@ export interface Settled {
 }
 
 export async function settle(system: ChaosSystem, deadline: number, quiet: QuietSpell): Promise<Settled> {
-  if (!system.redis) throw new Error("no Redis");
-  const redis = createFailFastRedis(system.redis.url);
+  const redis = createFailFastRedis(system.redisTarget);
   redis.on("error", () => undefined);
   const queues = Object.values(QUEUE_NAMES).map((name) => new Queue(name, { connection: redis, prefix: QUEUE_PREFIX }));
   try {

@@ -4,6 +4,8 @@ import { FakeAnthropic } from "../test/support/fake-anthropic.ts";
 import { freePort } from "../test/support/ports.ts";
 import { PrivatePostgres } from "../test/support/private-postgres.ts";
 import { PrivateRedis } from "../test/support/private-redis.ts";
+import { type ReplicatedRedis, startReplicatedRedis } from "../test/support/redis-topologies.ts";
+import { loadConfig, type RedisTarget } from "../src/config.ts";
 import { sleep } from "../bench/stats.ts";
 import { WebhookDeliverer } from "../src/demo/meta/deliverer.ts";
 import { MetaGraph } from "../src/demo/meta/graph.ts";
@@ -11,10 +13,12 @@ import { Customers } from "./customers.ts";
 import { RoleProcess } from "./processes.ts";
 
 /**
- * One scenario's world: a private Postgres and a private Redis (AOF on, as in production),
- * the simulated Meta (webhook deliverer, Graph API, customers) and Claude, and the system's
- * real processes: one web and `workers` workers. Everything is created fresh and destroyed
- * by close(), which is safe to call at any point, more than once.
+ * One scenario's world: a private Postgres and a private Redis (AOF on, as in production: one
+ * server, a Cluster or a Sentinel-watched master), the simulated Meta (webhook deliverer,
+ * Graph API, customers) and Claude, and the system's real processes: `webs` web processes
+ * behind the deliverer (it takes turns, as a load balancer would) and `workers` workers.
+ * Everything is created fresh and destroyed by close(), which is safe to call at any point,
+ * more than once.
  */
 
 const APP_SECRET = "chaos-app-secret";
@@ -28,6 +32,10 @@ export interface SystemSettings {
   slug: string;
   logRoot: string;
   workers: number;
+  /** Web processes (default 1). */
+  webs?: number;
+  /** How Redis runs (default one server). */
+  redis?: "single" | "cluster" | "sentinel";
   /** The scenario's variables, over the common ones. */
   env: Record<string, string>;
   claudeLatencyMs: number;
@@ -45,7 +53,10 @@ export async function closeAllSystems(): Promise<void> {
 
 export class ChaosSystem {
   pg: PrivatePostgres | undefined;
+  /** The Redis of a "single" system. */
   redis: PrivateRedis | undefined;
+  /** The Redis of a "cluster" or "sentinel" system. */
+  replicated: ReplicatedRedis | undefined;
   readonly claude = new FakeAnthropic();
   readonly deliverer: WebhookDeliverer;
   readonly graph: MetaGraph;
@@ -66,11 +77,15 @@ export class ChaosSystem {
 
   private constructor(
     private readonly settings: SystemSettings,
-    private readonly webPort: number,
+    private readonly webPorts: number[],
   ) {
     this.random = seededRandom(settings.seed);
     this.logDir = join(settings.logRoot, settings.slug);
-    this.deliverer = new WebhookDeliverer(`${this.webUrl}/webhook`, APP_SECRET, this.random);
+    this.deliverer = new WebhookDeliverer(
+      webPorts.map((port) => `http://127.0.0.1:${port}/webhook`),
+      APP_SECRET,
+      this.random,
+    );
     this.graph = new MetaGraph((body, afterMs) => void this.deliverer.deliver(body, afterMs), ACCESS_TOKEN);
     this.customers = new Customers(this.deliverer, this.random, settings.slug.replace(/\W/g, ""), settings.duplicateRate);
     this.claude.latencyMs = settings.claudeLatencyMs;
@@ -86,7 +101,9 @@ export class ChaosSystem {
   }
 
   static async start(settings: SystemSettings): Promise<ChaosSystem> {
-    const system = new ChaosSystem(settings, await freePort());
+    const webPorts: number[] = [];
+    for (let i = 0; i < (settings.webs ?? 1); i++) webPorts.push(await freePort());
+    const system = new ChaosSystem(settings, webPorts);
     live.add(system);
     try {
       await system.boot();
@@ -97,18 +114,27 @@ export class ChaosSystem {
     }
   }
 
+  /** The first web process's address. */
   get webUrl(): string {
-    return `http://127.0.0.1:${this.webPort}`;
+    return `http://127.0.0.1:${this.webPorts[0]}`;
   }
 
   private async boot(): Promise<void> {
     await mkdir(this.logDir, { recursive: true });
     await Promise.all([this.claude.start(), this.graph.start()]);
-    [this.pg, this.redis] = await Promise.all([PrivatePostgres.start(), PrivateRedis.start({ aof: true })]);
+    const redis = this.settings.redis ?? "single";
+    [this.pg] = await Promise.all([
+      PrivatePostgres.start(),
+      redis === "single" ? PrivateRedis.start({ aof: true }).then((r) => (this.redis = r)) : undefined,
+      redis === "single" ? undefined : startReplicatedRedis(redis).then((r) => (this.replicated = r)),
+    ]);
     await RoleProcess.spawn("migrate", "migrate", this.env("migrate"), this.logDir).finished(START_TIMEOUT_MS);
-    const web = this.spawn("web", "web", { ...this.env("web"), PORT: String(this.webPort), HOST: "127.0.0.1" });
+    const webs = this.webPorts.map((port, i) => {
+      const name = i === 0 ? "web" : `web-${i + 1}`;
+      return this.spawn(name, "web", { ...this.env(name), PORT: String(port), HOST: "127.0.0.1" });
+    });
     const workers = Array.from({ length: this.settings.workers }, () => this.startWorker());
-    await Promise.all([this.ready(web), ...workers]);
+    await Promise.all([...webs.map((web, i) => this.ready(web, this.webPorts[i]!)), ...workers]);
     await this.warmUp();
   }
 
@@ -137,7 +163,7 @@ export class ChaosSystem {
 
   /** The variables of the process reaching the fakes under base path `via`. */
   env(via: string): Record<string, string> {
-    if (!this.pg || !this.redis) throw new Error("servers not started");
+    if (!this.pg) throw new Error("servers not started");
     return {
       WHATSAPP_VERIFY_TOKEN: "chaos-verify-token",
       WHATSAPP_APP_SECRET: APP_SECRET,
@@ -147,7 +173,7 @@ export class ChaosSystem {
       ADMIN_SECURE_COOKIES: "false",
       DATABASE_URL: this.pg.url,
       DATABASE_POOL_SIZE: "10",
-      REDIS_URL: this.redis.url,
+      ...this.redisEnv(),
       QUEUE_PREFIX,
       GRAPH_API_BASE_URL: `${this.graph.url}/${via}`,
       ANTHROPIC_BASE_URL: `${this.claude.url}/${via}`,
@@ -156,6 +182,18 @@ export class ChaosSystem {
       METRICS_PORT: "0",
       ...this.settings.env,
     };
+  }
+
+  /** The variables that say where Redis is. */
+  private redisEnv(): Record<string, string> {
+    if (this.redis) return { REDIS_URL: this.redis.url };
+    if (this.replicated) return this.replicated.env;
+    throw new Error("Redis not started");
+  }
+
+  /** Redis as the system's processes reach it, for the runner's own look at the queues. */
+  get redisTarget(): RedisTarget {
+    return loadConfig(this.env("runner")).redis; // the processes' own reading of their variables
   }
 
   /** A new worker process, named worker-N, reaching the fakes under /wN; resolves once it runs. */
@@ -168,12 +206,12 @@ export class ChaosSystem {
 
   /** The process that uses base path `via` (w1 → worker-1). */
   processOf(via: string): RoleProcess | undefined {
-    const name = via === "web" ? "web" : `worker-${via.slice(1)}`;
+    const name = via.startsWith("web") ? via : `worker-${via.slice(1)}`;
     return this.processes.find((p) => p.name === name);
   }
 
   viaOf(role: RoleProcess): string {
-    return role.name === "web" ? "web" : `w${role.name.slice("worker-".length)}`;
+    return role.name.startsWith("web") ? role.name : `w${role.name.slice("worker-".length)}`;
   }
 
   get runningWorkers(): RoleProcess[] {
@@ -193,7 +231,7 @@ export class ChaosSystem {
   private async teardown(): Promise<void> {
     this.deliverer.close();
     await Promise.allSettled(this.processes.map((p) => p.kill()));
-    await Promise.allSettled([this.claude.stop(), this.graph.stop(), this.pg?.destroy(), this.redis?.destroy()]);
+    await Promise.allSettled([this.claude.stop(), this.graph.stop(), this.pg?.destroy(), this.redis?.destroy(), this.replicated?.destroy()]);
     live.delete(this);
   }
 
@@ -203,14 +241,14 @@ export class ChaosSystem {
     return started;
   }
 
-  private async ready(started: RoleProcess): Promise<void> {
-    if (started.name !== "web") return started.waitForEvent("worker.started", START_TIMEOUT_MS);
+  private async ready(started: RoleProcess, port?: number): Promise<void> {
+    if (port === undefined) return started.waitForEvent("worker.started", START_TIMEOUT_MS);
     const deadline = Date.now() + START_TIMEOUT_MS;
     for (;;) {
-      const ok = await fetch(`${this.webUrl}/readyz`).then((r) => r.ok, () => false);
+      const ok = await fetch(`http://127.0.0.1:${port}/readyz`).then((r) => r.ok, () => false);
       if (ok) return;
-      if (!started.running) throw new Error(`web exited at start-up (see ${started.logPath})`);
-      if (Date.now() > deadline) throw new Error(`web not ready within ${START_TIMEOUT_MS} ms (see ${started.logPath})`);
+      if (!started.running) throw new Error(`${started.name} exited at start-up (see ${started.logPath})`);
+      if (Date.now() > deadline) throw new Error(`${started.name} not ready within ${START_TIMEOUT_MS} ms (see ${started.logPath})`);
       await sleep(200);
     }
   }

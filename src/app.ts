@@ -6,13 +6,13 @@ import { healthRoutes } from "./http/health.ts";
 import { type Metrics, type MetricsSnapshot, metricsRoutes } from "./http/metrics.ts";
 import type { Logger } from "./logger.ts";
 import type { Queues } from "./queue/queues.ts";
-import type { Redis } from "ioredis";
+import type { RedisClient } from "./queue/redis.ts";
 import { WebhookLogController, webhookRoutes } from "./webhook/routes.ts";
 
 export interface AppDeps {
-  config: Pick<Config, "whatsapp" | "adminToken" | "adminSecureCookies" | "queuePrefix" | "trustProxy" | "metrics">;
+  config: Pick<Config, "whatsapp" | "adminToken" | "adminSecureCookies" | "queuePrefix" | "trustProxy" | "metrics" | "redisWait">;
   logger: Logger;
-  redis: Redis;
+  redis: RedisClient;
   queues: Queues;
   db: Db;
   metrics: Metrics;
@@ -57,6 +57,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
       verifyToken: deps.config.whatsapp.verifyToken,
       appSecret: deps.config.whatsapp.appSecret,
       metrics: deps.metrics,
+      durability: deps.config.redisWait,
     }),
   );
   app.register(

@@ -29,6 +29,21 @@ const int = (name: string, fallback: number, min: number, max: number) =>
       return parsed;
     });
 
+/** An integer whose default depends on other variables: undefined when unset. */
+const optionalInt = (name: string, min: number, max: number) =>
+  z
+    .string()
+    .optional()
+    .transform((value, ctx) => {
+      if (value === undefined || value.trim() === "") return undefined;
+      const parsed = Number(value);
+      if (!Number.isInteger(parsed) || parsed < min || parsed > max) {
+        ctx.addIssue({ code: "custom", message: `${name} must be an integer from ${min} to ${max}, got "${value}"` });
+        return z.NEVER;
+      }
+      return parsed;
+    });
+
 /**
  * A URL as it may be shown in an error: whatever precedes its last "@" is credentials
  * (`redis://:password@host`), and start-up errors land in terminals and log collectors.
@@ -51,6 +66,52 @@ const url = (name: string, fallback: string) =>
         return z.NEVER;
       }
     });
+
+export interface HostPort {
+  readonly host: string;
+  readonly port: number;
+}
+
+/** `host:port,host:port,…` (IPv6 in brackets: `[::1]:6379`); empty or unset is no list. */
+const hostPorts = (name: string) =>
+  z
+    .string()
+    .optional()
+    .transform((value, ctx): HostPort[] | undefined => {
+      if (value === undefined || value.trim() === "") return undefined;
+      const nodes: HostPort[] = [];
+      for (const entry of value.split(",").map((e) => e.trim())) {
+        const match = /^(?:\[([0-9a-fA-F:.]+)\]|([^\s:[\]]+)):(\d{1,5})$/.exec(entry);
+        const port = Number(match?.[3]);
+        if (!match || port < 1 || port > 65_535) {
+          ctx.addIssue({ code: "custom", message: `${name} must be host:port pairs separated by commas, got "${entry}"` });
+          return z.NEVER;
+        }
+        nodes.push({ host: match[1] ?? match[2]!, port });
+      }
+      return nodes;
+    });
+
+/**
+ * Where Redis is, as operators run it: one server (REDIS_URL; `rediss://` for TLS), a Cluster
+ * (seed nodes) or a master watched by Sentinels. Credentials and TLS of a cluster or sentinel
+ * set come from their own variables, since there is no single URL to carry them.
+ */
+export type RedisTarget =
+  | { readonly kind: "single"; readonly url: string; readonly tls?: RedisTls | undefined }
+  | ({ readonly kind: "cluster"; readonly nodes: readonly HostPort[] } & RedisAuth)
+  | ({ readonly kind: "sentinel"; readonly sentinels: readonly HostPort[]; readonly name: string; readonly sentinelPassword?: string | undefined } & RedisAuth);
+
+export interface RedisAuth {
+  readonly username?: string | undefined;
+  readonly password?: string | undefined;
+  readonly tls?: RedisTls | undefined;
+}
+
+/** TLS to Redis: on, with the CA bundle that signed the servers' certificates when it is not a public one. */
+export interface RedisTls {
+  readonly ca?: string | undefined;
+}
 
 /** proxy-addr's names for address ranges, which Fastify's trustProxy accepts beside addresses and CIDRs. */
 const PROXY_RANGE_NAMES = new Set(["loopback", "linklocal", "uniquelocal"]);
@@ -140,6 +201,19 @@ const envSchema = z.object({
   REDIS_URL: url("REDIS_URL", "redis://127.0.0.1:6379").refine((v) => /^rediss?:/.test(v), {
     error: "REDIS_URL must start with redis:// or rediss://",
   }),
+  REDIS_CLUSTER_NODES: hostPorts("REDIS_CLUSTER_NODES"),
+  REDIS_SENTINELS: hostPorts("REDIS_SENTINELS"),
+  REDIS_SENTINEL_NAME: z.string().trim().optional(),
+  REDIS_USERNAME: z.string().optional(),
+  REDIS_PASSWORD: z.string().optional(),
+  REDIS_SENTINEL_PASSWORD: z.string().optional(),
+  REDIS_TLS: z
+    .enum(["true", "false"], { error: 'REDIS_TLS must be "true" or "false"' })
+    .optional()
+    .transform((v) => v === "true"),
+  REDIS_TLS_CA: z.string().trim().optional(),
+  REDIS_WAIT_REPLICAS: optionalInt("REDIS_WAIT_REPLICAS", 0, 16),
+  REDIS_WAIT_TIMEOUT_MS: int("REDIS_WAIT_TIMEOUT_MS", 500, 1, 60_000),
   QUEUE_PREFIX: z
     .string()
     .optional()
@@ -270,7 +344,12 @@ export interface Config {
   };
   /** Settings of individual business numbers; a number not listed uses the defaults. */
   readonly numbers: ReadonlyMap<string, NumberSettings>;
-  readonly redisUrl: string;
+  readonly redis: RedisTarget;
+  /**
+   * Replicas that must hold a webhook's job before it is answered 200 (REDIS_WAIT_REPLICAS:
+   * 1 for a cluster or sentinel set, 0 for one server, whose AOF is its copy).
+   */
+  readonly redisWait: { readonly replicas: number; readonly timeoutMs: number };
   readonly queuePrefix: string;
   readonly databaseUrl: string;
   readonly databasePoolSize: number;
@@ -311,6 +390,43 @@ export interface Config {
   readonly shutdownTimeoutMs: number;
 }
 
+type RedisVariables = Pick<
+  z.output<typeof envSchema>,
+  "REDIS_URL" | "REDIS_CLUSTER_NODES" | "REDIS_SENTINELS" | "REDIS_SENTINEL_NAME" | "REDIS_USERNAME" | "REDIS_PASSWORD" | "REDIS_SENTINEL_PASSWORD" | "REDIS_TLS" | "REDIS_TLS_CA"
+>;
+
+/** The one Redis topology the variables name, or problems saying why they name none or two. */
+function redisTarget(e: RedisVariables, problems: string[]): RedisTarget | undefined {
+  let ca: string | undefined;
+  if (e.REDIS_TLS_CA) {
+    try {
+      ca = readFileSync(e.REDIS_TLS_CA, "utf8");
+    } catch (error) {
+      problems.push(`REDIS_TLS_CA cannot be read: ${(error as Error).message}`);
+    }
+  }
+  const tls = e.REDIS_TLS || e.REDIS_TLS_CA ? { ca } : undefined;
+  const auth = { username: e.REDIS_USERNAME || undefined, password: e.REDIS_PASSWORD || undefined, tls };
+  if (e.REDIS_CLUSTER_NODES && e.REDIS_SENTINELS) {
+    problems.push("REDIS_CLUSTER_NODES and REDIS_SENTINELS are both set: Redis is either a Cluster or a Sentinel-watched master, set one");
+    return undefined;
+  }
+  if (e.REDIS_CLUSTER_NODES) return { kind: "cluster", nodes: e.REDIS_CLUSTER_NODES, ...auth };
+  if (e.REDIS_SENTINELS) {
+    if (!e.REDIS_SENTINEL_NAME) {
+      problems.push("REDIS_SENTINEL_NAME is required with REDIS_SENTINELS: the name of the master the Sentinels watch (sentinel monitor <name> …)");
+      return undefined;
+    }
+    return { kind: "sentinel", sentinels: e.REDIS_SENTINELS, name: e.REDIS_SENTINEL_NAME, sentinelPassword: e.REDIS_SENTINEL_PASSWORD || undefined, ...auth };
+  }
+  if (e.REDIS_SENTINEL_NAME) problems.push("REDIS_SENTINEL_NAME is set but REDIS_SENTINELS is not: name the Sentinels (host:port,…)");
+  if (e.REDIS_USERNAME || e.REDIS_PASSWORD) {
+    problems.push("REDIS_USERNAME and REDIS_PASSWORD are for a cluster or sentinel set; a single Redis takes them in REDIS_URL (redis://user:password@host:6379)");
+  }
+  if (e.REDIS_TLS && !e.REDIS_URL.startsWith("rediss:")) problems.push("REDIS_TLS is for a cluster or sentinel set; a single Redis says TLS with rediss:// in REDIS_URL");
+  return { kind: "single", url: e.REDIS_URL, tls: e.REDIS_URL.startsWith("rediss:") || ca ? { ca } : undefined };
+}
+
 /** Every problem with the environment at once, each naming its variable. */
 export class ConfigError extends Error {
   constructor(readonly problems: string[]) {
@@ -345,7 +461,9 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     problems.push(`METRICS_PORT must differ from PORT (both ${parsed.data.PORT}): metrics have a listener of their own; 0 turns it off`);
   }
 
-  if (problems.length > 0 || !parsed.success) throw new ConfigError(problems);
+  const redis = parsed.success ? redisTarget(parsed.data, problems) : undefined;
+
+  if (problems.length > 0 || !parsed.success || !redis) throw new ConfigError(problems);
   const e = parsed.data;
   return Object.freeze({
     port: e.PORT,
@@ -372,7 +490,8 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
       historyTokenBudget: e.HISTORY_TOKEN_BUDGET,
     },
     numbers,
-    redisUrl: e.REDIS_URL,
+    redis,
+    redisWait: { replicas: e.REDIS_WAIT_REPLICAS ?? (redis.kind === "single" ? 0 : 1), timeoutMs: e.REDIS_WAIT_TIMEOUT_MS },
     queuePrefix: e.QUEUE_PREFIX,
     databaseUrl: e.DATABASE_URL,
     databasePoolSize: e.DATABASE_POOL_SIZE,

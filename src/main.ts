@@ -185,7 +185,7 @@ function lowerPriority(pidOrThread: number, niceness: number): void {
 /** Postgres and the web's fail-fast Redis with its queue handles (the web, and the metrics gauges). */
 function connectWeb(config: Config, logger: Logger) {
   const db = createDb(config.databaseUrl, { poolSize: config.databasePoolSize });
-  const redis = createFailFastRedis(config.redisUrl);
+  const redis = createFailFastRedis(config.redis);
   redis.on("error", (error) => logger.warn({ event: "redis.error", err: error }, "redis connection error"));
   const queues = createQueues(redis, { prefix: config.queuePrefix, attempts: config.jobs.attempts }, (error) =>
     logger.warn({ event: "queue.error", err: error }, "queue connection error"),
@@ -203,7 +203,7 @@ function connectWeb(config: Config, logger: Logger) {
 
 /** The worker role on a connection of its own (one that waits out a Redis outage); close() drains it. */
 function startWorkerRole(config: Config, logger: Logger, db: Db, metrics: Metrics) {
-  const connection = createWorkerRedis(config.redisUrl);
+  const connection = createWorkerRedis(config.redis);
   // It reconnects by itself and the jobs wait for it; say so once per error, not on stderr.
   connection.on("error", (error) => logger.warn({ event: "redis.error", role: "worker", err: error }, "worker's redis connection error"));
   const workers = startConfiguredWorkers(config, { db, logger, metrics, connection });

@@ -127,6 +127,52 @@ describe("a configuration error never prints a secret", () => {
   });
 });
 
+describe("where Redis is", () => {
+  it("one server by default, taking webhooks on its AOF alone", () => {
+    const config = loadConfig(testEnv({ REDIS_URL: "redis://10.0.0.5:6380" }));
+    expect(config.redis).toEqual({ kind: "single", url: "redis://10.0.0.5:6380", tls: undefined });
+    expect(config.redisWait).toEqual({ replicas: 0, timeoutMs: 500 });
+  });
+
+  it("a Redis Cluster by its seed nodes, IPv6 in brackets, with credentials and TLS; a webhook waits for one replica", () => {
+    const config = loadConfig(
+      testEnv({ REDIS_CLUSTER_NODES: "10.0.0.1:7000, redis-2.internal:7001,[::1]:7002", REDIS_PASSWORD: "s3cret", REDIS_TLS: "true" }),
+    );
+    expect(config.redis).toEqual({
+      kind: "cluster",
+      nodes: [
+        { host: "10.0.0.1", port: 7000 },
+        { host: "redis-2.internal", port: 7001 },
+        { host: "::1", port: 7002 },
+      ],
+      username: undefined,
+      password: "s3cret",
+      tls: { ca: undefined },
+    });
+    expect(config.redisWait.replicas).toBe(1);
+  });
+
+  it("a master watched by Sentinels, by their addresses and the master's name", () => {
+    const config = loadConfig(testEnv({ REDIS_SENTINELS: "10.0.0.1:26379,10.0.0.2:26379", REDIS_SENTINEL_NAME: "wa", REDIS_SENTINEL_PASSWORD: "x", REDIS_WAIT_REPLICAS: "2" }));
+    expect(config.redis).toMatchObject({ kind: "sentinel", name: "wa", sentinelPassword: "x", sentinels: [{ host: "10.0.0.1", port: 26379 }, { host: "10.0.0.2", port: 26379 }] });
+    expect(config.redisWait.replicas).toBe(2);
+  });
+
+  it("refuses to start on a bad node list, two topologies at once, Sentinels without a name, or an unreadable CA, naming each variable", () => {
+    expect(problemsOf(testEnv({ REDIS_CLUSTER_NODES: "10.0.0.1:7000,10.0.0.2" }))).toEqual([
+      'REDIS_CLUSTER_NODES must be host:port pairs separated by commas, got "10.0.0.2"',
+    ]);
+    expect(problemsOf(testEnv({ REDIS_SENTINELS: "s1:99999" })).join("\n")).toContain("REDIS_SENTINELS must be host:port pairs");
+    expect(problemsOf(testEnv({ REDIS_CLUSTER_NODES: "a:1", REDIS_SENTINELS: "b:2", REDIS_SENTINEL_NAME: "m" })).join("\n")).toContain(
+      "REDIS_CLUSTER_NODES and REDIS_SENTINELS are both set",
+    );
+    expect(problemsOf(testEnv({ REDIS_SENTINELS: "b:2" })).join("\n")).toContain("REDIS_SENTINEL_NAME is required with REDIS_SENTINELS");
+    expect(problemsOf(testEnv({ REDIS_CLUSTER_NODES: "a:1", REDIS_TLS_CA: "/nonexistent/ca.pem" })).join("\n")).toContain("REDIS_TLS_CA cannot be read");
+    expect(problemsOf(testEnv({ REDIS_PASSWORD: "p" })).join("\n")).toContain("a single Redis takes them in REDIS_URL");
+    expect(problemsOf(testEnv({ REDIS_WAIT_REPLICAS: "-1" })).join("\n")).toContain("REDIS_WAIT_REPLICAS must be an integer from 0 to 16");
+  });
+});
+
 describe(".env.example", () => {
   it("documents exactly the variables the configuration reads", async () => {
     const example = await readFile(".env.example", "utf8");

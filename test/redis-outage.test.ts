@@ -54,7 +54,7 @@ function harness(): Harness {
 describe("Redis outage on the web role (law 2)", () => {
   it("Redis stopped → the webhook answers 503 quickly rather than hanging, and after Redis returns the next delivery is answered 200 and enqueued", async () => {
     const h = harness();
-    expect(h.config.redisUrl).toBe(redisServer!.url);
+    expect(h.config.redis).toEqual({ kind: "single", url: redisServer!.url, tls: undefined });
 
     // Before the outage: a normal delivery.
     const before = textWebhook({ text: "before the outage" });
@@ -104,7 +104,7 @@ describe("Redis down when the web role starts (law 2)", () => {
     const redisServer = await PrivateRedis.start();
     await redisServer.kill();
     const config = loadConfig(testEnv({ REDIS_URL: redisServer.url, QUEUE_PREFIX: `{t-down-${Date.now().toString(36)}}` }));
-    const redis = createFailFastRedis(config.redisUrl);
+    const redis = createFailFastRedis(config.redis);
     redis.on("error", () => undefined);
     // BullMQ's queues wait for their connection's first "ready" before any add, with no timeout.
     const queues = createQueues(redis, { prefix: config.queuePrefix, attempts: config.jobs.attempts });

@@ -2,7 +2,7 @@ import { type Job, type Queue, Worker } from "bullmq";
 import { afterEach, describe, expect, it } from "vitest";
 import { inboundJobId, QUEUE_NAMES, statusJobId, WEBHOOK_DEDUP_TTL_MS } from "../src/queue/queues.ts";
 import { createWorkerRedis } from "../src/queue/redis.ts";
-import { eventually, type Harness, startHarness } from "./support/harness.ts";
+import { eventually, type Harness, startHarness, TEST_REDIS_URL } from "./support/harness.ts";
 import { envelope, messagesChange, metaWire, PHONE_NUMBER_ID, statusWebhook, textMessage, textWebhook, uniqueWamid } from "./support/webhook-bodies.ts";
 
 /**
@@ -44,7 +44,7 @@ function holdingWorker(h: Harness): { release: () => void; processed: string[] }
     release = resolve;
   });
   const processed: string[] = [];
-  const connection = createWorkerRedis(h.config.redisUrl);
+  const connection = createWorkerRedis(TEST_REDIS_URL);
   const worker = new Worker(
     QUEUE_NAMES.inbound,
     async (job: Job) => {

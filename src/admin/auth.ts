@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyReply } from "fastify";
-import type { Redis } from "ioredis";
+import type { RedisClient } from "../queue/redis.ts";
 import { z } from "zod";
 import type { Db } from "../db/client.ts";
 import { authenticate, createSession, endSession, findSession, SESSION_TTL_MS } from "../staff/accounts.ts";
@@ -33,7 +33,7 @@ declare module "fastify" {
 
 export interface StaffAuthDeps {
   db: Db;
-  redis: Redis;
+  redis: RedisClient;
   keyPrefix: string;
   adminToken: string;
   secureCookies: boolean;

@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import type { Redis } from "ioredis";
+import type { RedisClient } from "../queue/redis.ts";
 
 /**
  * Double clicks never act twice: every mutating /admin request may carry an
@@ -24,7 +24,7 @@ declare module "fastify" {
   }
 }
 
-export function registerIdempotency(app: FastifyInstance, deps: { redis: Redis; keyPrefix: string; scope: (request: FastifyRequest) => string }): void {
+export function registerIdempotency(app: FastifyInstance, deps: { redis: RedisClient; keyPrefix: string; scope: (request: FastifyRequest) => string }): void {
   const redisKey = (request: FastifyRequest, key: string) => `${deps.keyPrefix}:idem:${deps.scope(request)}:${key}`;
   const fingerprint = (request: FastifyRequest) =>
     createHash("sha256")

@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
 import type { AddressInfo } from "node:net";
-import type { Redis } from "ioredis";
+import type { RedisClient } from "../queue/redis.ts";
 import pg from "pg";
 import { buildApp } from "../app.ts";
 import { type Config, loadConfig } from "../config.ts";
@@ -74,12 +74,12 @@ export async function startDemo(options: DemoOptions): Promise<DemoSystem> {
     const config = loadConfig(demoEnvironment(settings, secrets, { graph: sandbox.url, offlineClaude: offline?.url ?? "" }));
     const logger = options.logger ?? createLogger({ level: config.logLevel });
 
-    await ensureServices({ databaseUrl: config.databaseUrl, redisUrl: config.redisUrl }, say);
+    await ensureServices({ databaseUrl: config.databaseUrl, redisUrl: settings.redisUrl }, say);
     // The workers' connection waits for Redis to be ready; the web's fails fast (law 2) and connects meanwhile.
-    const workerRedis = createWorkerRedis(config.redisUrl);
+    const workerRedis = createWorkerRedis(config.redis);
     workerRedis.on("error", (error) => logger.warn({ event: "redis.error", role: "worker", err: error }, "worker's redis connection error"));
     cleanups.push(() => workerRedis.quit());
-    const redis = createFailFastRedis(config.redisUrl);
+    const redis = createFailFastRedis(config.redis);
     redis.on("error", (error) => logger.warn({ event: "redis.error", err: error }, "redis connection error"));
     cleanups.push(() => redis.quit());
     cleanups.push(await holdSandbox(config));
@@ -139,7 +139,7 @@ async function holdSandbox(config: Config): Promise<() => Promise<void>> {
 }
 
 /** A fresh sandbox each run: the simulated phones start empty, so must the database and the queues. */
-async function resetSandbox(config: Config, redis: Redis): Promise<void> {
+async function resetSandbox(config: Config, redis: RedisClient): Promise<void> {
   const { connectionString, schema } = splitSchema(config.databaseUrl);
   if (schema && schema !== "public") {
     const client = new pg.Client({ connectionString });

@@ -1,8 +1,8 @@
 import type { FastifyInstance, FastifyPluginAsync } from "fastify";
-import type { Redis } from "ioredis";
+import type { RedisClient } from "../queue/redis.ts";
 import type { Db } from "../db/client.ts";
 
-export function healthRoutes(deps: { redis: Redis; db: Db }): FastifyPluginAsync {
+export function healthRoutes(deps: { redis: RedisClient; db: Db }): FastifyPluginAsync {
   return async (app: FastifyInstance) => {
     app.get("/healthz", async () => ({ ok: true }));
 

@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import type { Job } from "bullmq";
-import type { Redis } from "ioredis";
+import type { RedisClient } from "../queue/redis.ts";
 import type { Db } from "../db/client.ts";
 import { recordDeadLetter } from "../dlq/dead-letters.ts";
 import type { Logger } from "../logger.ts";
@@ -27,7 +27,7 @@ export interface ReconcileDeps {
   db: Db;
   queues: Queues;
   /** For the "driven again once" marks, beside the queues. */
-  redis: Redis;
+  redis: RedisClient;
   prefix: string;
   logger: Logger;
   afterMs: number;

@@ -1,5 +1,5 @@
 import { DelayedError, type Job, Worker } from "bullmq";
-import type { Redis } from "ioredis";
+import type { RedisClient } from "../queue/redis.ts";
 import { ClaudeClient } from "../ai/claude.ts";
 import type { Config } from "../config.ts";
 import type { Db } from "../db/client.ts";
@@ -16,7 +16,7 @@ import { processStatus } from "./status.ts";
 
 export type WorkerDeps = InboundDeps &
   ReplyDeps & {
-    connection: Redis;
+    connection: RedisClient;
     prefix: string;
     concurrency: { reply: number; inbound: number };
     lockMs: number;
@@ -37,7 +37,7 @@ const SEND_LEASE_MAX_MS = 5_000;
  * The worker role as configured: its own Graph and Claude clients, and its own queue handles
  * on its own connection (one that waits out a Redis outage, unlike the web role's).
  */
-export function startConfiguredWorkers(config: Config, shared: { db: Db; logger: Logger; metrics: Metrics; connection: Redis }): Workers {
+export function startConfiguredWorkers(config: Config, shared: { db: Db; logger: Logger; metrics: Metrics; connection: RedisClient }): Workers {
   const queues = createQueues(shared.connection, { prefix: config.queuePrefix, attempts: config.jobs.attempts }, (error) =>
     shared.logger.warn({ event: "queue.error", role: "worker", err: error }, "queue connection error"),
   );

@@ -1,6 +1,8 @@
 import { createHash } from "node:crypto";
 import { Job, Queue, type JobsOptions } from "bullmq";
-import type { Redis } from "ioredis";
+import calculateSlot from "cluster-key-slot";
+import { Cluster, type Redis } from "ioredis";
+import type { RedisClient } from "./redis.ts";
 import type { GeneratedReply } from "../ai/claude.ts";
 import type { BusinessEvent, InboundItem, Sender, StatusItem, WebhookItem } from "../webhook/payload.ts";
 
@@ -56,7 +58,7 @@ const KEEP = { removeOnComplete: { age: 3600, count: 1000 }, removeOnFail: { age
  * `onError` hears the queues' connection errors (Redis away): BullMQ prints them to stderr
  * when nobody listens, once per reconnection attempt.
  */
-export function createQueues(connection: Redis, settings: QueueSettings, onError: (error: Error) => void = () => undefined): Queues {
+export function createQueues(connection: RedisClient, settings: QueueSettings, onError: (error: Error) => void = () => undefined): Queues {
   const defaultJobOptions: JobsOptions = { attempts: settings.attempts, backoff: { type: "policy" }, ...KEEP };
   const options = { connection, prefix: settings.prefix, defaultJobOptions };
   const queues: Queues = {
@@ -130,33 +132,80 @@ export type EnqueueOutcome = "enqueued" | "duplicate";
  * construction) without the awaits inside it, which would let other requests' commands in
  * between the read and the script.
  */
-async function addOnce<T>(queue: Queue<T>, name: string, data: T, jobId: string): Promise<EnqueueOutcome> {
+async function addOnce<T>(queue: Queue<T>, name: string, data: T, jobId: string, durability: Durability): Promise<EnqueueOutcome> {
   const backend = queue.getBackend();
-  const client = await backend.client; // the queue's connection, ioredis underneath
+  const connection = await backend.client;
+  const client = connection as unknown as RedisClient; // the queue's connection: ioredis underneath BullMQ's own interface
   const job = new Job(queue, name, data, { ...queue.jobsOpts, jobId, deduplication: { id: jobId, ttl: WEBHOOK_DEDUP_TTL_MS } }, jobId);
-  const known = (client as unknown as Pick<Redis, "exists">).exists(queue.toKey(jobId), `${queue.keys.de}:${jobId}`);
-  const added = backend.addJobToTransaction(client, job.asJSON(), jobId);
-  const [keys] = await Promise.all([known, added]);
-  return keys > 0 ? "duplicate" : "enqueued";
+  const keys = [queue.toKey(jobId), `${queue.keys.de}:${jobId}`] as const;
+  const { replicas, timeoutMs } = durability;
+  // WAIT covers the writes made before it on its own connection: in a cluster that is the
+  // connection to the master of the queue's slot (the prefix's hash tag), not any node.
+  const waiter = replicas === 0 ? undefined : client instanceof Cluster ? masterOf(client, keys[0]) : client;
+  const known = client.exists(...keys);
+  const added = backend.addJobToTransaction(connection, job.asJSON(), jobId);
+  // Issued in the same turn, so in the same write, right behind the add on this connection.
+  const copied = waiter?.wait(replicas, timeoutMs);
+  const [found, , acknowledged] = await Promise.all([known, added, copied]);
+  if (acknowledged !== undefined) assertReplicated(acknowledged, durability);
+  return found > 0 ? "duplicate" : "enqueued";
+}
+
+/**
+ * The connection to the master that serves `key`, as the cluster client knows it now. After a
+ * failover it may name the old master for a moment: then WAIT fails (gone, or a replica
+ * refusing WAIT) and the delivery is answered 503, never 200 on a guess.
+ */
+function masterOf(cluster: Cluster, key: string): Redis {
+  const [address] = cluster.slots[calculateSlot(key)] ?? [];
+  const node = cluster.nodes("master").find((n) => `${n.options.host}:${n.options.port}` === address);
+  if (!node) {
+    // Its master is gone and nothing has told the client who took over: ask the cluster now.
+    cluster.refreshSlotsCache();
+    throw new Error(`the cluster client knows no live master for the slot of ${key} (last known: ${address ?? "none"})`);
+  }
+  return node;
+}
+
+/**
+ * How many replicas must hold a webhook's job before it is answered 200 (REDIS_WAIT_REPLICAS),
+ * and how long to wait for them. Redis replicates after it answers: a master lost right after
+ * an add takes the add with it, and the replica promoted in its place never saw the job.
+ */
+export interface Durability {
+  replicas: number;
+  timeoutMs: number;
+}
+
+/** Fewer replicas than required acknowledged an add in time: the item is not safely queued yet. */
+export class NotReplicatedError extends Error {
+  override readonly name = "NotReplicatedError";
+  constructor(acknowledged: number, durability: Durability) {
+    super(`${acknowledged} of ${durability.replicas} Redis replicas acknowledged the add within ${durability.timeoutMs} ms`);
+  }
+}
+
+function assertReplicated(acknowledged: number, durability: Durability): void {
+  if (!(acknowledged >= durability.replicas)) throw new NotReplicatedError(acknowledged, durability);
 }
 
 /** The job a webhook item becomes: its id and how to add it. */
-export function jobOf(queues: Queues, item: QueuedItem, receivedAtMs: number): { id: string; enqueue: () => Promise<EnqueueOutcome> } {
+export function jobOf(queues: Queues, item: QueuedItem, receivedAtMs: number, durability: Durability): { id: string; enqueue: () => Promise<EnqueueOutcome> } {
   switch (item.kind) {
     case "message": {
       const { kind: _kind, position, ...rest } = item;
       const id = inboundJobId(item.message.id);
       const data: InboundJobData = { ...rest, arrival: receivedAtMs * 1000 + position };
-      return { id, enqueue: () => addOnce(queues.inbound, "inbound", data, id) };
+      return { id, enqueue: () => addOnce(queues.inbound, "inbound", data, id, durability) };
     }
     case "status": {
       const { kind: _kind, ...data } = item;
       const id = statusJobId(item.status.id, item.status.status);
-      return { id, enqueue: () => addOnce(queues.status, "status", data, id) };
+      return { id, enqueue: () => addOnce(queues.status, "status", data, id, durability) };
     }
     case "event": {
       const id = eventJobId(item.event);
-      return { id, enqueue: () => addOnce(queues.events, item.event.type, item.event, id) };
+      return { id, enqueue: () => addOnce(queues.events, item.event.type, item.event, id, durability) };
     }
   }
 }

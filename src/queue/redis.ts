@@ -1,20 +1,73 @@
-import { Redis } from "ioredis";
+import { Cluster, Redis, type ClusterOptions, type RedisOptions } from "ioredis";
+import type { RedisTarget } from "../config.ts";
+
+/** A connection to Redis in any of its topologies; BullMQ and our commands take either. */
+export type RedisClient = Redis | Cluster;
 
 /**
  * The web role's connection fails fast (law 2): no offline queue, one try per command, so a
  * Redis outage becomes a 503 in milliseconds and Meta delivers again later. Its writes are
  * coalesced: the webhook's hot path is a command or two per request from many requests.
  */
-export function createFailFastRedis(url: string): Redis {
-  return coalesceWrites(
-    new Redis(url, {
-      enableOfflineQueue: false,
-      maxRetriesPerRequest: 1,
-      commandTimeout: 2000,
-      connectTimeout: 2000,
-      retryStrategy: (times) => Math.min(times * 200, 2000),
-    }),
+export function createFailFastRedis(url: string): Redis;
+export function createFailFastRedis(target: RedisTarget): RedisClient;
+export function createFailFastRedis(target: RedisTarget | string): RedisClient {
+  const options: RedisOptions = {
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 1,
+    commandTimeout: 2000,
+    connectTimeout: 2000,
+    retryStrategy: (times) => Math.min(times * 200, 2000),
+  };
+  const client = connect(target, options, { enableOfflineQueue: false, clusterRetryStrategy: (times) => Math.min(times * 200, 2000) });
+  // A cluster spreads commands over one socket per node: there is no one stream to cork.
+  return client instanceof Redis ? coalesceWrites(client) : client;
+}
+
+/** Workers block on Redis and must ride out outages: BullMQ requires maxRetriesPerRequest null. */
+export function createWorkerRedis(url: string): Redis;
+export function createWorkerRedis(target: RedisTarget): RedisClient;
+export function createWorkerRedis(target: RedisTarget | string): RedisClient {
+  return connect(
+    target,
+    { maxRetriesPerRequest: null, retryStrategy: (times) => Math.min(times * 200, 5000) },
+    { clusterRetryStrategy: (times) => Math.min(times * 200, 5000) },
   );
+}
+
+/**
+ * One client for the target. A cluster's nodes each get `options` (and the credentials);
+ * a sentinel set is asked for the current master, and asked again when a connection to it
+ * drops or the Sentinels announce a failover (`failoverDetector`), so the client follows a
+ * promoted replica within the Sentinels' own failover time.
+ */
+function connect(target: RedisTarget | string, options: RedisOptions, cluster: Omit<ClusterOptions, "redisOptions">): RedisClient {
+  if (typeof target === "string") return new Redis(target, options);
+  switch (target.kind) {
+    case "single":
+      return new Redis(target.url, { ...options, ...(target.tls ? { tls: { ca: target.tls.ca } } : {}) });
+    case "cluster":
+      return new Cluster(
+        target.nodes.map(({ host, port }) => ({ host, port })),
+        {
+          ...cluster,
+          redisOptions: { ...options, username: target.username, password: target.password, ...(target.tls ? { tls: { ca: target.tls.ca } } : {}) },
+          // A failover moves slots: ask the cluster again soon rather than after the default 5 s.
+          slotsRefreshTimeout: 2000,
+        },
+      );
+    case "sentinel":
+      return new Redis({
+        ...options,
+        sentinels: target.sentinels.map(({ host, port }) => ({ host, port })),
+        name: target.name,
+        username: target.username,
+        password: target.password,
+        sentinelPassword: target.sentinelPassword,
+        failoverDetector: true,
+        ...(target.tls ? { tls: { ca: target.tls.ca }, enableTLSForSentinelMode: true, sentinelTLS: { ca: target.tls.ca } } : {}),
+      });
+  }
 }
 
 /** Commands that leave together at most: a webhook message is two (its read and its add). */
@@ -59,24 +112,24 @@ function coalesceWrites(redis: Redis): Redis {
   return redis;
 }
 
-/** Workers block on Redis and must ride out outages: BullMQ requires maxRetriesPerRequest null. */
-export function createWorkerRedis(url: string): Redis {
-  return new Redis(url, { maxRetriesPerRequest: null, retryStrategy: (times) => Math.min(times * 200, 5000) });
-}
-
 /** Redis's own settings that BullMQ depends on in production (DESIGN.md §5). */
-export async function redisPersistenceWarnings(redis: Redis): Promise<string[]> {
+export async function redisPersistenceWarnings(redis: RedisClient): Promise<string[]> {
+  // In a cluster each master keeps its own slots' jobs: every one of them must be set so.
+  const servers = redis instanceof Cluster ? redis.nodes("master") : [redis];
   const warnings: string[] = [];
-  const [, policy] = (await redis.config("GET", "maxmemory-policy")) as [string, string];
-  if (policy !== "noeviction") warnings.push(`maxmemory-policy is "${policy}"; BullMQ needs "noeviction" or jobs can vanish`);
-  const [, aof] = (await redis.config("GET", "appendonly")) as [string, string];
-  if (aof !== "yes") warnings.push("appendonly is off; a Redis restart loses queued jobs and claims");
+  for (const server of servers) {
+    const where = redis instanceof Cluster ? ` on ${server.options.host}:${server.options.port}` : "";
+    const [, policy] = (await server.config("GET", "maxmemory-policy")) as [string, string];
+    if (policy !== "noeviction") warnings.push(`maxmemory-policy is "${policy}"${where}; BullMQ needs "noeviction" or jobs can vanish`);
+    const [, aof] = (await server.config("GET", "appendonly")) as [string, string];
+    if (aof !== "yes") warnings.push(`appendonly is off${where}; a Redis restart loses queued jobs and claims`);
+  }
   return warnings;
 }
 
 /** What ioredis and Redis say when Redis is away, restarting or failing over. */
 const UNAVAILABLE =
-  /Connection is closed|enableOfflineQueue|Command timed out|Reached the max retries per request|ECONNREFUSED|ECONNRESET|ETIMEDOUT|^LOADING|^READONLY|^CLUSTERDOWN|^TRYAGAIN|^MASTERDOWN|^BUSY/;
+  /Connection is closed|Failed to refresh slots cache|None of startup nodes is available|All sentinels are unreachable|Too many Cluster redirections|enableOfflineQueue|Command timed out|Reached the max retries per request|ECONNREFUSED|ECONNRESET|ETIMEDOUT|^LOADING|^READONLY|^CLUSTERDOWN|^TRYAGAIN|^MASTERDOWN|^BUSY/;
 
 /**
  * True when an error says Redis is unreachable (a blip, a restart, a failover), not that a

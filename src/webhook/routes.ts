@@ -1,17 +1,19 @@
 import { type FastifyInstance, type FastifyPluginAsync, type FastifyReply, type FastifyRequest, LogController } from "fastify";
-import type { Redis } from "ioredis";
+import type { RedisClient } from "../queue/redis.ts";
 import type { Metrics } from "../http/metrics.ts";
-import { type EnqueueOutcome, jobOf, type Queues } from "../queue/queues.ts";
+import { type Durability, type EnqueueOutcome, jobOf, type Queues } from "../queue/queues.ts";
 import { walkWebhook, type WebhookItem } from "./payload.ts";
 import { safeEqual, verifyMetaSignature } from "./signature.ts";
 
 export interface WebhookDeps {
   /** The connection the queues use: its state says at once whether an enqueue can succeed. */
-  redis: Redis;
+  redis: RedisClient;
   queues: Queues;
   verifyToken: string;
   appSecret: string;
   metrics: Metrics;
+  /** How many Redis replicas must hold a job before its delivery is answered 200 (law 2). */
+  durability: Durability;
 }
 
 /** Meta's payloads are up to 3 MB (WHATSAPP.md §4); a little headroom, then 413. */
@@ -107,7 +109,7 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
             request.log.info({ event: "webhook.ignored", reason: item.reason, where: item.where }, "item ignored");
             return;
           }
-          const job = jobOf(deps.queues, item, receivedAt);
+          const job = jobOf(deps.queues, item, receivedAt, deps.durability);
           const outcome = await (notReady ? Promise.reject(notReady) : job.enqueue()).catch((error: unknown) => {
             itemCounter[item.kind].failed.inc();
             throw error;

@@ -1,6 +1,5 @@
 import { randomBytes } from "node:crypto";
 import type { FastifyInstance, LightMyRequestResponse } from "fastify";
-import { Redis } from "ioredis";
 import pg from "pg";
 import pino from "pino";
 import { buildApp } from "../../src/app.ts";
@@ -10,6 +9,7 @@ import { migrate } from "../../src/db/migrate.ts";
 import { createMetrics, type Metrics } from "../../src/http/metrics.ts";
 import { startConfiguredWorkers, type Workers } from "../../src/jobs/workers.ts";
 import { closeQueues, createQueues, type Queues } from "../../src/queue/queues.ts";
+import type { Redis } from "ioredis";
 import { createFailFastRedis, createWorkerRedis } from "../../src/queue/redis.ts";
 import { signMetaBody } from "../../src/webhook/signature.ts";
 import type { Logger } from "../../src/logger.ts";
@@ -101,7 +101,9 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
   await migrate(config.databaseUrl);
   const db = createDb(config.databaseUrl, { poolSize: config.databasePoolSize });
   const logger = options.logger ?? pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" });
-  const redis = createFailFastRedis(config.redisUrl);
+  if (config.redis.kind !== "single") throw new Error("the harness runs on one Redis (REDIS_URL)");
+  const redisUrl = config.redis.url;
+  const redis = createFailFastRedis(redisUrl);
   redis.on("error", () => undefined);
   await waitForReady(redis);
   const queues = createQueues(redis, { prefix, attempts: config.jobs.attempts });
@@ -124,7 +126,7 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
     prefix,
     startWorkers(count = Math.max(1, options.workers ?? 1)) {
       for (let i = 0; i < count; i++) {
-        const connection = createWorkerRedis(config.redisUrl);
+        const connection = createWorkerRedis(redisUrl);
         connection.on("error", () => undefined); // it reconnects by itself; tests that kill Redis expect these
         const workers = startConfiguredWorkers(config, { db, logger, metrics, connection });
         running.push({ workers, connection });

@@ -43,9 +43,13 @@ export class WebhookDeliverer {
   private closed = false;
   private readonly sleepers = new Set<{ timer: NodeJS.Timeout; wake: () => void }>();
 
-  /** `url` is POST /webhook of the system; it may be set later, before the first delivery. */
+  /**
+   * `url` is POST /webhook of the system; it may be set later, before the first delivery.
+   * Several URLs are taken in turns, POST by POST, as a load balancer in front of several web
+   * processes would (a redelivery may reach another one).
+   */
   constructor(
-    public url: string,
+    public url: string | readonly string[],
     private readonly appSecret: string,
     private readonly random: () => number,
   ) {}
@@ -98,7 +102,8 @@ export class WebhookDeliverer {
     this.lastPostAt = Date.now();
     let status: number | "error";
     try {
-      const response = await fetch(this.url, {
+      const url = typeof this.url === "string" ? this.url : this.url[this.stats.posts % this.url.length]!;
+      const response = await fetch(url, {
         method: "POST",
         body: raw,
         headers: { "content-type": "application/json", "x-hub-signature-256": signMetaBody(raw, this.appSecret) },
