@@ -1,4 +1,4 @@
-import { DelayedError, type Job, Worker } from "bullmq";
+import { DelayedError, type Job, type Queue, Worker } from "bullmq";
 import type { RedisClient } from "../queue/redis.ts";
 import { ClaudeClient } from "../ai/claude.ts";
 import type { Config } from "../config.ts";
@@ -82,6 +82,9 @@ export function startWorkers(deps: WorkerDeps): Workers {
   // A worker that dies mid-job loses its lock after lockMs; the job then runs again elsewhere.
   const common = { connection: deps.connection, prefix: deps.prefix, settings, lockDuration: deps.lockMs, stalledInterval: deps.lockMs };
 
+  /** Per queue: jobs this process is running, and when it last started one (the fetch watchdog reads them). */
+  const fetching = new Map<string, { running: number; lastStartAt: number }>();
+
   /**
    * What every job shares: a wait (Postgres or Redis away, a postponement) moves the job to
    * the delayed set without spending an attempt, for as long as it takes (law 6); a run
@@ -90,6 +93,9 @@ export function startWorkers(deps: WorkerDeps): Workers {
   const guarded =
     <T>(queue: string, processor: (job: Job<T>) => Promise<unknown>) =>
     async (job: Job<T>, token?: string): Promise<unknown> => {
+      const slots = fetching.get(queue)!;
+      slots.running++;
+      slots.lastStartAt = Date.now();
       try {
         return await processor(job);
       } catch (error) {
@@ -102,44 +108,37 @@ export function startWorkers(deps: WorkerDeps): Workers {
         deps.logger.info({ event: "job.waiting", queue, job: job.id, delayMs: fate.delayMs, reason: fate.reason }, "job waits without spending an attempt");
         await job.moveToDelayed(Date.now() + fate.delayMs, token);
         throw new DelayedError();
+      } finally {
+        slots.running--;
       }
     };
 
-  const all = [
-    new Worker<InboundJobData>(QUEUE_NAMES.inbound, guarded("inbound", (job) => processInbound(deps, job.data)), {
-      ...common,
-      concurrency: deps.concurrency.inbound,
-    }),
-    // Replies wait on Claude for seconds: many run at once, one per conversation (law 8).
-    new Worker<ReplyJobData>(
-      QUEUE_NAMES.reply,
-      guarded("reply", (job: Job<ReplyJobData>) =>
+  const kinds: WorkerKind[] = [
+    { queue: QUEUE_NAMES.inbound, concurrency: deps.concurrency.inbound, process: guarded("inbound", (job: Job<InboundJobData>) => processInbound(deps, job.data)) },
+    {
+      // Replies wait on Claude for seconds: many run at once, one per conversation (law 8).
+      queue: QUEUE_NAMES.reply,
+      concurrency: deps.concurrency.reply,
+      process: guarded("reply", (job: Job<ReplyJobData>) =>
         processReply(deps, job, async (kept) => {
           await job.updateData({ ...job.data, ...kept, accepted: { ...job.data.accepted, ...kept.accepted } });
         }),
       ),
-      {
-        ...common,
-        concurrency: deps.concurrency.reply,
-        // BullMQ honours a manual queue.rateLimit() (Meta's sender-wide limits, see
-        // processReply) only for workers with a limiter; this one is far above any real rate.
-        limiter: { max: 10_000, duration: 1000 },
-      },
-    ),
-    new Worker<StatusJobData>(QUEUE_NAMES.status, guarded("status", (job) => processStatus(deps, job.data)), {
-      ...common,
-      concurrency: deps.concurrency.inbound,
-    }),
-    new Worker<EventJobData>(QUEUE_NAMES.events, guarded("events", (job) => processEvent(deps, job.data)), {
-      ...common,
-      concurrency: deps.concurrency.inbound,
-    }),
-    new Worker(QUEUE_NAMES.reconcile, guarded("reconcile", () => reconcile({ ...deps, redis: deps.connection, afterMs: deps.reconcile.afterMs })), {
-      ...common,
+      // BullMQ honours a manual queue.rateLimit() (Meta's sender-wide limits, see
+      // processReply) only for workers with a limiter; this one is far above any real rate.
+      limiter: { max: 10_000, duration: 1000 },
+    },
+    { queue: QUEUE_NAMES.status, concurrency: deps.concurrency.inbound, process: guarded("status", (job: Job<StatusJobData>) => processStatus(deps, job.data)) },
+    { queue: QUEUE_NAMES.events, concurrency: deps.concurrency.inbound, process: guarded("events", (job: Job<EventJobData>) => processEvent(deps, job.data)) },
+    {
+      queue: QUEUE_NAMES.reconcile,
       concurrency: 1,
-    }),
+      process: guarded("reconcile", () => reconcile({ ...deps, redis: deps.connection, afterMs: deps.reconcile.afterMs })),
+    },
   ];
-  for (const worker of all) {
+
+  const start = (kind: WorkerKind): Worker => {
+    const worker = new Worker(kind.queue, kind.process, { ...common, concurrency: kind.concurrency, ...(kind.limiter ? { limiter: kind.limiter } : {}) });
     worker.on("completed", (_job, result: unknown) => {
       deps.metrics.jobs.inc({ queue: worker.name, outcome: typeof result === "string" ? result : "done" });
     });
@@ -152,13 +151,19 @@ export function startWorkers(deps: WorkerDeps): Workers {
       );
     });
     worker.on("error", (error) => deps.logger.error({ event: "worker.error", queue: worker.name, err: error }, "worker error"));
-  }
+    return worker;
+  };
+  for (const kind of kinds) fetching.set(kind.queue, { running: 0, lastStartAt: Date.now() });
+  const all = kinds.map(start);
+  const watchdog = watchFetching(deps, kinds, all, fetching, start);
+
   startSweeps(deps);
 
   return {
     all,
     /** Stop taking jobs and let active ones finish, for at most `timeoutMs`; the rest are picked up again as stalled. */
     async close(timeoutMs: number) {
+      clearInterval(watchdog);
       let timer: NodeJS.Timeout | undefined;
       const graceful = Promise.all(all.map((w) => w.close()));
       const timeout = new Promise<"timeout">((resolve) => {
@@ -172,6 +177,79 @@ export function startWorkers(deps: WorkerDeps): Workers {
       }
     },
   };
+}
+
+/** One queue's worker, as it is started (and started again by the fetch watchdog). */
+interface WorkerKind {
+  queue: string;
+  concurrency: number;
+  // A Job of any data, as BullMQ's Worker takes it: each kind's own data type is checked where it is written.
+  process: (job: Job, token?: string) => Promise<unknown>;
+  limiter?: { max: number; duration: number };
+}
+
+/**
+ * A worker with free slots that starts no job while its queue holds jobs ready to run has lost
+ * its fetch loop: seen after a Redis Cluster failover, when BullMQ's reset of its blocking
+ * connection never came back (test/redis-topologies.test.ts). Past `2 × JOB_LOCK_MS` (the
+ * time a stalled job is given back to the queue) it is replaced by a new worker on a new
+ * blocking connection; the old one is closed without waiting, letting its own jobs finish. A
+ * queue Meta rate-limits waits on purpose and is left alone.
+ */
+function watchFetching(
+  deps: Pick<WorkerDeps, "queues" | "logger" | "lockMs">,
+  kinds: WorkerKind[],
+  all: Worker[],
+  fetching: Map<string, { running: number; lastStartAt: number }>,
+  start: (kind: WorkerKind) => Worker,
+): NodeJS.Timeout {
+  const stallMs = 2 * deps.lockMs;
+  const queues = new Map<string, Queue>(Object.values(deps.queues).map((queue: Queue) => [queue.name, queue]));
+  let checking = false;
+  const check = async () => {
+    for (const [i, kind] of kinds.entries()) {
+      const slots = fetching.get(kind.queue)!;
+      const now = Date.now();
+      if (slots.running >= kind.concurrency || now - slots.lastStartAt < stallMs) continue;
+      const queue = queues.get(kind.queue)!;
+      const readySince = await oldestReadySince(queue, now);
+      if (readySince === undefined || now - readySince < stallMs || (await queue.getRateLimitTtl()) > 0) continue;
+      deps.logger.error(
+        { event: "worker.fetch_stalled", queue: kind.queue, readyForMs: now - readySince, idleForMs: now - slots.lastStartAt },
+        "jobs are ready but this worker has started none; its fetch loop is replaced",
+      );
+      const stalled = all[i]!;
+      slots.lastStartAt = now;
+      all[i] = start(kind);
+      void stalled.close().catch(() => undefined);
+    }
+  };
+  const timer = setInterval(() => {
+    if (checking) return;
+    checking = true;
+    check()
+      .catch(() => undefined) // Redis away: nothing is known, and the next check asks again
+      .finally(() => {
+        checking = false;
+      });
+  }, stallMs / 4);
+  timer.unref();
+  return timer;
+}
+
+/** Since when the queue's longest-ready job could have run: the oldest waiting one, or a delayed one that came due. */
+async function oldestReadySince(queue: Queue, now: number): Promise<number | undefined> {
+  const [[waiting], [delayed]] = await Promise.all([queue.getWaiting(0, 0), queue.getDelayed(0, 0)]);
+  const since = [waiting && readySince(waiting), delayed && readySince(delayed)].filter((t): t is number => typeof t === "number" && t <= now);
+  return since.length > 0 ? Math.min(...since) : undefined;
+}
+
+/**
+ * When a job became ready to run: added (or last started, for a retry) plus its delay. A retry
+ * that has only just come due is not an old backlog.
+ */
+export function readySince(job: Pick<Job, "timestamp" | "processedOn" | "delay">): number {
+  return (job.processedOn ?? job.timestamp) + (job.delay ?? 0);
 }
 
 /** One sweep now (this worker just started) and one every interval across all workers (a BullMQ job scheduler: one worker runs each). */
