@@ -80,6 +80,8 @@ export interface MetricsAppDeps {
   metrics: Metrics;
   /** Metrics of other processes this listener speaks for (the `all` role's worker child). */
   otherProcesses?: () => Promise<MetricsSnapshot[]>;
+  /** The clock queue ages are measured with (default Date.now). */
+  now?: () => number;
 }
 
 /** The metrics listener (METRICS_PORT), in every role: a worker-only process has its own counters to show. */
@@ -89,7 +91,9 @@ export function buildMetricsApp(deps: MetricsAppDeps): FastifyInstance {
     return503OnClosing: true,
   });
   // A scrape every few seconds is not news: its request lines are below "warn"; failures to collect are still logged.
-  app.register(metricsRoutes({ metrics: deps.metrics, queues: deps.queues, db: deps.db, otherProcesses: deps.otherProcesses }), { logLevel: "warn" });
+  app.register(metricsRoutes({ metrics: deps.metrics, queues: deps.queues, db: deps.db, otherProcesses: deps.otherProcesses, now: deps.now }), {
+    logLevel: "warn",
+  });
   return app;
 }
 

@@ -84,7 +84,7 @@ describe("the reconciler", () => {
     await h.deliver(body);
     await eventually(() => h.db.inboundMessage.findUnique({ where: { wamid: wamids[0] } }), "the message to be stored");
     await h.stopWorkers();
-    const deps = { db: h.db, queues: h.queues, redis: h.redis, prefix: h.prefix, logger: pino({ level: "silent" }), afterMs: 0 };
+    const deps = { db: h.db, queues: h.queues, redis: h.redis, prefix: h.prefix, logger: pino({ level: "silent" }), metrics: h.metrics, afterMs: 0 };
 
     await h.queues.reply.drain(true); // Redis lost the job (a failover without AOF, say)
     expect(await reconcile(deps)).toMatchObject({ redriven: 1, deadLettered: 0 });
@@ -101,7 +101,7 @@ describe("the reconciler", () => {
 
   it("drives a failed inbound job again once; failing again, its message is kept as a dead letter for staff", async () => {
     const h = await harness({ workers: 0, env: SWEEP_NOW });
-    const deps = { db: h.db, queues: h.queues, redis: h.redis, prefix: h.prefix, logger: pino({ level: "silent" }), afterMs: 0 };
+    const deps = { db: h.db, queues: h.queues, redis: h.redis, prefix: h.prefix, logger: pino({ level: "silent" }), metrics: h.metrics, afterMs: 0 };
     crashingWorker(h, h.queues.inbound);
     const { body, wamids } = textWebhook({ text: "I want to cancel my order" });
     await h.deliver(body);

@@ -46,6 +46,11 @@ const RETRYABLE_STATUS = new Set([408, 409, 429]);
 export class ClaudeClient {
   private readonly client: Anthropic;
 
+  /** The model every call asks for (Anthropic answers with its dated id). */
+  get model(): string {
+    return this.options.model;
+  }
+
   constructor(private readonly options: ClaudeOptions) {
     this.client = new Anthropic({
       apiKey: options.apiKey,

@@ -2,12 +2,24 @@ import type { Db } from "../db/client.ts";
 import type { Failure } from "../errors.ts";
 import type { Prisma } from "../generated/prisma/client.ts";
 import { assertLease, delivered, type Lease, maybeSent, reopenForResend } from "../replies/state.ts";
+import type { ReasonKind } from "./explain.ts";
+import { reasonKind } from "./reasons.ts";
 
 /**
  * A dead letter is a reply that could not be made or delivered (law 6): it keeps the
  * conversation, the draft if there is one, Meta's or Anthropic's code and a reason a person
  * can read, until staff resend or discard it.
  */
+
+/** What recording a dead letter needs: the database, and where new ones are counted (wa_dead_letters_created_total). */
+export interface DeadLetterDeps {
+  db: Db;
+  metrics: { deadLettersCreated: DeadLettersCreated };
+}
+
+export interface DeadLettersCreated {
+  inc(labels: { reason: ReasonKind }): void;
+}
 
 export interface DeadLetterInput {
   conversationId: string;
@@ -23,10 +35,10 @@ export interface DeadLetterInput {
  * reply dead-lettered by its job and then reported failed by Meta (or the other way round) is
  * one item, and the later failure joins its history. From a reply job, `lease` proves the run
  * still owns the conversation (law 8). Returns the item, or null when this very failure was
- * recorded before (a redelivered status webhook).
+ * recorded before (a redelivered status webhook). A new item is counted once it is committed.
  */
-export async function recordDeadLetter(db: Db, input: DeadLetterInput, lease?: Lease): Promise<{ id: string; created: boolean } | null> {
-  return db.$transaction(async (tx) => {
+export async function recordDeadLetter(deps: DeadLetterDeps, input: DeadLetterInput, lease?: Lease): Promise<{ id: string; created: boolean } | null> {
+  const recorded = await deps.db.$transaction(async (tx) => {
     if (lease) await assertLease(tx, lease);
     const existing = await tx.deadLetter.findUnique({ where: { dedupKey: input.dedupKey }, select: { id: true } });
     if (existing) return null;
@@ -51,9 +63,15 @@ export async function recordDeadLetter(db: Db, input: DeadLetterInput, lease?: L
     });
     return { id: letter.id, created: true };
   });
+  if (recorded?.created) deps.metrics.deadLettersCreated.inc({ reason: reasonKind(input.failure.source, input.failure.code ?? null) });
+  return recorded;
 }
 
-/** The staff item of a customer's request for a person (no reply to resend: the bot is paused for them). */
+/**
+ * The staff item of a customer's request for a person (no reply to resend: the bot is paused
+ * for them), inside the caller's transaction: the caller counts it (`countHandoff`) once that
+ * has committed.
+ */
 export async function openHandoffItem(tx: Prisma.TransactionClient, conversationId: string, wamid: string): Promise<void> {
   await tx.deadLetter.create({
     data: {
@@ -64,6 +82,10 @@ export async function openHandoffItem(tx: Prisma.TransactionClient, conversation
       detail: { wamid },
     },
   });
+}
+
+export function countHandoff(deps: Pick<DeadLetterDeps, "metrics">): void {
+  deps.metrics.deadLettersCreated.inc({ reason: "handoff" });
 }
 
 export type StaffActionResult =

@@ -1,34 +1,116 @@
 import type { FastifyInstance, FastifyPluginAsync } from "fastify";
-import { AggregatorRegistry, Counter, Gauge, Registry, collectDefaultMetrics } from "prom-client";
+import { AggregatorRegistry, Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import type { GeneratedReply } from "../ai/claude.ts";
+import { estimateCostUsd } from "../ai/pricing.ts";
 import type { Db } from "../db/client.ts";
 import type { Queues } from "../queue/queues.ts";
 import { safeEqual } from "../webhook/signature.ts";
 
-/** Prometheus metrics. One registry per process (tests make one per system under test). */
+/**
+ * Prometheus metrics. One registry per process (tests make one per system under test). Every
+ * counter and histogram is per process and carries no label of the process's own (beyond
+ * `role` under npm start), so `sum()` across processes adds them up; the gauges read from
+ * Redis and Postgres say the same in every process, so take their `max()`.
+ */
 export interface Metrics {
   registry: Registry;
   webhookItems: Counter<"kind" | "outcome">;
+  /** One observation per delivery (POST /webhook), by what it was answered. */
+  webhookDuration: Histogram<"outcome">;
   jobs: Counter<"queue" | "outcome">;
+  deadLettersCreated: Counter<"reason">;
+  /** From the webhook's receipt of the newest message a reply answers to Meta taking the reply's last part. */
+  webhookToReply: Histogram;
+  claudeCalls: Counter<"phone_number_id" | "model" | "outcome">;
+  claudeTokens: Counter<"phone_number_id" | "model" | "kind">;
+  claudeCost: Counter<"phone_number_id" | "model">;
+  graphErrors: Counter<"code" | "via">;
 }
 
 export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metrics {
   const registry = new Registry();
   if (options.defaultMetrics) collectDefaultMetrics({ register: registry });
+  const registers = [registry];
   return {
     registry,
     webhookItems: new Counter({
       name: "wa_webhook_items_total",
-      help: "Webhook items by kind (message, status, ignored) and outcome (enqueued, duplicate, ignored, failed)",
+      help: "Webhook items by kind (message, status, event, ignored) and outcome (enqueued, duplicate: Meta delivered it again, ignored, failed)",
       labelNames: ["kind", "outcome"],
-      registers: [registry],
+      registers,
+    }),
+    webhookDuration: new Histogram({
+      name: "wa_webhook_duration_seconds",
+      help: "Time to answer a delivery (POST /webhook), by outcome: accepted (200), unavailable (503: Meta delivers again), bad_signature, malformed, too_large, error",
+      labelNames: ["outcome"],
+      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+      registers,
     }),
     jobs: new Counter({
       name: "wa_jobs_total",
       help: "Finished jobs by queue and outcome (reply outcomes: sent, dead_lettered, nothing_to_answer; failed = will retry or gave up)",
       labelNames: ["queue", "outcome"],
-      registers: [registry],
+      registers,
+    }),
+    deadLettersCreated: new Counter({
+      name: "wa_dead_letters_created_total",
+      help: "Dead letters created, by reason (the staff queue's kinds, src/dlq/explain.ts); a failure joining an open one is not counted again",
+      labelNames: ["reason"],
+      registers,
+    }),
+    webhookToReply: new Histogram({
+      name: "wa_webhook_to_reply_seconds",
+      help: "From the webhook's receipt of the newest customer message a reply answers (its debounce included) to Meta accepting the reply's last part; a staff resend counts the whole wait",
+      buckets: [0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120, 300, 900, 3600],
+      registers,
+    }),
+    claudeCalls: new Counter({
+      name: "wa_claude_calls_total",
+      help: "Claude calls by business number, model asked for, and outcome (ok, retryable_error, permanent_error)",
+      labelNames: ["phone_number_id", "model", "outcome"],
+      registers,
+    }),
+    claudeTokens: new Counter({
+      name: "wa_claude_tokens_total",
+      help: "Tokens Claude billed, by business number, model and kind (input, cache_read, cache_write, output)",
+      labelNames: ["phone_number_id", "model", "kind"],
+      registers,
+    }),
+    claudeCost: new Counter({
+      name: "wa_claude_cost_usd_total",
+      help: "Estimated cost of Claude's answers in USD (src/ai/pricing.ts), by business number and model; models without a price are not counted",
+      labelNames: ["phone_number_id", "model"],
+      registers,
+    }),
+    graphErrors: new Counter({
+      name: "wa_graph_errors_total",
+      help: "Graph API failures by Meta's error code (or http_<status>, timeout, network, ...) and via: api (the answer to our request) or status (a failed delivery webhook)",
+      labelNames: ["code", "via"],
+      registers,
     }),
   };
+}
+
+/** One Claude call: its outcome, and when it answered, its tokens and estimated cost. */
+export function countClaudeCall(
+  metrics: Metrics,
+  labels: { phoneNumberId: string; model: string },
+  result: { ok: GeneratedReply } | { error: { retryable: boolean } },
+): void {
+  const by = { phone_number_id: labels.phoneNumberId, model: labels.model };
+  if ("error" in result) {
+    metrics.claudeCalls.inc({ ...by, outcome: result.error.retryable ? "retryable_error" : "permanent_error" });
+    return;
+  }
+  const usage = result.ok;
+  metrics.claudeCalls.inc({ ...by, outcome: "ok" });
+  metrics.claudeTokens.inc({ ...by, kind: "input" }, usage.inputTokens);
+  metrics.claudeTokens.inc({ ...by, kind: "cache_read" }, usage.cacheReadTokens);
+  metrics.claudeTokens.inc({ ...by, kind: "cache_write" }, usage.cacheCreationTokens);
+  metrics.claudeTokens.inc({ ...by, kind: "output" }, usage.outputTokens);
+  // Priced by the model that answered (a dated id), counted under the one asked for.
+  const cost = estimateCostUsd(usage.model, usage) ?? estimateCostUsd(labels.model, usage);
+  if (cost !== undefined) metrics.claudeCost.inc(by, cost);
 }
 
 /** A registry's metrics as plain data (`getMetricsAsJSON`), which crosses a process boundary. */
@@ -55,6 +137,8 @@ export function metricsRoutes(deps: {
   queues: Queues;
   db: Db;
   bearerToken?: string | undefined;
+  /** The clock the ages are measured with (default Date.now). */
+  now?: (() => number) | undefined;
   /** Other processes' metrics to serve beside ours (the worker child of the `all` role). */
   otherProcesses?: (() => Promise<MetricsSnapshot[]>) | undefined;
 }): FastifyPluginAsync {
@@ -86,7 +170,8 @@ export function metricsRoutes(deps: {
  * the same queue depths and open dead letters. Registered once per registry: the metrics
  * listener and the web port may serve the same one.
  */
-function registerStateGauges(deps: { metrics: Metrics; queues: Queues; db: Db }): void {
+function registerStateGauges(deps: { metrics: Metrics; queues: Queues; db: Db; now?: (() => number) | undefined }): void {
+  const now = deps.now ?? Date.now;
   const { registry } = deps.metrics;
   if (registry.getSingleMetric("wa_queue_jobs")) return;
   new Gauge({
@@ -102,6 +187,16 @@ function registerStateGauges(deps: { metrics: Metrics; queues: Queues; db: Db })
     },
   });
   new Gauge({
+    name: "wa_queue_oldest_waiting_seconds",
+    help: "How long the oldest job waiting in each BullMQ queue has been ready to run (0 when none waits): workers missing or behind",
+    labelNames: ["queue"],
+    registers: [registry],
+    async collect() {
+      const ages = await Promise.all(Object.values(deps.queues).map(async (queue) => [queue.name, await oldestWaitingMs(queue, now())] as const));
+      for (const [queue, ageMs] of ages) this.set({ queue }, ageMs / 1000);
+    },
+  });
+  new Gauge({
     name: "wa_dead_letters_open",
     help: "Dead letters waiting for staff",
     registers: [registry],
@@ -109,4 +204,17 @@ function registerStateGauges(deps: { metrics: Metrics; queues: Queues; db: Db })
       this.set(await deps.db.deadLetter.count({ where: { state: "open" } }));
     },
   });
+}
+
+/**
+ * The age of the job at the head of the queue's wait list (BullMQ takes from there: it waited
+ * longest). Ready since it was added or, when it ran before (a retry) or was delayed (a
+ * debounce, a backoff), since its last start plus its delay: a retry that just became ready is
+ * not an old backlog.
+ */
+async function oldestWaitingMs(queue: Queues[keyof Queues], nowMs: number): Promise<number> {
+  const [job] = await queue.getWaiting(0, 0);
+  if (!job) return 0;
+  const readySince = (job.processedOn ?? job.timestamp) + (job.delay ?? 0);
+  return Math.max(0, nowMs - readySince);
 }

@@ -2,7 +2,7 @@ import { randomUUID } from "node:crypto";
 import type { Job } from "bullmq";
 import type { RedisClient } from "../queue/redis.ts";
 import type { Db } from "../db/client.ts";
-import { recordDeadLetter } from "../dlq/dead-letters.ts";
+import { type DeadLetterDeps, recordDeadLetter } from "../dlq/dead-letters.ts";
 import type { Logger } from "../logger.ts";
 import { markAccepted, storeDraft } from "../replies/state.ts";
 import { recordInbound } from "../messages/store.ts";
@@ -23,7 +23,7 @@ import { type EventJobData, hasLiveReplyJob, type InboundJobData, type Queues, t
  * conditional change, so a second sweep finds nothing left to do.
  */
 
-export interface ReconcileDeps {
+export interface ReconcileDeps extends DeadLetterDeps {
   db: Db;
   queues: Queues;
   /** For the "driven again once" marks, beside the queues. */
@@ -75,7 +75,7 @@ async function settleStuckConversations(deps: ReconcileDeps, result: SweepResult
       result.redriven++;
       continue;
     }
-    result.deadLettered += await deadLetterConversation(deps.db, conversationId, {
+    result.deadLettered += await deadLetterConversation(deps, conversationId, {
       code: "stuck",
       reason: "The reply was never completed: it was driven again and stalled again. Review the conversation and resend or discard.",
     });
@@ -88,10 +88,11 @@ async function settleStuckConversations(deps: ReconcileDeps, result: SweepResult
  * messages bound to one new reply (without a draft: staff write it, or regenerate).
  */
 async function deadLetterConversation(
-  db: Db,
+  deps: DeadLetterDeps,
   conversationId: string,
   why: { code: string; reason: string; detail?: Record<string, unknown> | undefined },
 ): Promise<number> {
+  const { db } = deps;
   const failure = { source: "internal" as const, code: why.code, reason: why.reason, detail: why.detail };
   const unfinished = await db.reply.findMany({ where: { conversationId, state: { in: ["generating", "ready"] } }, select: { id: true } });
   const orphan = await db.$transaction(async (tx) => {
@@ -103,7 +104,7 @@ async function deadLetterConversation(
   });
   const replyIds = [...unfinished.map((r) => r.id), ...(orphan ? [orphan] : [])];
   for (const replyId of replyIds) {
-    await recordDeadLetter(db, { conversationId, replyId, failure, attempts: 0, dedupKey: `reconcile.${replyId}.${randomUUID()}` });
+    await recordDeadLetter(deps, { conversationId, replyId, failure, attempts: 0, dedupKey: `reconcile.${replyId}.${randomUUID()}` });
   }
   return replyIds.length;
 }
@@ -175,7 +176,7 @@ async function settleFailedInboundJob(deps: ReconcileDeps, job: Job<InboundJobDa
     sentAt: new Date(Number(message.timestamp) * 1000),
     payload: message,
   });
-  result.deadLettered += await deadLetterConversation(deps.db, kept.conversationId, {
+  result.deadLettered += await deadLetterConversation(deps, kept.conversationId, {
     code: "inbound_failed",
     reason: "The message could not be processed, even when tried again; it is kept here for staff to answer.",
     detail: { failedReason: job.failedReason },
@@ -197,7 +198,7 @@ async function settleFailedStatusJob(deps: ReconcileDeps, job: Job<StatusJobData
     return;
   }
   if (status.status === "failed") {
-    const letter = await deadLetterFailedDelivery(deps.db, status);
+    const letter = await deadLetterFailedDelivery(deps, status);
     log.error({ event: "reconcile.dead_lettered", queue: "status", deadLetter: letter?.id, failedReason: job.failedReason }, "failed-delivery status could not be processed; its reply dead-lettered");
   } else {
     log.error({ event: "reconcile.status_dropped", failedReason: job.failedReason }, "status job failed twice; dropped");

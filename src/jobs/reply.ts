@@ -4,8 +4,9 @@ import { type Job, RateLimitError } from "bullmq";
 import type { ClaudeClient, GeneratedReply } from "../ai/claude.ts";
 import type { Config } from "../config.ts";
 import type { Db } from "../db/client.ts";
-import { openHandoffItem, recordDeadLetter } from "../dlq/dead-letters.ts";
+import { countHandoff, openHandoffItem, recordDeadLetter } from "../dlq/dead-letters.ts";
 import { FencedOut, PermanentError, Postpone, RetryableError } from "../errors.ts";
+import { countClaudeCall, type Metrics } from "../http/metrics.ts";
 import type { Logger } from "../logger.ts";
 import { scheduleReply, type Queues, type ReplyJobData } from "../queue/queues.ts";
 import { conversationTurns, readHistory } from "../replies/history.ts";
@@ -35,6 +36,7 @@ export interface ReplyDeps {
   graph: GraphClient;
   claude: ClaudeClient;
   logger: Logger;
+  metrics: Metrics;
   historyMessages: number;
   historyTokenBudget: number;
   retry: RetryDelaySettings;
@@ -71,13 +73,19 @@ const DEBOUNCE_MAX_WINDOWS = 5;
 export async function processReply(deps: ReplyDeps, job: Job<ReplyJobData>, keep: KeepInJob): Promise<string> {
   const { conversationId } = job.data;
   const log = deps.logger.child({ conversation: conversationId, job: job.id });
+  let handoffOpened = false;
   const begun = await beginReply(deps.db, conversationId, {
     ...deps.conversation,
     debounceMs: deps.replyDebounceMs,
     debounceMaxMs: deps.replyDebounceMs * DEBOUNCE_MAX_WINDOWS,
     historyMessages: deps.historyMessages,
-    openHandoff: openHandoffItem,
+    openHandoff: async (tx, id, wamid) => {
+      await openHandoffItem(tx, id, wamid);
+      handoffOpened = true;
+    },
   });
+  // Counted once beginReply's transaction has committed: only then does the item exist.
+  if (handoffOpened) countHandoff(deps);
   if (begun.kind === "no_conversation") {
     log.warn({ event: "reply.no_conversation" }, "reply job for an unknown conversation");
     return "no_conversation";
@@ -114,7 +122,7 @@ export async function processReply(deps: ReplyDeps, job: Job<ReplyJobData>, keep
         throw fate.failure;
       case "dead_letter": {
         const letter = await recordDeadLetter(
-          deps.db,
+          deps,
           { conversationId, replyId: reply.id, failure: fate.failure, attempts: job.attemptsMade + 1, dedupKey: `reply.${reply.id}.${randomUUID()}` },
           lease,
         );
@@ -183,7 +191,15 @@ async function generate(deps: ReplyDeps, conversation: ConversationView, reply: 
   const { messages, history } = planned?.history ? { messages: planned.messages, history: planned.history } : await readHistory(deps.db, reply, deps.historyMessages);
   const turns = await conversationTurns(deps, messages, history);
   if (turns.length === 0) throw new Error(`reply ${reply.id} has no messages to answer`);
-  const generated = await deps.claude.generate(turns, deps.numbers.get(conversation.phoneNumberId)?.systemPrompt);
+  const asked = { phoneNumberId: conversation.phoneNumberId, model: deps.claude.model };
+  let generated: GeneratedReply;
+  try {
+    generated = await deps.claude.generate(turns, deps.numbers.get(conversation.phoneNumberId)?.systemPrompt);
+  } catch (error) {
+    countClaudeCall(deps.metrics, asked, { error: { retryable: !(error instanceof PermanentError) } });
+    throw error;
+  }
+  countClaudeCall(deps.metrics, asked, { ok: generated });
   log.info(
     {
       event: "reply.generated",
@@ -260,7 +276,9 @@ async function sendParts(deps: ReplyDeps, lease: Lease, conversation: Conversati
       throw error;
     }
     try {
-      ({ replySent } = await markAccepted(deps.db, part.id, wamid));
+      const accepted = await markAccepted(deps.db, part.id, wamid);
+      replySent = accepted.replySent;
+      if (replySent && accepted.answersSinceMs !== null) deps.metrics.webhookToReply.observe(Math.max(0, Date.now() - accepted.answersSinceMs) / 1000);
     } catch (error) {
       // Meta took it; if Postgres cannot hear it now, Redis keeps the wamid, or a resend after
       // `resend_after` would send the part twice.

@@ -1,9 +1,10 @@
 import type { Db } from "../db/client.ts";
-import { recordDeadLetter } from "../dlq/dead-letters.ts";
+import { type DeadLetterDeps, recordDeadLetter } from "../dlq/dead-letters.ts";
 import type { Logger } from "../logger.ts";
 import type { StatusJobData } from "../queue/queues.ts";
 import { markAccepted, recordStatus } from "../replies/state.ts";
 import { ruleForGraphCode } from "../whatsapp/error-codes.ts";
+import type { GraphErrorsCount } from "../whatsapp/graph-client.ts";
 
 /**
  * Meta's delivery receipts. Statuses arrive out of order and more than once, so the stored
@@ -14,7 +15,12 @@ const RANK: Record<StatusJobData["status"]["status"], number> = { sent: 1, deliv
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
-export async function processStatus(deps: { db: Db; logger: Logger }, data: StatusJobData): Promise<string> {
+export interface StatusDeps extends DeadLetterDeps {
+  logger: Logger;
+  metrics: DeadLetterDeps["metrics"] & { graphErrors: GraphErrorsCount };
+}
+
+export async function processStatus(deps: StatusDeps, data: StatusJobData): Promise<string> {
   const { status } = data;
   const log = deps.logger.child({ wamid: status.id, status: status.status });
   const part = await findPart(deps, data, log);
@@ -31,13 +37,16 @@ export async function processStatus(deps: { db: Db; logger: Logger }, data: Stat
   log.info({ event: "status.recorded" }, "delivery status recorded");
   if (status.status !== "failed") return "recorded";
 
-  const letter = await deadLetterFailedDelivery(deps.db, status, part.replyId);
+  // Counted once, as the status moves to failed: a redelivered webhook is stale by now.
+  deps.metrics.graphErrors.inc({ code: status.errors?.[0] ? String(status.errors[0].code) : "none", via: "status" });
+  const letter = await deadLetterFailedDelivery(deps, status, part.replyId);
   log.error({ event: "reply.dead_lettered", deadLetter: letter?.id, joined: letter ? !letter.created : undefined, code: status.errors?.[0]?.code }, "delivery failed; reply dead-lettered");
   return "dead_lettered";
 }
 
 /** Meta reported a reply's message failed: the reply becomes a dead letter, or joins its open one. */
-export async function deadLetterFailedDelivery(db: Db, status: StatusJobData["status"], replyId?: string) {
+export async function deadLetterFailedDelivery(deps: DeadLetterDeps, status: StatusJobData["status"], replyId?: string) {
+  const { db } = deps;
   const ours = status.biz_opaque_callback_data;
   const part = replyId
     ? { replyId }
@@ -46,7 +55,7 @@ export async function deadLetterFailedDelivery(db: Db, status: StatusJobData["st
   const error = status.errors?.[0];
   const rule = error ? ruleForGraphCode(error.code, undefined) : undefined;
   const reply = await db.reply.findUniqueOrThrow({ where: { id: part.replyId }, select: { id: true, conversationId: true } });
-  return recordDeadLetter(db, {
+  return recordDeadLetter(deps, {
     conversationId: reply.conversationId,
     replyId: reply.id,
     dedupKey: `status.${status.id}`,

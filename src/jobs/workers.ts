@@ -44,12 +44,15 @@ export function startConfiguredWorkers(config: Config, shared: { db: Db; logger:
   const workers = startWorkers({
     ...shared,
     queues,
-    graph: new GraphClient({
-      baseUrl: config.whatsapp.graphBaseUrl,
-      version: config.whatsapp.graphVersion,
-      accessToken: config.whatsapp.accessToken,
-      timeoutMs: config.whatsapp.graphTimeoutMs,
-    }),
+    graph: new GraphClient(
+      {
+        baseUrl: config.whatsapp.graphBaseUrl,
+        version: config.whatsapp.graphVersion,
+        accessToken: config.whatsapp.accessToken,
+        timeoutMs: config.whatsapp.graphTimeoutMs,
+      },
+      shared.metrics.graphErrors,
+    ),
     claude: new ClaudeClient({ ...config.anthropic }),
     prefix: config.queuePrefix,
     historyMessages: config.anthropic.historyMessages,

@@ -395,10 +395,11 @@ export async function partNow(db: Db, lease: Lease, partId: string) {
  * → accepted with Meta's wamid: Meta's answer to our send, or a status webhook that carried our
  * part id back (biz_opaque_callback_data). A fact, so it needs no lease: it records what
  * happened even when the run that sent it has been overtaken. When it was the reply's last part
- * not yet accepted, the reply is sent (ready → sent) in the same statement.
+ * not yet accepted, the reply is sent (ready → sent) in the same statement, which also reads
+ * when the webhook received the newest message it answers (epoch ms; for the metrics).
  */
-export async function markAccepted(db: Db, partId: string, wamid: string): Promise<{ accepted: boolean; replySent: boolean }> {
-  const [row] = await db.$queryRaw<{ accepted: boolean; replySent: boolean }[]>`
+export async function markAccepted(db: Db, partId: string, wamid: string): Promise<{ accepted: boolean; replySent: boolean; answersSinceMs: number | null }> {
+  const [row] = await db.$queryRaw<{ accepted: boolean; replySent: boolean; answersSinceMs: number | null }[]>`
     WITH accepted AS (
       UPDATE outbound_messages SET send_state = 'accepted', wamid = ${wamid}, accepted_at = now()
       WHERE id = ${partId}::uuid AND wamid IS NULL
@@ -411,7 +412,10 @@ export async function markAccepted(db: Db, partId: string, wamid: string): Promi
         AND NOT EXISTS (SELECT 1 FROM outbound_messages o WHERE o.reply_id = a.reply_id AND o.id <> a.id AND o.send_state IN ('pending', 'sending'))
       RETURNING r.id
     )
-    SELECT EXISTS (SELECT 1 FROM accepted) AS accepted, EXISTS (SELECT 1 FROM sent) AS "replySent"`;
+    SELECT EXISTS (SELECT 1 FROM accepted) AS accepted, EXISTS (SELECT 1 FROM sent) AS "replySent",
+           -- arrival is the webhook's receipt in µs (absent on older rows: then when it was stored)
+           (SELECT max(COALESCE(m.arrival / 1000.0, extract(epoch FROM m.created_at) * 1000))::float8
+              FROM sent JOIN inbound_messages m ON m.reply_id = sent.id) AS "answersSinceMs"`;
   return row!;
 }
 

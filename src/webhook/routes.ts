@@ -62,6 +62,15 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
       event: { enqueued: counted("event", "enqueued"), duplicate: counted("event", "duplicate"), failed: counted("event", "failed") },
     };
     const ignoredCounter = counted("ignored", "ignored");
+    const timed = (outcome: string) => deps.metrics.webhookDuration.labels({ outcome });
+    const durationByStatus: Record<number, ReturnType<typeof timed>> = {
+      200: timed("accepted"),
+      503: timed("unavailable"),
+      401: timed("bad_signature"),
+      400: timed("malformed"),
+      413: timed("too_large"),
+    };
+    const otherDuration = timed("error");
 
     app.get<{ Querystring: Record<string, string | undefined> }>("/webhook", async (request, reply) => {
       const mode = request.query["hub.mode"];
@@ -76,7 +85,13 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
       return reply.code(403).type("text/plain").send("Forbidden");
     });
 
-    app.post("/webhook", { bodyLimit: WEBHOOK_BODY_LIMIT }, async (request, reply) => {
+    // One observation per delivery, once it is answered: a body refused before the handler (413) too.
+    const onResponse = (_request: FastifyRequest, reply: FastifyReply, done: () => void) => {
+      (durationByStatus[reply.statusCode] ?? otherDuration).observe(reply.elapsedTime / 1000);
+      done();
+    };
+
+    app.post("/webhook", { bodyLimit: WEBHOOK_BODY_LIMIT, onResponse }, async (request, reply) => {
       const raw = request.body;
       const signature = request.headers["x-hub-signature-256"];
       if (!Buffer.isBuffer(raw) || !verifyMetaSignature(raw, typeof signature === "string" ? signature : undefined, deps.appSecret)) {

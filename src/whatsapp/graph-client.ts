@@ -57,8 +57,20 @@ export interface SendTextInput {
   replyTo?: string | undefined;
 }
 
+/**
+ * Where Graph's failures are counted by Meta's code (wa_graph_errors_total): "api" for the
+ * answers to our requests, "status" for failed delivery webhooks (src/jobs/status.ts).
+ */
+export interface GraphErrorsCount {
+  inc(labels: { code: string; via: "api" | "status" }): void;
+}
+
 export class GraphClient {
-  constructor(private readonly options: GraphClientOptions) {}
+  /** `errors` counts every failed request by its code; a client used on its own may go without. */
+  constructor(
+    private readonly options: GraphClientOptions,
+    private readonly errors?: GraphErrorsCount,
+  ) {}
 
   async sendText(input: SendTextInput): Promise<{ wamid: string }> {
     const body = await this.post(`${input.phoneNumberId}/messages`, {
@@ -101,7 +113,7 @@ export class GraphClient {
     const response = await this.fetch(url, { method: "GET" });
     if (!response.ok) {
       const text = await response.text().catch(() => "");
-      throw graphFailure(response, safeJson(text), text);
+      throw this.counted(graphFailure(response, safeJson(text), text));
     }
     const announced = Number(response.headers.get("content-length") ?? Number.NaN);
     if (announced > maxBytes) {
@@ -137,11 +149,18 @@ export class GraphClient {
       text = await response.text();
     } catch (error) {
       // The answer broke off: whatever it said, Meta may have acted on the request.
-      throw new RetryableError({ source: "graph", code: "answer_lost", reason: `Meta's answer (HTTP ${response.status}) broke off before it was read`, ambiguous: true, cause: error });
+      throw this.counted(
+        new RetryableError({ source: "graph", code: "answer_lost", reason: `Meta's answer (HTTP ${response.status}) broke off before it was read`, ambiguous: true, cause: error }),
+      );
     }
     const body = safeJson(text);
     if (response.ok) return body;
-    throw graphFailure(response, body, text);
+    throw this.counted(graphFailure(response, body, text));
+  }
+
+  private counted<E extends RetryableError | PermanentError>(failure: E): E {
+    this.errors?.inc({ code: failure.code ?? "unknown", via: "api" });
+    return failure;
   }
 
   /**
@@ -162,7 +181,7 @@ export class GraphClient {
         signal: AbortSignal.timeout(this.options.timeoutMs),
       });
     } catch (error) {
-      throw transportFailure(error, this.options.timeoutMs);
+      throw this.counted(transportFailure(error, this.options.timeoutMs));
     }
   }
 }

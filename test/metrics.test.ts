@@ -1,0 +1,174 @@
+import pino from "pino";
+import { describe, expect, it } from "vitest";
+import { estimateCostUsd } from "../src/ai/pricing.ts";
+import { buildMetricsApp } from "../src/app.ts";
+import { createMetrics, mergeMetrics } from "../src/http/metrics.ts";
+import { anthropicError } from "./support/fake-anthropic.ts";
+import { graphError } from "./support/fake-graph.ts";
+import { eventually, type Harness, type HarnessOptions } from "./support/harness.ts";
+import { harnessPerTest } from "./support/per-test.ts";
+import { valueOf } from "./support/prometheus-text.ts";
+import { PHONE_NUMBER_ID, statusWebhook, textWebhook } from "./support/webhook-bodies.ts";
+
+/**
+ * What an operator alerts on moves when the thing happens: a reply's Claude call, tokens, cost
+ * and time to answer; Meta's error codes; dead letters by reason; duplicate deliveries; a job
+ * waiting with no worker to take it. Read from a real `/metrics` answer of a real system.
+ */
+
+const harness = harnessPerTest();
+
+async function system(options?: HarnessOptions & { now?: () => number }) {
+  const h = await harness(options);
+  const app = buildMetricsApp({ logger: pino({ level: "silent" }), queues: h.queues, db: h.db, metrics: h.metrics, now: options?.now });
+  const scrape = async () => {
+    const res = await app.inject({ method: "GET", url: "/metrics" });
+    expect(res.statusCode).toBe(200);
+    return res.body;
+  };
+  /** Scrapes until `metric` with `labels` reaches `atLeast` (the job that moves it may still be finishing). */
+  const scrapeWhen = (metric: string, labels: Record<string, string>, atLeast = 1) =>
+    eventually(async () => {
+      const text = await scrape();
+      return (valueOf(text, metric, labels) ?? 0) >= atLeast ? text : undefined;
+    }, `${metric} ${JSON.stringify(labels)} to reach ${atLeast}`);
+  return { h, scrape, scrapeWhen };
+}
+
+const haiku = { phone_number_id: PHONE_NUMBER_ID, model: "claude-haiku-4-5" };
+
+async function answeredReply(h: Harness) {
+  return eventually(() => h.db.reply.findFirst({ where: { state: "sent" } }), "the reply to be sent");
+}
+
+describe("a reply", () => {
+  it("counts one Claude call by business number and model, the tokens it billed, their estimated cost, and the time from webhook to reply", async () => {
+    const { h, scrapeWhen } = await system();
+    await h.deliver(textWebhook({ text: "are you open on sunday?" }).body);
+    const reply = await answeredReply(h);
+    const text = await scrapeWhen("wa_webhook_to_reply_seconds_count", {});
+
+    expect(valueOf(text, "wa_claude_calls_total", { ...haiku, outcome: "ok" })).toBe(1);
+    const tokens = (kind: string) => valueOf(text, "wa_claude_tokens_total", { ...haiku, kind });
+    expect(tokens("input")).toBe(reply.inputTokens);
+    expect(tokens("output")).toBe(reply.outputTokens);
+    expect(tokens("cache_read")).toBe(reply.cacheReadTokens);
+    expect(tokens("cache_write")).toBe(reply.cacheCreationTokens);
+    // Haiku 4.5: $1 in, $1.25 cache write, $0.10 cache read, $5 out, per million tokens.
+    const usd = (reply.inputTokens! * 1 + reply.cacheCreationTokens! * 1.25 + reply.cacheReadTokens! * 0.1 + reply.outputTokens! * 5) / 1e6;
+    expect(valueOf(text, "wa_claude_cost_usd_total", haiku)).toBeCloseTo(usd, 12);
+    expect(usd).toBeGreaterThan(0);
+
+    expect(valueOf(text, "wa_webhook_to_reply_seconds_count")).toBe(1);
+    expect(valueOf(text, "wa_webhook_to_reply_seconds_sum")).toBeGreaterThan(0);
+    expect(valueOf(text, "wa_webhook_duration_seconds_count", { outcome: "accepted" })).toBe(1);
+    expect(valueOf(text, "wa_dead_letters_created_total")).toBeUndefined();
+  });
+
+  it("Claude's refusal counts as a permanent error and a dead letter for the reason 'claude'", async () => {
+    const { h, scrapeWhen } = await system();
+    h.claude.answer({ status: 400, body: anthropicError(400) });
+    await h.deliver(textWebhook({ text: "hello" }).body);
+    const text = await scrapeWhen("wa_dead_letters_created_total", { reason: "claude" });
+    expect(valueOf(text, "wa_claude_calls_total", { ...haiku, outcome: "permanent_error" })).toBe(1);
+    expect(valueOf(text, "wa_claude_calls_total", { outcome: "ok" })).toBeUndefined();
+    expect(valueOf(text, "wa_claude_tokens_total")).toBeUndefined();
+  });
+});
+
+describe("the price table", () => {
+  const usage = { inputTokens: 1_000_000, cacheCreationTokens: 0, cacheReadTokens: 0, outputTokens: 1_000_000 };
+
+  it("prices a dated model id as its alias, and gives no cost to a model it does not know", () => {
+    expect(estimateCostUsd("claude-haiku-4-5-20251001", usage)).toBe(6);
+    expect(estimateCostUsd("claude-sonnet-4-5", usage)).toBe(18);
+    expect(estimateCostUsd("claude-unknown-9", usage)).toBeUndefined();
+    expect(estimateCostUsd("constructor", usage)).toBeUndefined();
+  });
+});
+
+describe("Meta's errors", () => {
+  it("a send Meta refuses with 131047 counts that code and a dead letter for the reason 'window_closed'", async () => {
+    const { h, scrapeWhen } = await system();
+    h.graph.answerSends({ status: 400, body: graphError(131047, "Re-engagement message") });
+    await h.deliver(textWebhook({ text: "hi" }).body);
+    const text = await scrapeWhen("wa_dead_letters_created_total", { reason: "window_closed" });
+    expect(valueOf(text, "wa_graph_errors_total", { code: "131047", via: "api" })).toBe(1);
+    expect(valueOf(text, "wa_dead_letters_created_total")).toBe(1);
+  });
+
+  it("a failed delivery status counts Meta's code once, however often Meta delivers it", async () => {
+    const { h, scrape, scrapeWhen } = await system();
+    await h.deliver(textWebhook({ text: "hi" }).body);
+    await answeredReply(h);
+    const part = await h.db.outboundMessage.findFirstOrThrow({ where: { wamid: { not: null } } });
+    const failed = statusWebhook({ id: part.wamid!, status: "failed", errors: [{ code: 131026, title: "Message undeliverable" }] });
+    expect((await h.deliver(failed)).statusCode).toBe(200);
+    await scrapeWhen("wa_dead_letters_created_total", { reason: "cannot_receive" });
+    expect((await h.deliver(failed)).statusCode).toBe(200);
+
+    const text = await scrape();
+    expect(valueOf(text, "wa_graph_errors_total", { code: "131026", via: "status" })).toBe(1);
+    expect(valueOf(text, "wa_webhook_items_total", { kind: "status", outcome: "duplicate" })).toBe(1);
+    expect(valueOf(text, "wa_dead_letters_created_total")).toBe(1);
+  });
+});
+
+describe("deliveries", () => {
+  it("a delivery Meta makes again counts as a duplicate, and every delivery is timed once by how it was answered", async () => {
+    const { h, scrapeWhen } = await system();
+    const { body } = textWebhook({ text: "one message, delivered twice" });
+    await h.deliver(body);
+    await h.deliver(body);
+    expect((await h.deliver(body, { "x-hub-signature-256": "sha256=00" })).statusCode).toBe(401);
+    const text = await scrapeWhen("wa_webhook_duration_seconds_count", { outcome: "accepted" }, 2);
+
+    expect(valueOf(text, "wa_webhook_items_total", { kind: "message", outcome: "duplicate" })).toBe(1);
+    expect(valueOf(text, "wa_webhook_items_total", { kind: "message", outcome: "enqueued" })).toBe(1);
+    expect(valueOf(text, "wa_webhook_duration_seconds_count", { outcome: "accepted" })).toBe(2);
+    expect(valueOf(text, "wa_webhook_duration_seconds_count", { outcome: "bad_signature" })).toBe(1);
+    expect(valueOf(text, "wa_webhook_duration_seconds_bucket", { outcome: "accepted", le: "+Inf" })).toBe(2);
+  });
+
+  it("a customer asking for a person counts a dead letter for the reason 'handoff'", async () => {
+    const { h, scrapeWhen } = await system();
+    await h.deliver(textWebhook({ text: "human" }).body);
+    const text = await scrapeWhen("wa_dead_letters_created_total", { reason: "handoff" });
+    expect(valueOf(text, "wa_dead_letters_created_total")).toBe(1);
+  });
+});
+
+describe("the queues", () => {
+  it("a job waiting with no worker to take it shows its age; a queue with nothing waiting shows 0", async () => {
+    let clock = Date.now();
+    const { h, scrape } = await system({ now: () => clock });
+    await h.stopWorkers();
+    await h.deliver(textWebhook({ text: "anyone there?" }).body);
+    const [job] = await h.queues.inbound.getWaiting(0, 0);
+    clock = job!.timestamp + 90_000;
+
+    const text = await scrape();
+    expect(valueOf(text, "wa_queue_oldest_waiting_seconds", { queue: "inbound" })).toBe(90);
+    expect(valueOf(text, "wa_queue_oldest_waiting_seconds", { queue: "reply" })).toBe(0);
+    expect(valueOf(text, "wa_queue_jobs", { queue: "inbound", state: "waiting" })).toBe(1);
+  });
+});
+
+describe("several processes", () => {
+  it("under npm start, each process's counters and histograms keep their own role label, so sum() across roles adds them", async () => {
+    const [web, worker] = [createMetrics(), createMetrics()];
+    web.registry.setDefaultLabels({ role: "web" });
+    worker.registry.setDefaultLabels({ role: "worker" });
+    web.webhookDuration.observe({ outcome: "accepted" }, 0.002);
+    worker.webhookToReply.observe(1.5);
+    worker.webhookToReply.observe(4);
+    worker.deadLettersCreated.inc({ reason: "claude" });
+
+    const text = await mergeMetrics([await web.registry.getMetricsAsJSON(), await worker.registry.getMetricsAsJSON()]).metrics();
+    expect(valueOf(text, "wa_webhook_duration_seconds_count", { role: "web", outcome: "accepted" })).toBe(1);
+    expect(valueOf(text, "wa_webhook_to_reply_seconds_count", { role: "worker" })).toBe(2);
+    expect(valueOf(text, "wa_webhook_to_reply_seconds_bucket", { role: "worker", le: "2" })).toBe(1);
+    expect(valueOf(text, "wa_dead_letters_created_total", { role: "worker", reason: "claude" })).toBe(1);
+    expect(text.match(/^# TYPE wa_webhook_to_reply_seconds /gm)).toHaveLength(1);
+  });
+});
