@@ -5,6 +5,7 @@ import type { Db } from "../db/client.ts";
 import { authenticate, createSession, endSession, findSession, SESSION_TTL_MS } from "../staff/accounts.ts";
 import { safeEqual } from "../webhook/signature.ts";
 import { PUBLIC_ROUTES } from "./page.ts";
+import { answer, problem, publicRoute, requestPart, staffRoute, type ZodParts } from "./schema.ts";
 
 /**
  * Who is acting on /admin: automation with the ADMIN_TOKEN bearer (attributed as "api"), or a
@@ -14,7 +15,8 @@ import { PUBLIC_ROUTES } from "./page.ts";
  */
 
 const API_ACTOR = "api";
-const SESSION_COOKIE = "wa_staff";
+export const SESSION_COOKIE = "wa_staff";
+export const CSRF_HEADER = "X-CSRF-Token";
 /**
  * Attempts per email from one address, and per address, in a 15-minute window. The email's
  * limit is per address too: counted per email alone, anyone could lock every staff member out
@@ -39,7 +41,17 @@ export interface StaffAuthDeps {
   secureCookies: boolean;
 }
 
-const signInBody = z.object({ email: z.string().min(1).max(320), password: z.string().min(1).max(1000) }).strict();
+/** What anyone may call without signing in: signing in, and the page shell. */
+export const isPublicRoute = (method: string, url: string | undefined) => {
+  const route = `${method} ${url}`;
+  return route === "POST /admin/session" || PUBLIC_ROUTES.has(route);
+};
+
+const signInBody = requestPart(z.object({ email: z.string().min(1).max(320), password: z.string().min(1).max(1000) }).strict(), {
+  status: 400,
+  error: "body must be { email, password }",
+});
+const SESSION = ["session"];
 
 function cookieValue(header: string | undefined, name: string): string | undefined {
   for (const part of (header ?? "").split(";")) {
@@ -49,7 +61,8 @@ function cookieValue(header: string | undefined, name: string): string | undefin
   return undefined;
 }
 
-export function registerStaffAuth(app: FastifyInstance, deps: StaffAuthDeps): void {
+export function registerStaffAuth(scope: FastifyInstance, deps: StaffAuthDeps): void {
+  const app = scope.withTypeProvider<ZodParts>();
   app.decorateRequest("actor", "");
   app.decorateRequest("operator", false);
   const setCookie = (reply: FastifyReply, value: string, maxAgeS: number) =>
@@ -59,8 +72,7 @@ export function registerStaffAuth(app: FastifyInstance, deps: StaffAuthDeps): vo
     );
 
   app.addHook("onRequest", async (request, reply) => {
-    const route = `${request.method} ${request.routeOptions.url}`;
-    if (route === "POST /admin/session" || PUBLIC_ROUTES.has(route)) return; // signing in, or the page shell
+    if (isPublicRoute(request.method, request.routeOptions.url)) return;
     const header = request.headers.authorization ?? "";
     if (header.startsWith("Bearer ")) {
       if (safeEqual(header.slice("Bearer ".length), deps.adminToken)) {
@@ -75,48 +87,90 @@ export function registerStaffAuth(app: FastifyInstance, deps: StaffAuthDeps): vo
     if (!session) return unauthorized(reply);
     // A cookie rides along with any request the browser makes; a change must prove it came from our page.
     if (request.method !== "GET" && request.method !== "HEAD") {
-      const csrf = request.headers["x-csrf-token"];
+      const csrf = request.headers[CSRF_HEADER.toLowerCase()];
       if (typeof csrf !== "string" || !safeEqual(csrf, session.csrfToken)) {
-        return reply.code(403).send({ error: "missing or wrong X-CSRF-Token" });
+        return reply.code(403).send({ error: `missing or wrong ${CSRF_HEADER}` });
       }
     }
     request.actor = session.email;
     request.operator = session.role === "operator";
   });
 
-  app.post("/admin/session", async (request, reply) => {
-    const body = signInBody.safeParse(request.body ?? {});
-    if (!body.success) return reply.code(400).send({ error: "body must be { email, password }" });
-    const email = body.data.email.trim().toLowerCase();
-    // request.ip is the client's own address when TRUST_PROXY names the load balancer.
-    const [forEmail = 0, forAddress = 0] = await countSignInAttempts(deps, [`email:${encodeURIComponent(email)}:${request.ip}`, `ip:${request.ip}`]);
-    if (forEmail > SIGN_IN_LIMIT.perEmailAndAddress || forAddress > SIGN_IN_LIMIT.perAddress) {
-      request.log.warn({ event: "staff.sign_in_limited" }, "too many sign-in attempts");
-      return reply.code(429).header("retry-after", String(SIGN_IN_LIMIT.windowMs / 1000)).send({ error: "too many attempts; try again later" });
-    }
-    const staff = await authenticate(deps.db, email, body.data.password);
-    if (!staff) {
-      request.log.info({ event: "staff.sign_in_failed" }, "sign-in refused");
-      return reply.code(401).send({ error: "wrong email or password" });
-    }
-    const session = await createSession(deps.db, staff.id);
-    request.log.info({ event: "staff.signed_in", staff: staff.email }, "signed in");
-    setCookie(reply, session.token, SESSION_TTL_MS / 1000);
-    return { email: staff.email, csrfToken: session.csrfToken, expiresAt: session.expiresAt };
-  });
+  app.post(
+    "/admin/session",
+    {
+      schema: publicRoute({
+        operationId: "signIn",
+        summary: "Sign in: sets the session cookie and returns the CSRF token every change must carry",
+        tags: SESSION,
+        body: signInBody,
+        response: {
+          200: answer(z.object({ email: z.string(), csrfToken: z.string(), expiresAt: z.iso.datetime() }), `signed in; the ${SESSION_COOKIE} cookie is set`),
+          400: problem("a body other than { email, password }, or malformed JSON"),
+          401: problem("wrong email or password"),
+          429: problem("too many attempts from this address (with `Retry-After`)"),
+        },
+      }),
+    },
+    async (request, reply) => {
+      const email = request.body.email.trim().toLowerCase();
+      // request.ip is the client's own address when TRUST_PROXY names the load balancer.
+      const [forEmail = 0, forAddress = 0] = await countSignInAttempts(deps, [`email:${encodeURIComponent(email)}:${request.ip}`, `ip:${request.ip}`]);
+      if (forEmail > SIGN_IN_LIMIT.perEmailAndAddress || forAddress > SIGN_IN_LIMIT.perAddress) {
+        request.log.warn({ event: "staff.sign_in_limited" }, "too many sign-in attempts");
+        return reply.code(429).header("retry-after", String(SIGN_IN_LIMIT.windowMs / 1000)).send({ error: "too many attempts; try again later" });
+      }
+      const staff = await authenticate(deps.db, email, request.body.password);
+      if (!staff) {
+        request.log.info({ event: "staff.sign_in_failed" }, "sign-in refused");
+        return reply.code(401).send({ error: "wrong email or password" });
+      }
+      const session = await createSession(deps.db, staff.id);
+      request.log.info({ event: "staff.signed_in", staff: staff.email }, "signed in");
+      setCookie(reply, session.token, SESSION_TTL_MS / 1000);
+      return { email: staff.email, csrfToken: session.csrfToken, expiresAt: session.expiresAt };
+    },
+  );
 
-  app.get("/admin/session", async (request) => {
-    if (request.actor === API_ACTOR) return { email: API_ACTOR };
-    const session = await findSession(deps.db, cookieValue(request.headers.cookie, SESSION_COOKIE) ?? "");
-    return { email: request.actor, csrfToken: session?.csrfToken };
-  });
+  app.get(
+    "/admin/session",
+    {
+      schema: staffRoute("GET", {
+        operationId: "whoAmI",
+        summary: "Who is acting, with the session's CSRF token",
+        tags: SESSION,
+        response: {
+          200: answer(
+            z.object({ email: z.string().describe(`the person's, or \`${API_ACTOR}\` for the bearer`), csrfToken: z.string().optional() }),
+            "the actor",
+          ),
+        },
+      }),
+    },
+    async (request) => {
+      if (request.actor === API_ACTOR) return { email: API_ACTOR };
+      const session = await findSession(deps.db, cookieValue(request.headers.cookie, SESSION_COOKIE) ?? "");
+      return { email: request.actor, csrfToken: session?.csrfToken };
+    },
+  );
 
-  app.delete("/admin/session", async (request, reply) => {
-    const token = cookieValue(request.headers.cookie, SESSION_COOKIE);
-    if (token) await endSession(deps.db, token);
-    setCookie(reply, "", 0);
-    return { ok: true };
-  });
+  app.delete(
+    "/admin/session",
+    {
+      schema: staffRoute("DELETE", {
+        operationId: "signOut",
+        summary: "Sign out: ends the session and clears its cookie",
+        tags: SESSION,
+        response: { 200: answer(z.object({ ok: z.literal(true) }), "signed out") },
+      }),
+    },
+    async (request, reply) => {
+      const token = cookieValue(request.headers.cookie, SESSION_COOKIE);
+      if (token) await endSession(deps.db, token);
+      setCookie(reply, "", 0);
+      return { ok: true };
+    },
+  );
 }
 
 function unauthorized(reply: FastifyReply) {

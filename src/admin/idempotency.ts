@@ -1,5 +1,6 @@
 import { createHash } from "node:crypto";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { z } from "zod";
 import type { RedisClient } from "../queue/redis.ts";
 
 /**
@@ -15,6 +16,9 @@ const DONE_TTL_MS = 24 * 60 * 60 * 1000;
 /** A request that never finished (its process died) must not block its key for a day. */
 const RUNNING_TTL_MS = 60 * 1000;
 const MAX_KEY_LENGTH = 255;
+/** What a key may be; the POST routes' header schemas say so too (schema.ts). */
+export const IDEMPOTENCY_KEY = z.string().min(1).max(MAX_KEY_LENGTH);
+export const IDEMPOTENCY_KEY_REFUSAL = `Idempotency-Key must be 1 to ${MAX_KEY_LENGTH} characters`;
 
 type Entry = { state: "running"; fingerprint: string } | { state: "done"; fingerprint: string; status: number; body: string; contentType: string };
 
@@ -35,9 +39,7 @@ export function registerIdempotency(app: FastifyInstance, deps: { redis: RedisCl
   app.addHook("preHandler", async (request, reply) => {
     const key = request.headers["idempotency-key"];
     if (request.method !== "POST" || typeof key !== "string" || !deps.scope(request)) return;
-    if (key.length === 0 || key.length > MAX_KEY_LENGTH) {
-      return reply.code(400).send({ error: `Idempotency-Key must be 1 to ${MAX_KEY_LENGTH} characters` });
-    }
+    if (!IDEMPOTENCY_KEY.safeParse(key).success) return reply.code(400).send({ error: IDEMPOTENCY_KEY_REFUSAL });
     const print = fingerprint(request);
     const running: Entry = { state: "running", fingerprint: print };
     const claimed = await deps.redis.set(redisKey(request, key), JSON.stringify(running), "PX", RUNNING_TTL_MS, "NX");

@@ -1,0 +1,193 @@
+import { z } from "zod";
+import { REASON_KINDS, type ReasonKind } from "../dlq/explain.ts";
+import { DeadLetterState, ReplyState, SendState } from "../generated/prisma/enums.ts";
+import { answer, problem, requestPart } from "./schema.ts";
+
+/**
+ * What the dead-letter and conversation routes take and answer, one zod schema each: the
+ * requests are validated by them, the answers are described by them (and the document tests
+ * hold real answers to them). The shapes are views.ts's and reasons.ts's, as JSON.
+ */
+
+const reasonKind = z.enum(Object.keys(REASON_KINDS) as [ReasonKind, ...ReasonKind[]]);
+const state = z.enum(DeadLetterState);
+const when = z.iso.datetime();
+const id = z.uuid();
+/** Meta's details or an action's, kept as they came. */
+const details = z.unknown().describe("as recorded: Meta's error details, or null");
+
+// Requests.
+
+const badFilter = (error: z.ZodError) => `bad filter: ${error.issues.map((issue) => issue.path.join(".")).join(", ")}`;
+
+export const deadLetterId = requestPart(z.object({ id }), { status: 404, error: "dead letter not found" });
+export const conversationId = requestPart(z.object({ id }), { status: 404, error: "conversation not found" });
+
+export const listQuery = requestPart(
+  z
+    .object({
+      state: state.optional().describe("default open"),
+      code: z.string().max(40).optional(),
+      source: z.string().max(40).optional(),
+      phoneNumberId: z.string().regex(/^\d+$/).optional(),
+      q: z.string().trim().min(1).max(140).optional().describe("any part of the customer's phone, BSUID, @username or name"),
+      reason: reasonKind.optional().describe("an explanation's kind"),
+      order: z.enum(["oldest", "newest"]).optional().describe("default oldest"),
+      limit: z.coerce.number().int().min(1).max(500).optional().describe("default 100"),
+    })
+    .strict(),
+  { status: 400, error: badFilter },
+);
+
+export const summaryQuery = requestPart(z.object({ state: state.optional(), phoneNumberId: z.string().regex(/^\d+$/).optional() }).strict(), {
+  status: 400,
+  error: badFilter,
+});
+
+/** `confirmMaybeSent`: the person knows the last send may already have arrived, and resends anyway. */
+const confirmMaybeSent = z.boolean().optional().describe("resend even though the last send may already have arrived");
+
+export const retryBody = requestPart(
+  z.object({ text: z.string().trim().min(1).max(40_000).optional().describe("send this instead of the draft"), confirmMaybeSent }).strict(),
+  { status: 400, error: "body must be { text?: non-empty string, confirmMaybeSent?: boolean }" },
+);
+export const regenerateBody = requestPart(z.object({ confirmMaybeSent }).strict(), { status: 400, error: "body must be { confirmMaybeSent?: boolean }" });
+export const discardBody = requestPart(z.object({ note: z.string().max(2000).optional() }).strict(), { status: 400, error: "body must be { note?: string }" });
+export const pauseBody = requestPart(z.object({ minutes: z.number().int().min(1).max(525_600).optional().describe("else until resumed") }).strict(), {
+  status: 400,
+  error: "body must be { minutes?: whole number from 1 to 525600 }",
+});
+export const bulkBody = requestPart(
+  z
+    .object({
+      code: z.string().min(1).max(40),
+      spacingMs: z.number().int().min(0).max(60_000).optional().describe("default 500"),
+      confirmMaybeSent: z.boolean().optional().describe("also resend items whose last send may already have arrived"),
+    })
+    .strict(),
+  { status: 400, error: "body must be { code: string, spacingMs?: number, confirmMaybeSent?: boolean }" },
+);
+
+// Answers.
+
+const contact = z.object({
+  waId: z.string().nullable(),
+  userId: z.string().nullable(),
+  username: z.string().nullable(),
+  name: z.string().nullable(),
+  label: z.string().describe("the phone, else the @username, else the BSUID"),
+});
+
+const explanation = z.object({
+  kind: reasonKind,
+  title: z.string(),
+  text: z.string(),
+  next: z.string().describe("what to do"),
+  said: z.string().optional().describe("Claude's words, when it refused"),
+});
+
+const listItem = z.object({
+  id,
+  createdAt: when,
+  source: z.string(),
+  code: z.string().nullable(),
+  reason: z.string(),
+  explanation,
+  detail: details,
+  attempts: z.number().int(),
+  state,
+  conversation: z.object({ id, phoneNumberId: z.string(), contact }),
+  reply: z.object({ id, draft: z.string().nullable(), state: z.enum(ReplyState), maybeSent: z.boolean() }).nullable(),
+  messages: z.array(z.object({ wamid: z.string(), type: z.string(), text: z.string().nullable(), sentAt: when })).describe("the messages it answers"),
+  lastMessage: z.object({ type: z.string(), text: z.string().nullable(), sentAt: when, deleted: z.boolean() }).nullable(),
+});
+
+export const deadLetterList = answer(z.object({ total: z.number().int(), items: z.array(listItem) }), "the dead letters that match, and how many");
+
+export const deadLetterSummary = answer(
+  z.object({
+    state,
+    total: z.number().int(),
+    oldestAt: when.nullable(),
+    reasons: z.array(z.object({ kind: reasonKind, label: z.string(), count: z.number().int(), oldestAt: when })),
+  }),
+  "the items counted by reason, largest first",
+);
+
+const inbound = z.object({
+  direction: z.literal("in"),
+  at: when.describe("when it reached us"),
+  wamid: z.string(),
+  sentAt: when.describe("when the customer sent it"),
+  type: z.string(),
+  text: z.string().nullable(),
+  replyId: id.nullable(),
+  skipReason: z.string().nullable(),
+  deleted: z.boolean(),
+});
+const outbound = z.object({
+  direction: z.literal("out"),
+  at: when,
+  wamid: z.string().nullable(),
+  text: z.string(),
+  replyId: id,
+  template: z.string().nullable(),
+  sendState: z.enum(SendState),
+  status: z.string().nullable(),
+  statusAt: when.nullable(),
+});
+
+export const deadLetterDetail = answer(
+  z.object({
+    id,
+    state,
+    createdAt: when,
+    attempts: z.number().int(),
+    error: z.object({ source: z.string(), code: z.string().nullable(), reason: z.string(), detail: details }),
+    explanation,
+    conversation: z.object({
+      id,
+      phoneNumberId: z.string(),
+      contact,
+      lastInboundAt: when.nullable(),
+      windowOpen: z.boolean().describe("the 24-hour window is still open"),
+      pausedUntil: when.nullable(),
+      pausedBy: z.string().nullable(),
+    }),
+    reply: z
+      .object({
+        id,
+        draft: z.string().nullable(),
+        state: z.enum(ReplyState),
+        kind: z.string(),
+        maybeSent: z.boolean(),
+        deliveredAfterAll: z.boolean(),
+      })
+      .nullable(),
+    timeline: z.array(z.discriminatedUnion("direction", [inbound, outbound])).describe("both sides, oldest first"),
+    actions: z.array(z.object({ actor: z.string(), action: z.string(), detail: details, at: when })),
+    handled: z.object({ by: z.string().nullable(), at: when.nullable(), note: z.string().nullable() }).nullable(),
+  }),
+  "the item, the conversation around it, and the audit trail",
+);
+
+export const resent = answer(z.object({ ok: z.literal(true), state: z.literal("resent") }), "queued: the reply goes out again");
+export const discarded = answer(z.object({ ok: z.literal(true), state: z.literal("discarded") }), "closed");
+export const bulkResent = answer(
+  z.object({ ok: z.literal(true), resent: z.number().int(), skipped: z.number().int(), spacingMs: z.number().int() }),
+  "how many were queued, and how many were skipped",
+);
+export const paused = answer(
+  z.object({ ok: z.literal(true), pausedUntil: when.nullable(), indefinitely: z.boolean() }),
+  "the bot answers nothing in this conversation until then",
+);
+export const resumed = answer(z.object({ ok: z.literal(true) }), "the bot answers again");
+
+/** A refused resend: `code` says when the page can act (e.g. ask to confirm a maybe-sent resend). */
+export const resendRefused = answer(
+  z.object({ error: z.string(), code: z.enum(["already_delivered", "maybe_sent"]).optional() }),
+  "not resent: already handled, Meta took the reply after all (`already_delivered`), its last send may have arrived (`maybe_sent`, until `confirmMaybeSent`), no reply to resend, or a resend of it already running",
+);
+export const queueUnavailable = problem("the queue is unreachable; the item is still open");
+export const deadLetterNotFound = problem("no such dead letter");
+export const conversationNotFound = problem("no such conversation");

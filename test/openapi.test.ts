@@ -1,0 +1,246 @@
+import { randomUUID } from "node:crypto";
+import { Validator } from "@seriousme/openapi-schema-validator";
+import { Ajv2020 } from "ajv/dist/2020.js";
+import addFormats from "ajv-formats";
+import type { LightMyRequestResponse } from "fastify";
+import pino from "pino";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { buildApp } from "../src/app.ts";
+import { createMetrics } from "../src/http/metrics.ts";
+import { addStaff } from "../src/staff/accounts.ts";
+import { graphError } from "./support/fake-graph.ts";
+import { eventually, type Harness, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
+import { textWebhook } from "./support/webhook-bodies.ts";
+
+/** Issue 11: the staff API describes itself as OpenAPI 3.1 at GET /admin/openapi.json, and its answers are what it says. */
+
+type Schema = Record<string, unknown>;
+interface Operation {
+  security: Record<string, string[]>[];
+  parameters: { name: string; in: string; schema: Schema }[];
+  requestBody?: { content: { "application/json": { schema: Schema } } };
+  responses: Record<string, { content: { "application/json": { schema: Schema } } }>;
+}
+interface Document {
+  openapi: string;
+  jsonSchemaDialect: string;
+  paths: Record<string, Record<string, Operation>>;
+}
+
+let h: Harness;
+let doc: Document;
+beforeAll(async () => {
+  h = await startHarness();
+  const res = await h.app.inject({ method: "GET", url: "/admin/openapi.json", headers: bearer });
+  expect(res.statusCode).toBe(200);
+  doc = res.json<Document>();
+});
+afterAll(async () => h?.close());
+
+const bearer = { authorization: `Bearer ${TEST_ADMIN_TOKEN}` };
+
+// ajv-formats is CommonJS: under NodeNext its default import is the module, whose `default` is the plugin.
+const ajv = addFormats.default(new Ajv2020({ strict: true, allErrors: true }));
+
+/** The document's schema for this answer of `METHOD /path/{param}`. */
+function documentedSchema(method: string, path: string, status: number): Schema {
+  const answer = doc.paths[path]?.[method.toLowerCase()]?.responses[String(status)];
+  if (!answer) throw new Error(`${method} ${path} does not document a ${status}`);
+  return answer.content["application/json"].schema;
+}
+
+/** The answer is JSON and fits what the document says of its status. */
+function expectDocumented(method: string, path: string, res: LightMyRequestResponse): void {
+  expect(res.headers["content-type"]).toMatch(/^application\/json/);
+  const validate = ajv.compile(documentedSchema(method, path, res.statusCode));
+  const body: unknown = res.json();
+  expect(validate(body) ? [] : validate.errors, `${method} ${path} ${res.statusCode}: ${res.body}`).toEqual([]);
+}
+
+/** A real dead letter: Meta refuses the reply with 131047. */
+async function deadLetter(): Promise<string> {
+  h.graph.answerSends({ status: 400, body: graphError(131047, "Re-engagement message") });
+  const from = `1555${Math.floor(Math.random() * 1e7)}`;
+  await h.deliver(textWebhook({ text: "hello", from }).body);
+  return (await eventually(() => h.db.deadLetter.findFirst({ where: { conversation: { contact: { waId: from } } } }), "a dead letter")).id;
+}
+
+const call = (method: "GET" | "POST" | "DELETE", url: string, payload?: Record<string, unknown>, headers: Record<string, string> = bearer) =>
+  h.app.inject({ method, url, headers, ...(payload ? { payload } : {}) });
+
+describe("the OpenAPI document", () => {
+  it("lists every /admin route Fastify registered, with its method; only the pages are left out", async () => {
+    // The same app, built again, with a hook that sees every route as it is registered.
+    const app = buildApp({ config: h.config, logger: pino({ level: "silent" }), redis: h.redis, queues: h.queues, db: h.db, metrics: createMetrics() });
+    const registered: string[] = [];
+    app.addHook("onRoute", (route) => {
+      for (const method of [route.method].flat()) registered.push(`${method} ${route.url}`);
+    });
+    await app.ready();
+    await app.close();
+
+    // Pages, not API: the staff page and its assets, and bull-board's UI under /admin/queues.
+    // HEAD is a GET without its body.
+    const page = /^(GET \/admin(\/assets\/:file)?|[A-Z]+ \/admin\/queues(\/.*)?)$/;
+    const api = registered.filter((route) => route.split(" ")[1]!.startsWith("/admin") && !route.startsWith("HEAD ") && !page.test(route));
+    const documented = Object.entries(doc.paths).flatMap(([path, operations]) =>
+      Object.keys(operations).map((method) => `${method.toUpperCase()} ${path.replace(/\{(\w+)\}/g, ":$1")}`),
+    );
+    expect(documented.sort()).toEqual([...new Set(api)].sort());
+    expect(documented).toEqual(expect.arrayContaining(["GET /admin/dlq", "GET /admin/dlq/:id", "POST /admin/dlq/:id/retry", "POST /admin/dlq/:id/discard"]));
+    expect(registered).toContain("GET /admin/queues/api/queues");
+  });
+
+  it("says how to get in: the ADMIN_TOKEN bearer, or the session cookie with its CSRF token for a change", () => {
+    const document = doc as Document & { components: { securitySchemes: Record<string, Schema> } };
+    expect(document.components.securitySchemes).toEqual({
+      bearer: expect.objectContaining({ type: "http", scheme: "bearer" }),
+      session: expect.objectContaining({ type: "apiKey", in: "cookie", name: "wa_staff" }),
+      csrf: expect.objectContaining({ type: "apiKey", in: "header", name: "X-CSRF-Token" }),
+    });
+    expect(doc.paths["/admin/session"]!.post!.security).toEqual([]);
+    expect(doc.paths["/admin/dlq"]!.get!.security).toEqual([{ bearer: [] }, { session: [] }]);
+    expect(doc.paths["/admin/dlq/{id}/retry"]!.post!.security).toEqual([{ bearer: [] }, { session: [], csrf: [] }]);
+    for (const [path, operations] of Object.entries(doc.paths)) {
+      for (const [method, operation] of Object.entries(operations)) {
+        if (operation.security.length > 0) expect(Object.keys(operation.responses), `${method} ${path}`).toContain("401");
+        if (method === "post" && operation.security.length > 0) {
+          expect(operation.parameters, `${method} ${path}`).toContainEqual(expect.objectContaining({ name: "idempotency-key", in: "header" }));
+        }
+      }
+    }
+  });
+
+  it("is itself for staff only: without the bearer or a session it is 401", async () => {
+    const res = await call("GET", "/admin/openapi.json", undefined, {});
+    expect(res.statusCode).toBe(401);
+    expectDocumented("GET", "/admin/openapi.json", res);
+  });
+
+  it("declares OpenAPI 3.1, passes the official 3.1 schema, and every schema in it is JSON Schema 2020-12", async () => {
+    expect(doc.openapi).toMatch(/^3\.1\.\d+$/);
+    expect(doc.jsonSchemaDialect).toBe("https://json-schema.org/draft/2020-12/schema");
+    const official = await new Validator().validate(structuredClone(doc) as unknown as Record<string, unknown>);
+    expect(official.errors ?? []).toEqual([]);
+    expect(official.valid).toBe(true);
+
+    const schemas = Object.values(doc.paths).flatMap((operations) =>
+      Object.values(operations).flatMap((operation) => [
+        ...operation.parameters.map((parameter) => parameter.schema),
+        ...(operation.requestBody ? [operation.requestBody.content["application/json"].schema] : []),
+        ...Object.values(operation.responses).map((answer) => answer.content["application/json"].schema),
+      ]),
+    );
+    expect(schemas.length).toBeGreaterThan(50);
+    for (const schema of schemas) {
+      expect(ajv.validateSchema(schema), JSON.stringify(ajv.errors)).toBe(true);
+      // Strict mode also refuses keywords 2020-12 does not know.
+      expect(() => ajv.compile(schema)).not.toThrow();
+    }
+  });
+});
+
+describe("the staff API answers what the document says", () => {
+  it("the list, the summary and one item", async () => {
+    const id = await deadLetter();
+    const list = await call("GET", "/admin/dlq?order=newest&limit=5");
+    expect(list.statusCode).toBe(200);
+    expect(list.json().items[0].id).toBe(id);
+    expectDocumented("GET", "/admin/dlq", list);
+    expectDocumented("GET", "/admin/dlq/summary", await call("GET", "/admin/dlq/summary"));
+    const item = await call("GET", `/admin/dlq/${id}`);
+    expect(item.statusCode).toBe(200);
+    expect(item.json().timeline.length).toBeGreaterThan(0);
+    expectDocumented("GET", "/admin/dlq/{id}", item);
+  });
+
+  it("a bad filter is 400, an unknown or malformed id 404, no credentials 401", async () => {
+    const badFilter = await call("GET", "/admin/dlq?limit=0&colour=red");
+    expect(badFilter.statusCode).toBe(400);
+    expect(badFilter.json().error).toMatch(/^bad filter: limit/);
+    expectDocumented("GET", "/admin/dlq", badFilter);
+    for (const id of [randomUUID(), "not-an-id"]) {
+      const missing = await call("GET", `/admin/dlq/${id}`);
+      expect(missing.json()).toEqual({ error: "dead letter not found" });
+      expectDocumented("GET", "/admin/dlq/{id}", missing);
+      expectDocumented("POST", "/admin/dlq/{id}/retry", await call("POST", `/admin/dlq/${id}/retry`, {}));
+    }
+    const anonymous = await call("GET", "/admin/dlq", undefined, {});
+    expect(anonymous.statusCode).toBe(401);
+    expectDocumented("GET", "/admin/dlq", anonymous);
+  });
+
+  it("retry: 400 on a bad body, 202 with new text, then 409; discard: 200, then 409", async () => {
+    const id = await deadLetter();
+    for (const body of [{ text: "" }, { text: "hi", colour: "red" }, { confirmMaybeSent: "yes" }]) {
+      const bad = await call("POST", `/admin/dlq/${id}/retry`, body);
+      expect(bad.statusCode).toBe(400);
+      expect(bad.json()).toEqual({ error: "body must be { text?: non-empty string, confirmMaybeSent?: boolean }" });
+      expectDocumented("POST", "/admin/dlq/{id}/retry", bad);
+    }
+    const malformed = await h.app.inject({
+      method: "POST",
+      url: `/admin/dlq/${id}/retry`,
+      headers: { ...bearer, "content-type": "application/json" },
+      payload: "{",
+    });
+    expect(malformed.statusCode).toBe(400);
+    expectDocumented("POST", "/admin/dlq/{id}/retry", malformed);
+    const retried = await call("POST", `/admin/dlq/${id}/retry`, { text: "  Sorry for the wait!  " });
+    expect(retried.statusCode).toBe(202);
+    expectDocumented("POST", "/admin/dlq/{id}/retry", retried);
+    await eventually(() => h.graph.sentTexts.includes("Sorry for the wait!"), "the edited text, trimmed, sent");
+    const again = await call("POST", `/admin/dlq/${id}/retry`, {});
+    expect(again.statusCode).toBe(409);
+    expectDocumented("POST", "/admin/dlq/{id}/retry", again);
+
+    const other = await deadLetter();
+    const discarded = await call("POST", `/admin/dlq/${other}/discard`, { note: "called them" });
+    expect(discarded.statusCode).toBe(200);
+    expectDocumented("POST", "/admin/dlq/{id}/discard", discarded);
+    expectDocumented("POST", "/admin/dlq/{id}/discard", await call("POST", `/admin/dlq/${other}/discard`));
+    expectDocumented("POST", "/admin/dlq/{id}/discard", await call("POST", `/admin/dlq/${other}/discard`, { note: 7 }));
+    expectDocumented("POST", "/admin/dlq/bulk-retry", await call("POST", "/admin/dlq/bulk-retry", { code: "131047", spacingMs: 0 }));
+    expectDocumented("POST", "/admin/dlq/bulk-retry", await call("POST", "/admin/dlq/bulk-retry", {}));
+  });
+
+  it("handoff: pause and resume, and 404 for a conversation that does not exist", async () => {
+    const from = `1555${Math.floor(Math.random() * 1e7)}`;
+    await h.deliver(textWebhook({ text: "can I talk to someone?", from }).body);
+    const conversation = await eventually(() => h.db.conversation.findFirst({ where: { contact: { waId: from } } }), "the conversation");
+    for (const body of [{ minutes: 30 }, {}]) {
+      expectDocumented("POST", "/admin/conversations/{id}/pause", await call("POST", `/admin/conversations/${conversation.id}/pause`, body));
+    }
+    expectDocumented("POST", "/admin/conversations/{id}/pause", await call("POST", `/admin/conversations/${conversation.id}/pause`, { minutes: 0 }));
+    expectDocumented("POST", "/admin/conversations/{id}/resume", await call("POST", `/admin/conversations/${conversation.id}/resume`));
+    expectDocumented("POST", "/admin/conversations/{id}/resume", await call("POST", `/admin/conversations/${randomUUID()}/resume`));
+  });
+
+  it("a person's session: sign in, who am I, a change without the CSRF token (403), sign out", async () => {
+    await addStaff(h.db, "dee@example.com", "correct horse battery staple");
+    const wrong = await call("POST", "/admin/session", { email: "dee@example.com", password: "wrong password!" }, {});
+    expect(wrong.statusCode).toBe(401);
+    expectDocumented("POST", "/admin/session", wrong);
+    const signedIn = await call("POST", "/admin/session", { email: "dee@example.com", password: "correct horse battery staple" }, {});
+    expectDocumented("POST", "/admin/session", signedIn);
+    const cookie = String(signedIn.headers["set-cookie"]).split(";")[0]!;
+    expectDocumented("GET", "/admin/session", await call("GET", "/admin/session", undefined, { cookie }));
+    expectDocumented("GET", "/admin/session", await call("GET", "/admin/session"));
+    const noCsrf = await call("POST", `/admin/dlq/${randomUUID()}/discard`, {}, { cookie });
+    expect(noCsrf.statusCode).toBe(403);
+    expectDocumented("POST", "/admin/dlq/{id}/discard", noCsrf);
+    const signedOut = await call("DELETE", "/admin/session", undefined, { cookie, "x-csrf-token": signedIn.json().csrfToken as string });
+    expect(signedOut.statusCode).toBe(200);
+    expectDocumented("DELETE", "/admin/session", signedOut);
+  });
+
+  it("the Idempotency-Key's refusals", async () => {
+    const id = await deadLetter();
+    const url = `/admin/dlq/${id}/discard`;
+    expectDocumented("POST", "/admin/dlq/{id}/discard", await call("POST", url, {}, { ...bearer, "idempotency-key": "k".repeat(256) }));
+    expectDocumented("POST", "/admin/dlq/{id}/discard", await call("POST", url, {}, { ...bearer, "idempotency-key": "press-1" }));
+    const misuse = await call("POST", url, { note: "another" }, { ...bearer, "idempotency-key": "press-1" });
+    expect(misuse.statusCode).toBe(422);
+    expectDocumented("POST", "/admin/dlq/{id}/discard", misuse);
+  });
+});
