@@ -89,6 +89,8 @@ export function buildMetricsApp(deps: MetricsAppDeps): FastifyInstance {
   });
   // A scrape every few seconds is not news: its request lines are below "warn"; failures to collect are still logged.
   app.register(metricsRoutes({ metrics: deps.metrics, queues: deps.queues, db: deps.db, otherProcesses: deps.otherProcesses }), { logLevel: "warn" });
+  // Liveness for a process with no web port (a worker's container HEALTHCHECK asks here).
+  app.get("/healthz", { logLevel: "warn" }, async () => ({ ok: true }));
   return app;
 }
 
