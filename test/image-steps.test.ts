@@ -132,8 +132,10 @@ describe("the Dockerfile's steps, replayed without Docker", () => {
     const workerEnv = await envOf("worker");
     const worker = start("worker", [...entrypoint, ...compose.services.worker!.command!], workerEnv, app);
     processes.push(image, worker);
-    await eventually(async () => (await healthcheck(app, defaultEnv)) === 0, `the default command's HEALTHCHECK\n${image.output()}`, 60_000);
-    await eventually(async () => (await healthcheck(app, workerEnv)) === 0, `the worker's HEALTHCHECK\n${worker.output()}`, 60_000);
+    await image.answers(`http://127.0.0.1:${defaultEnv.PORT}/healthz`);
+    await worker.answers(`http://127.0.0.1:${workerEnv.METRICS_PORT}/healthz`);
+    expect(await healthcheck(app, defaultEnv), "the default command's HEALTHCHECK").toBe(0);
+    expect(await healthcheck(app, workerEnv), "the worker's HEALTHCHECK (no web port: the metrics listener's)").toBe(0);
 
     const { body } = textWebhook({ text: "is the image any good?" });
     const res = await fetch(`http://127.0.0.1:${defaultEnv.PORT}/webhook`, {
@@ -235,6 +237,8 @@ interface Running {
   child: ChildProcess;
   exited: Promise<number | null>;
   output(): string;
+  /** Resolves once `url` answers 200; fails with the process's output if it exits first. */
+  answers(url: string): Promise<void>;
 }
 
 /** A process as the container runs it: that command, that environment only, in the WORKDIR. */
@@ -244,7 +248,18 @@ function start(name: string, [command, ...args]: string[], env: Record<string, s
   child.stdout!.on("data", (chunk: Buffer) => (output += chunk.toString()));
   child.stderr!.on("data", (chunk: Buffer) => (output += chunk.toString()));
   const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
-  return { child, exited, output: () => `--- ${name} ---\n${output}` };
+  const running: Running = {
+    child,
+    exited,
+    output: () => `--- ${name} ---\n${output}`,
+    async answers(url) {
+      await eventually(async () => {
+        if (child.exitCode !== null) throw new Error(`${name} exited with ${child.exitCode}\n${running.output()}`);
+        return fetch(url).then((r) => r.ok, () => false);
+      }, `${name} to answer ${url}`, 60_000);
+    },
+  };
+  return running;
 }
 
 /** The Dockerfile's HEALTHCHECK, run as Docker runs it inside the container; its exit code. */
