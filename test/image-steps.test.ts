@@ -14,7 +14,7 @@ import { signMetaBody } from "../src/webhook/signature.ts";
 import { dockerignore, parseDockerfile, type Stage } from "./support/dockerfile.ts";
 import { FakeAnthropic } from "./support/fake-anthropic.ts";
 import { FakeGraph } from "./support/fake-graph.ts";
-import { dropSchema, eventually, TEST_DATABASE_URL, TEST_REDIS_URL, testEnv, withSchema } from "./support/harness.ts";
+import { deleteKeys, dropSchema, eventually, TEST_DATABASE_URL, TEST_REDIS_URL, testEnv, withSchema } from "./support/harness.ts";
 import { freePort } from "./support/ports.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
 
@@ -103,7 +103,7 @@ describe("the Dockerfile's steps, replayed without Docker", () => {
     const id = randomBytes(5).toString("hex");
     const schema = `image_${id}`;
     const prefix = `{image-${id}}`;
-    cleanups.push(() => dropSchema(schema), () => deleteKeys(prefix));
+    cleanups.push(() => dropSchema(schema), () => forgetPrefix(prefix));
     const secrets = testEnv();
     const dotEnv = {
       // What an operator's .env would add (env_file): the fakes, this run's prefix, quick settings.
@@ -273,15 +273,10 @@ async function healthcheck(cwd: string, env: Record<string, string>): Promise<nu
   }
 }
 
-async function deleteKeys(prefix: string): Promise<void> {
+async function forgetPrefix(prefix: string): Promise<void> {
   const redis = new Redis(TEST_REDIS_URL);
   try {
-    let cursor = "0";
-    do {
-      const [next, keys] = await redis.scan(cursor, "MATCH", `${prefix}*`, "COUNT", 500);
-      if (keys.length) await redis.del(...keys);
-      cursor = next;
-    } while (cursor !== "0");
+    await deleteKeys(redis, prefix);
   } finally {
     redis.disconnect();
   }
