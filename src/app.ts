@@ -94,6 +94,8 @@ export function buildMetricsApp(deps: MetricsAppDeps): FastifyInstance {
   app.register(metricsRoutes({ metrics: deps.metrics, queues: deps.queues, db: deps.db, otherProcesses: deps.otherProcesses, now: deps.now }), {
     logLevel: "warn",
   });
+  // Liveness for a process with no web port (a worker's container HEALTHCHECK asks here).
+  app.get("/healthz", { logLevel: "warn" }, async () => ({ ok: true }));
   return app;
 }
 

@@ -181,7 +181,7 @@ export async function waitForReady(redis: Redis): Promise<void> {
   });
 }
 
-async function deleteKeys(redis: Redis, prefix: string): Promise<void> {
+export async function deleteKeys(redis: Redis, prefix: string): Promise<void> {
   let cursor = "0";
   do {
     const [next, keys] = await redis.scan(cursor, "MATCH", `${prefix}*`, "COUNT", 500);
