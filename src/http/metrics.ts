@@ -3,7 +3,7 @@ import { AggregatorRegistry, Counter, Gauge, Histogram, Registry, collectDefault
 import type { GeneratedReply } from "../ai/claude.ts";
 import { estimateCostUsd } from "../ai/pricing.ts";
 import type { Db } from "../db/client.ts";
-import type { Queues } from "../queue/queues.ts";
+import { oldestReadySince, type Queues } from "../queue/queues.ts";
 import { safeEqual } from "../webhook/signature.ts";
 
 /**
@@ -188,11 +188,11 @@ function registerStateGauges(deps: { metrics: Metrics; queues: Queues; db: Db; n
   });
   new Gauge({
     name: "wa_queue_oldest_waiting_seconds",
-    help: "How long the oldest job waiting in each BullMQ queue has been ready to run (0 when none waits): workers missing or behind",
+    help: "How long the longest-ready job of each BullMQ queue (waiting, or delayed and come due) has waited for a worker (0 when none is ready): workers missing, stuck or behind",
     labelNames: ["queue"],
     registers: [registry],
     async collect() {
-      const ages = await Promise.all(Object.values(deps.queues).map(async (queue) => [queue.name, await oldestWaitingMs(queue, now())] as const));
+      const ages = await Promise.all(Object.values(deps.queues).map(async (queue) => [queue.name, await readyForMs(queue, now())] as const));
       for (const [queue, ageMs] of ages) this.set({ queue }, ageMs / 1000);
     },
   });
@@ -206,15 +206,8 @@ function registerStateGauges(deps: { metrics: Metrics; queues: Queues; db: Db; n
   });
 }
 
-/**
- * The age of the job at the head of the queue's wait list (BullMQ takes from there: it waited
- * longest). Ready since it was added or, when it ran before (a retry) or was delayed (a
- * debounce, a backoff), since its last start plus its delay: a retry that just became ready is
- * not an old backlog.
- */
-async function oldestWaitingMs(queue: Queues[keyof Queues], nowMs: number): Promise<number> {
-  const [job] = await queue.getWaiting(0, 0);
-  if (!job) return 0;
-  const readySince = (job.processedOn ?? job.timestamp) + (job.delay ?? 0);
-  return Math.max(0, nowMs - readySince);
+/** How long the queue's longest-ready job has waited for a worker (0 when none is ready). */
+async function readyForMs(queue: Queues[keyof Queues], nowMs: number): Promise<number> {
+  const since = await oldestReadySince(queue, nowMs);
+  return since === undefined ? 0 : nowMs - since;
 }

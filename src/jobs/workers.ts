@@ -5,7 +5,7 @@ import type { Config } from "../config.ts";
 import type { Db } from "../db/client.ts";
 import type { Metrics } from "../http/metrics.ts";
 import type { Logger } from "../logger.ts";
-import { closeQueues, createQueues, type EventJobData, QUEUE_NAMES, type InboundJobData, type ReplyJobData, type StatusJobData } from "../queue/queues.ts";
+import { closeQueues, createQueues, type EventJobData, QUEUE_NAMES, type InboundJobData, oldestReadySince, type ReplyJobData, type StatusJobData } from "../queue/queues.ts";
 import { GraphClient } from "../whatsapp/graph-client.ts";
 import { processEvent } from "./events.ts";
 import { processInbound, type InboundDeps } from "./inbound.ts";
@@ -238,21 +238,6 @@ function watchFetching(
   }, stallMs / 4);
   timer.unref();
   return timer;
-}
-
-/** Since when the queue's longest-ready job could have run: the oldest waiting one, or a delayed one that came due. */
-async function oldestReadySince(queue: Queue, now: number): Promise<number | undefined> {
-  const [[waiting], [delayed]] = await Promise.all([queue.getWaiting(0, 0), queue.getDelayed(0, 0)]);
-  const since = [waiting && readySince(waiting), delayed && readySince(delayed)].filter((t): t is number => typeof t === "number" && t <= now);
-  return since.length > 0 ? Math.min(...since) : undefined;
-}
-
-/**
- * When a job became ready to run: added (or last started, for a retry) plus its delay. A retry
- * that has only just come due is not an old backlog.
- */
-export function readySince(job: Pick<Job, "timestamp" | "processedOn" | "delay">): number {
-  return (job.processedOn ?? job.timestamp) + (job.delay ?? 0);
 }
 
 /** One sweep now (this worker just started) and one every interval across all workers (a BullMQ job scheduler: one worker runs each). */

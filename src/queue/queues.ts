@@ -235,3 +235,18 @@ export async function hasLiveReplyJob(queues: Queues, conversationId: string): P
   const state = await queues.reply.getJobState(jobId);
   return state === "waiting" || state === "delayed" || state === "active" || state === "prioritized" || state === "waiting-children";
 }
+
+/** Since when the queue's longest-ready job could have run: the oldest waiting one, or a delayed one that came due. */
+export async function oldestReadySince(queue: Queue, now: number): Promise<number | undefined> {
+  const [[waiting], [delayed]] = await Promise.all([queue.getWaiting(0, 0), queue.getDelayed(0, 0)]);
+  const since = [waiting && readySince(waiting), delayed && readySince(delayed)].filter((t): t is number => typeof t === "number" && t <= now);
+  return since.length > 0 ? Math.min(...since) : undefined;
+}
+
+/**
+ * When a job became ready to run: added (or last started, for a retry) plus its delay. A retry
+ * that has only just come due is not an old backlog.
+ */
+function readySince(job: Pick<Job, "timestamp" | "processedOn" | "delay">): number {
+  return (job.processedOn ?? job.timestamp) + (job.delay ?? 0);
+}
