@@ -43,8 +43,9 @@ afterEach((context) => {
   if (context.task.result?.state === "fail") failed = true;
 });
 afterAll(async () => {
-  // The processes' logs are what explains a failure: kept then (the message names them).
-  if (!failed) await rm(logRoot, { recursive: true, force: true });
+  // The processes' logs are what explains a failure: kept then (the message names them), or when asked.
+  if (failed || process.env.KEEP_TEST_LOGS) console.log(`redis-topologies: the processes' logs are in ${logRoot}`);
+  else await rm(logRoot, { recursive: true, force: true });
 });
 
 describe.each(["cluster", "sentinel"] as const)("on Redis %s", (topology) => {
