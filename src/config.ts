@@ -15,21 +15,7 @@ const DEFAULT_SYSTEM_PROMPT =
 const required = (name: string) =>
   z.string({ error: `${name} is required` }).trim().min(1, { error: `${name} is required` });
 
-const int = (name: string, fallback: number, min: number, max: number) =>
-  z
-    .string()
-    .optional()
-    .transform((value, ctx) => {
-      if (value === undefined || value.trim() === "") return fallback;
-      const parsed = Number(value);
-      if (!Number.isInteger(parsed) || parsed < min || parsed > max) {
-        ctx.addIssue({ code: "custom", message: `${name} must be an integer from ${min} to ${max}, got "${value}"` });
-        return z.NEVER;
-      }
-      return parsed;
-    });
-
-/** An integer whose default depends on other variables: undefined when unset. */
+/** An integer in [min, max]; undefined when unset, for a default that depends on other variables. */
 const optionalInt = (name: string, min: number, max: number) =>
   z
     .string()
@@ -43,6 +29,8 @@ const optionalInt = (name: string, min: number, max: number) =>
       }
       return parsed;
     });
+
+const int = (name: string, fallback: number, min: number, max: number) => optionalInt(name, min, max).transform((value) => value ?? fallback);
 
 /**
  * A URL as it may be shown in an error: whatever precedes its last "@" is credentials

@@ -53,17 +53,20 @@ export class PrivateRedis {
 
   /** SIGKILL: no shutdown, no final save. */
   async kill(): Promise<void> {
-    const child = this.child;
-    if (!child || !this.running) return;
-    const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
-    child.kill("SIGKILL");
-    await exited;
+    if (this.running) await killAndWait(this.child!);
   }
 
   async destroy(): Promise<void> {
     await this.kill();
     await rm(this.dir, { recursive: true, force: true });
   }
+}
+
+/** SIGKILL, resolved once the process is gone. */
+export async function killAndWait(child: ChildProcess): Promise<void> {
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  child.kill("SIGKILL");
+  await exited;
 }
 
 /** True when something on the port answers PING with PONG. */

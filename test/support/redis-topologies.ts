@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { freePort } from "./ports.ts";
+import { killAndWait } from "./private-redis.ts";
 
 /**
  * Redis as operators run it, from Debian's redis-server on loopback ports: a Cluster of
@@ -69,11 +70,7 @@ class Server {
 
   /** SIGKILL: no shutdown, no final save; what the AOF holds is what survives. */
   async kill(): Promise<void> {
-    const child = this.child;
-    if (!child || !this.running) return;
-    const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
-    child.kill("SIGKILL");
-    await exited;
+    if (this.running) await killAndWait(this.child!);
   }
 }
 
