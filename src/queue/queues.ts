@@ -225,11 +225,12 @@ const replyDeduplicationId = (conversationId: string) => `conv.${conversationId}
  * a Retry-After or a maybe-sent part's status (law 5), not only the debounce. The debounce
  * slides in the reply job itself (a burst still gets one answer).
  *
- * Traces: the add is a span of the inbound job that schedules it, and the reply job's runs are
- * children of the add that created the job, so the first message of a burst carries the whole
- * path to the Graph send. A message absorbed by a job already waiting ends its trace at its
- * own add span, whose `bullmq.job.id` names the reply job that answers it; a follow-up job
- * (`begun.more`) is scheduled from a reply run and continues that run's trace.
+ * Traces: the add is a span of whatever schedules it (an inbound run; a reply run with more
+ * waiting), and every run of the reply job is a child of the add its job was created from, so
+ * the first message of a burst carries the whole path to the Graph send. A later message that
+ * finds a reply job for its conversation already there is answered in another message's trace:
+ * its own ends at its add span, whose `bullmq.job.id` names the reply job it found. (A job kept
+ * while one is active takes the last add's options, trace included: BullMQ's keepLastIfActive.)
  */
 export async function scheduleReply(queues: Queues, conversationId: string, delayMs: number): Promise<void> {
   await queues.reply.add(
