@@ -7,6 +7,7 @@ import { type Metrics, type MetricsSnapshot, metricsRoutes } from "./http/metric
 import type { Logger } from "./logger.ts";
 import type { Queues } from "./queue/queues.ts";
 import type { RedisClient } from "./queue/redis.ts";
+import type { Tracing } from "./tracing/tracing.ts";
 import { WebhookLogController, webhookRoutes } from "./webhook/routes.ts";
 
 export interface AppDeps {
@@ -18,6 +19,8 @@ export interface AppDeps {
   metrics: Metrics;
   /** Metrics of other processes to serve beside ours (the `all` role's worker child). */
   otherProcesses?: () => Promise<MetricsSnapshot[]>;
+  /** Traces on (main.ts started the SDK); absent, nothing is traced. */
+  tracing?: Tracing | undefined;
 }
 
 /** The web role as a value: tests call this and use inject(); only main.ts listens. */
@@ -58,6 +61,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
       appSecret: deps.config.whatsapp.appSecret,
       metrics: deps.metrics,
       durability: deps.config.redisWait,
+      tracer: deps.tracing?.tracer,
     }),
   );
   app.register(

@@ -55,6 +55,52 @@ const url = (name: string, fallback: string) =>
       }
     });
 
+/** An http(s) URL, or undefined when unset: the OTLP endpoints, which turn tracing on by being set. */
+const optionalHttpUrl = (name: string) =>
+  z
+    .string()
+    .optional()
+    .transform((value, ctx) => {
+      const raw = value?.trim() ?? "";
+      if (raw === "") return undefined;
+      let parsed: URL | undefined;
+      try {
+        parsed = new URL(raw);
+      } catch {
+        // reported below
+      }
+      if (!parsed || !/^https?:$/.test(parsed.protocol)) {
+        ctx.addIssue({ code: "custom", message: `${name} must be an http:// or https:// URL, got "${redactUrl(raw)}"` });
+        return z.NEVER;
+      }
+      return parsed.toString();
+    });
+
+/** OTEL_EXPORTER_OTLP_HEADERS: `key=value,key=value` (values URL-encoded, as the OpenTelemetry spec says). */
+const otlpHeaders = z
+  .string()
+  .optional()
+  .transform((value, ctx): Record<string, string> => {
+    const headers: Record<string, string> = {};
+    for (const entry of (value ?? "").split(",").map((e) => e.trim()).filter(Boolean)) {
+      const at = entry.indexOf("=");
+      const key = at < 0 ? "" : entry.slice(0, at).trim();
+      let decoded: string | undefined;
+      try {
+        decoded = decodeURIComponent(entry.slice(at + 1).trim());
+      } catch {
+        // reported below
+      }
+      if (at < 1 || !/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(key) || decoded === undefined) {
+        // The value may be a credential: only the key is shown.
+        ctx.addIssue({ code: "custom", message: `OTEL_EXPORTER_OTLP_HEADERS must be key=value pairs separated by commas; bad entry for "${key || "(no key)"}"` });
+        return z.NEVER;
+      }
+      headers[key] = decoded;
+    }
+    return headers;
+  });
+
 export interface HostPort {
   readonly host: string;
   readonly port: number;
@@ -242,6 +288,18 @@ const envSchema = z.object({
   HANDOFF_KEYWORDS: keywords("human,agent,person,humano,atendente,agente,persona"),
   HANDOFF_REPLY: sayOrNothing("Got it: a person from our team will answer you here."),
   HUMAN_REPLY_PAUSE_MINUTES: int("HUMAN_REPLY_PAUSE_MINUTES", 30, 0, 7 * 24 * 60),
+  OTEL_EXPORTER_OTLP_ENDPOINT: optionalHttpUrl("OTEL_EXPORTER_OTLP_ENDPOINT"),
+  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: optionalHttpUrl("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+  OTEL_EXPORTER_OTLP_HEADERS: otlpHeaders,
+  OTEL_SERVICE_NAME: z
+    .string()
+    .trim()
+    .optional()
+    .transform((v) => v || undefined),
+  OTEL_SDK_DISABLED: z
+    .enum(["true", "false", ""], { error: 'OTEL_SDK_DISABLED must be "true" or "false"' })
+    .optional()
+    .transform((v) => v === "true"),
 });
 
 /** Per business number (`phone_number_id`): its own system prompt, and a template for when the window has closed. */
@@ -376,6 +434,24 @@ export interface Config {
     readonly humanReplyPauseMinutes: number;
   };
   readonly shutdownTimeoutMs: number;
+  /**
+   * OpenTelemetry traces, exported as OTLP/HTTP JSON to `tracesUrl`; undefined (the default)
+   * when no OTLP endpoint is set: then no SDK starts and nothing is sent anywhere.
+   */
+  readonly tracing:
+    | { readonly tracesUrl: string; readonly headers: Readonly<Record<string, string>>; readonly serviceName: string | undefined }
+    | undefined;
+}
+
+/**
+ * The OTLP traces URL, as the OpenTelemetry spec resolves it: the signal's own endpoint as it
+ * is, else the base endpoint with `v1/traces` appended.
+ */
+function tracesUrl(e: Pick<z.output<typeof envSchema>, "OTEL_EXPORTER_OTLP_ENDPOINT" | "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" | "OTEL_SDK_DISABLED">): string | undefined {
+  if (e.OTEL_SDK_DISABLED) return undefined;
+  if (e.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) return e.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT;
+  if (e.OTEL_EXPORTER_OTLP_ENDPOINT) return `${e.OTEL_EXPORTER_OTLP_ENDPOINT.replace(/\/$/, "")}/v1/traces`;
+  return undefined;
 }
 
 type RedisVariables = Pick<
@@ -453,6 +529,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
 
   if (problems.length > 0 || !parsed.success || !redis) throw new ConfigError(problems);
   const e = parsed.data;
+  const traces = tracesUrl(e);
   return Object.freeze({
     port: e.PORT,
     host: e.HOST,
@@ -497,6 +574,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     },
     reconcile: { intervalMs: e.RECONCILE_INTERVAL_MS, afterMs: e.RECONCILE_AFTER_MS },
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
+    tracing: traces === undefined ? undefined : { tracesUrl: traces, headers: e.OTEL_EXPORTER_OTLP_HEADERS, serviceName: e.OTEL_SERVICE_NAME },
     conversation: {
       mediaReply: e.MEDIA_REPLY,
       documentReply: e.DOCUMENT_REPLY,

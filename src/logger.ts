@@ -1,3 +1,4 @@
+import { context, isSpanContextValid, trace } from "@opentelemetry/api";
 import pino, { type Logger } from "pino";
 
 export type { Logger };
@@ -27,10 +28,17 @@ const REDACT_PATHS = [
   "body",
 ];
 
-export function createLogger(options: { level: string; destination?: pino.DestinationStream }): Logger {
+/** With traces on, each line names the trace and span it was written in, to find one from the other. */
+function traceIds(): Record<string, string> {
+  const span = trace.getSpan(context.active())?.spanContext();
+  return span && isSpanContextValid(span) ? { trace_id: span.traceId, span_id: span.spanId } : {};
+}
+
+export function createLogger(options: { level: string; destination?: pino.DestinationStream; traceIds?: boolean }): Logger {
   return pino(
     {
       level: options.level,
+      ...(options.traceIds ? { mixin: traceIds } : {}),
       redact: { paths: REDACT_PATHS, censor: "[redacted]" },
       serializers: {
         req: (req: { method: string; url: string; id: string }) => ({

@@ -12,6 +12,8 @@ import { createLogger, type Logger } from "./logger.ts";
 import { answerParent, SHUTDOWN_GRACE_MS, superviseWorkerChild } from "./process/worker-child.ts";
 import { closeQueues, createQueues } from "./queue/queues.ts";
 import { createFailFastRedis, createWorkerRedis, redisPersistenceWarnings } from "./queue/redis.ts";
+import { type StartedTracing, startTracing } from "./tracing/sdk.ts";
+import type { Tracing } from "./tracing/tracing.ts";
 
 /**
  * The entry point, and the only module that reads process.env, opens ports and traps signals.
@@ -53,7 +55,7 @@ async function main(): Promise<void> {
     }
     throw error;
   }
-  const logger = createLogger({ level: config.logLevel });
+  const logger = createLogger({ level: config.logLevel, traceIds: config.tracing !== undefined && role !== "migrate" });
 
   if (role === "migrate" || process.argv.includes("--migrate")) {
     const result = await migrate(config.databaseUrl);
@@ -67,10 +69,12 @@ async function main(): Promise<void> {
 
 /** One role in this process, with the metrics listener. */
 async function runRole(role: "web" | "worker", config: Config, logger: Logger): Promise<void> {
-  const web = connectWeb(config, logger);
+  const traces = startConfiguredTracing(config, role, logger);
+  const tracing = traces?.tracing;
+  const web = connectWeb(config, logger, tracing);
   const metrics = createMetrics({ defaultMetrics: true });
-  const app = role === "web" ? buildApp({ config, logger, redis: web.redis, queues: web.queues, db: web.db, metrics }) : undefined;
-  const worker = role === "worker" ? startWorkerRole(config, logger, web.db, metrics) : undefined;
+  const app = role === "web" ? buildApp({ config, logger, redis: web.redis, queues: web.queues, db: web.db, metrics, tracing }) : undefined;
+  const worker = role === "worker" ? startWorkerRole(config, logger, web.db, metrics, tracing) : undefined;
   const metricsApp = config.metrics.port !== 0 ? buildMetricsApp({ logger, queues: web.queues, db: web.db, metrics }) : undefined;
   if (app) await app.listen({ port: config.port, host: config.host });
   if (metricsApp) await metricsApp.listen({ port: config.metrics.port, host: config.metrics.host });
@@ -80,6 +84,7 @@ async function runRole(role: "web" | "worker", config: Config, logger: Logger): 
     await worker?.close();
     await metricsApp?.close(); // scraped until the workers are done: the drain shows
     await web.close();
+    await flushTraces(traces, logger);
     return true;
   });
 }
@@ -90,12 +95,15 @@ async function runRole(role: "web" | "worker", config: Config, logger: Logger): 
  * series carry `role`), and a worker child that dies is started again (src/process/worker-child.ts).
  */
 async function runAll(config: Config, logger: Logger): Promise<void> {
-  const web = connectWeb(config, logger);
+  // This process is the web; the worker child starts tracing of its own (runWorkerChild).
+  const traces = startConfiguredTracing(config, "web", logger);
+  const tracing = traces?.tracing;
+  const web = connectWeb(config, logger, tracing);
   const metrics = createMetrics({ defaultMetrics: true });
   metrics.registry.setDefaultLabels({ role: "web" });
   const worker = superviseWorkerChild({ fork: forkWorkerChild, config, logger, metrics });
   const otherProcesses = () => worker.collectMetrics();
-  const app = buildApp({ config, logger, redis: web.redis, queues: web.queues, db: web.db, metrics, otherProcesses });
+  const app = buildApp({ config, logger, redis: web.redis, queues: web.queues, db: web.db, metrics, otherProcesses, tracing });
   const metricsApp =
     config.metrics.port !== 0 ? buildMetricsApp({ logger, queues: web.queues, db: web.db, metrics, otherProcesses }) : undefined;
   await app.listen({ port: config.port, host: config.host });
@@ -108,6 +116,7 @@ async function runAll(config: Config, logger: Logger): Promise<void> {
     const drained = await worker.stop(); // then the child finishes its active jobs and exits
     await metricsApp?.close(); // scraped until the child is done: the drain shows
     await web.close();
+    await flushTraces(traces, logger);
     return drained;
   });
 }
@@ -139,15 +148,17 @@ function runWorkerChild(): void {
   let drain: ((bindings: Record<string, string>) => void) | undefined;
   answerParent(process, {
     start(config) {
-      const log = createLogger({ level: config.logLevel });
+      const log = createLogger({ level: config.logLevel, traceIds: config.tracing !== undefined });
       logger = log;
+      const traces = startConfiguredTracing(config, "worker", log);
       const metrics = createMetrics({ defaultMetrics: true });
       metrics.registry.setDefaultLabels({ role: "worker" });
       const db = createDb(config.databaseUrl, { poolSize: config.databasePoolSize });
-      const worker = startWorkerRole(config, log, db, metrics);
+      const worker = startWorkerRole(config, log, db, metrics, traces?.tracing);
       drain = drainOnce(log, config.shutdownTimeoutMs + SHUTDOWN_GRACE_MS, async () => {
         await worker.close();
         await db.$disconnect();
+        await flushTraces(traces, log);
         return true;
       });
       return { metrics, logger: log };
@@ -182,12 +193,33 @@ function lowerPriority(pidOrThread: number, niceness: number): void {
   }
 }
 
+/**
+ * The OpenTelemetry SDK, when an OTLP endpoint is configured; otherwise none starts and the
+ * rest of the code gets no tracing at all (Config.tracing).
+ */
+function startConfiguredTracing(config: Config, role: "web" | "worker", logger: Logger): StartedTracing | undefined {
+  if (!config.tracing) return undefined;
+  const started = startTracing(config.tracing, role);
+  logger.info({ event: "tracing.started", endpoint: redactedOrigin(config.tracing.tracesUrl) }, "exporting traces over OTLP/HTTP");
+  return started;
+}
+
+/** Where traces go, as a log line may say it: the origin, without credentials or path. */
+function redactedOrigin(url: string): string {
+  return new URL(url).origin;
+}
+
+/** The spans still buffered go out before the process exits; a collector that is away costs them, not the shutdown. */
+async function flushTraces(traces: StartedTracing | undefined, logger: Logger): Promise<void> {
+  await traces?.shutdown().catch((error: unknown) => logger.warn({ event: "tracing.flush_failed", err: error }, "could not export the last traces"));
+}
+
 /** Postgres and the web's fail-fast Redis with its queue handles (the web, and the metrics gauges). */
-function connectWeb(config: Config, logger: Logger) {
+function connectWeb(config: Config, logger: Logger, tracing: Tracing | undefined) {
   const db = createDb(config.databaseUrl, { poolSize: config.databasePoolSize });
   const redis = createFailFastRedis(config.redis);
   redis.on("error", (error) => logger.warn({ event: "redis.error", err: error }, "redis connection error"));
-  const queues = createQueues(redis, { prefix: config.queuePrefix, attempts: config.jobs.attempts }, (error) =>
+  const queues = createQueues(redis, { prefix: config.queuePrefix, attempts: config.jobs.attempts, telemetry: tracing?.queues }, (error) =>
     logger.warn({ event: "queue.error", err: error }, "queue connection error"),
   );
   return {
@@ -202,11 +234,11 @@ function connectWeb(config: Config, logger: Logger) {
 }
 
 /** The worker role on a connection of its own (one that waits out a Redis outage); close() drains it. */
-function startWorkerRole(config: Config, logger: Logger, db: Db, metrics: Metrics) {
+function startWorkerRole(config: Config, logger: Logger, db: Db, metrics: Metrics, tracing: Tracing | undefined) {
   const connection = createWorkerRedis(config.redis);
   // It reconnects by itself and the jobs wait for it; say so once per error, not on stderr.
   connection.on("error", (error) => logger.warn({ event: "redis.error", role: "worker", err: error }, "worker's redis connection error"));
-  const workers = startConfiguredWorkers(config, { db, logger, metrics, connection });
+  const workers = startConfiguredWorkers(config, { db, logger, metrics, connection, tracing });
   redisPersistenceWarnings(connection).then(
     (warnings) => warnings.forEach((w) => logger.warn({ event: "redis.config_warning" }, w)),
     (error) => logger.warn({ event: "redis.config_unreadable", err: error }, "could not read Redis settings (CONFIG GET refused?)"),

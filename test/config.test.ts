@@ -173,6 +173,46 @@ describe("where Redis is", () => {
   });
 });
 
+describe("traces", () => {
+  it("are off unless an OTLP endpoint is set", () => {
+    expect(loadConfig(testEnv()).tracing).toBeUndefined();
+    expect(loadConfig(testEnv({ OTEL_SERVICE_NAME: "bot", OTEL_EXPORTER_OTLP_HEADERS: "x-api-key=k" })).tracing).toBeUndefined();
+    expect(loadConfig(testEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://collector:4318", OTEL_SDK_DISABLED: "true" })).tracing).toBeUndefined();
+  });
+
+  it("go to the base endpoint's /v1/traces, or to the traces endpoint as it is, with the headers and service name given", () => {
+    expect(loadConfig(testEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://collector:4318" })).tracing).toEqual({
+      tracesUrl: "http://collector:4318/v1/traces",
+      headers: {},
+      serviceName: undefined,
+    });
+    expect(loadConfig(testEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: "https://otlp.example.com/otlp/" })).tracing?.tracesUrl).toBe("https://otlp.example.com/otlp/v1/traces");
+    expect(
+      loadConfig(
+        testEnv({
+          OTEL_EXPORTER_OTLP_ENDPOINT: "http://ignored:4318",
+          OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: "http://collector:4318/custom/traces",
+          OTEL_EXPORTER_OTLP_HEADERS: "x-api-key=abc%3D%3D, x-team = support",
+          OTEL_SERVICE_NAME: "whatsapp-bot",
+        }),
+      ).tracing,
+    ).toEqual({ tracesUrl: "http://collector:4318/custom/traces", headers: { "x-api-key": "abc==", "x-team": "support" }, serviceName: "whatsapp-bot" });
+  });
+
+  it("a bad endpoint or header list stops start-up, naming the variable and never a header's value", () => {
+    const problems = problemsOf(
+      testEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: "collector:4318", OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: "not a url", OTEL_EXPORTER_OTLP_HEADERS: "x-api-key", OTEL_SDK_DISABLED: "yes" }),
+    );
+    expect(problems).toEqual([
+      'OTEL_EXPORTER_OTLP_ENDPOINT must be an http:// or https:// URL, got "collector:4318"',
+      'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT must be an http:// or https:// URL, got "not a url"',
+      'OTEL_EXPORTER_OTLP_HEADERS must be key=value pairs separated by commas; bad entry for "(no key)"',
+      'OTEL_SDK_DISABLED must be "true" or "false"',
+    ]);
+    expect(problemsOf(testEnv({ OTEL_EXPORTER_OTLP_HEADERS: "authorization=Bearer%ZZsecret" })).join("\n")).not.toContain("secret");
+  });
+});
+
 describe(".env.example", () => {
   it("documents exactly the variables the configuration reads", async () => {
     const example = await readFile(".env.example", "utf8");

@@ -1,8 +1,8 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { afterEach, describe, expect, it } from "vitest";
-import { signMetaBody } from "../src/webhook/signature.ts";
 import { freePort } from "./support/ports.ts";
-import { eventually, type Harness, startHarness, TEST_APP_SECRET } from "./support/harness.ts";
+import { deliverOverHttp, runEntryPoint } from "./support/entry-point.ts";
+import { eventually, type Harness, startHarness } from "./support/harness.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
 
 /** The real entry point as operators run it (`npm start` = src/main.ts all --migrate). */
@@ -18,18 +18,12 @@ describe("the process", () => {
   it("serves webhooks and replies, and on SIGTERM finishes the reply in flight, closes and exits 0", async () => {
     h = await startHarness({ workers: 0 });
     const [port, metricsPort] = [await freePort(), await freePort()];
-    let output = "";
-    child = spawn(process.execPath, ["--import", "tsx", "src/main.ts", "all", "--migrate"], {
-      env: { ...process.env, ...h.env, PORT: String(port), HOST: "127.0.0.1", METRICS_PORT: String(metricsPort), LOG_LEVEL: "info" },
-      stdio: ["ignore", "pipe", "pipe"],
-    });
-    child.stdout!.on("data", (chunk: Buffer) => (output += chunk.toString()));
-    child.stderr!.on("data", (chunk: Buffer) => (output += chunk.toString()));
-    const exited = new Promise<number | null>((resolve) => child!.once("exit", (code) => resolve(code)));
+    const main = runEntryPoint(["all", "--migrate"], { ...h.env, PORT: String(port), HOST: "127.0.0.1", METRICS_PORT: String(metricsPort), LOG_LEVEL: "info" });
+    child = main.child;
 
     const base = `http://127.0.0.1:${port}`;
     await eventually(() => fetch(`${base}/readyz`).then((r) => r.ok, () => false), "the process to be ready", 60_000);
-    expect(output).toContain('"event":"db.migrated"');
+    expect(main.output).toContain('"event":"db.migrated"');
     const scrape = await fetch(`http://127.0.0.1:${metricsPort}/metrics`);
     expect(scrape.status).toBe(200);
     expect(await scrape.text()).toContain("process_cpu_user_seconds_total");
@@ -37,19 +31,14 @@ describe("the process", () => {
 
     h.claude.latencyMs = 1500; // Claude is still writing when the signal arrives
     const { body } = textWebhook({ text: "still there?" });
-    const res = await fetch(`${base}/webhook`, {
-      method: "POST",
-      body,
-      headers: { "content-type": "application/json", "x-hub-signature-256": signMetaBody(body, TEST_APP_SECRET) },
-    });
-    expect(res.status).toBe(200);
+    expect((await deliverOverHttp(base, body)).status).toBe(200);
     await eventually(() => h!.claude.inFlight === 1, "the reply to be in Claude's hands", 20_000);
 
     child.kill("SIGTERM");
-    expect(await exited).toBe(0);
+    expect(await main.exited).toBe(0);
     expect(h.graph.sentTexts).toEqual(["Reply #1"]); // the active job finished before the exit
     expect(await h.db.reply.count({ where: { state: "sent" } })).toBe(1);
-    expect(output).toContain('"event":"shutdown.done"');
+    expect(main.output).toContain('"event":"shutdown.done"');
     await expect(fetch(`${base}/healthz`)).rejects.toThrow(); // no longer listening
     await expect(fetch(`http://127.0.0.1:${metricsPort}/metrics`)).rejects.toThrow();
   }, 90_000);

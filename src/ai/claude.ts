@@ -1,4 +1,5 @@
 import Anthropic from "@anthropic-ai/sdk";
+import type { TracerProvider } from "@opentelemetry/api";
 import { PermanentError, RetryableError } from "../errors.ts";
 
 /** Claude writes the replies. One call per answer (law 4): the caller stores the result before sending. */
@@ -51,8 +52,18 @@ export class ClaudeClient {
     return this.options.model;
   }
 
-  constructor(private readonly options: ClaudeOptions) {
+  /**
+   * `tracerProvider` (traces on): the SDK's own span for each call ("anthropic.messages.create",
+   * with the GenAI attributes: model, tokens, cache reads and writes; metadata only, never the
+   * words). Set explicitly either way, so the SDK reads none of its environment variables, and
+   * without propagation: Anthropic is sent no trace context of ours.
+   */
+  constructor(
+    private readonly options: ClaudeOptions,
+    tracerProvider?: TracerProvider,
+  ) {
     this.client = new Anthropic({
+      openTelemetry: tracerProvider ? { tracerProvider, propagation: false, traces: { enabled: true, contentMode: "metadata_only" } } : false,
       apiKey: options.apiKey,
       baseURL: options.baseUrl,
       timeout: options.timeoutMs,

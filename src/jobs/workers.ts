@@ -5,6 +5,7 @@ import type { Config } from "../config.ts";
 import type { Db } from "../db/client.ts";
 import type { Metrics } from "../http/metrics.ts";
 import type { Logger } from "../logger.ts";
+import type { Tracing } from "../tracing/tracing.ts";
 import { closeQueues, createQueues, type EventJobData, QUEUE_NAMES, type InboundJobData, oldestReadySince, type ReplyJobData, type StatusJobData } from "../queue/queues.ts";
 import { GraphClient } from "../whatsapp/graph-client.ts";
 import { processEvent } from "./events.ts";
@@ -23,6 +24,8 @@ export type WorkerDeps = InboundDeps &
     retry: RetryDelaySettings;
     metrics: Metrics;
     reconcile: { intervalMs: number; afterMs: number };
+    /** Traces on: the inbound, reply, status and events runs continue their message's trace. */
+    tracing?: Tracing | undefined;
   };
 
 export interface Workers {
@@ -37,8 +40,12 @@ const SEND_LEASE_MAX_MS = 5_000;
  * The worker role as configured: its own Graph and Claude clients, and its own queue handles
  * on its own connection (one that waits out a Redis outage, unlike the web role's).
  */
-export function startConfiguredWorkers(config: Config, shared: { db: Db; logger: Logger; metrics: Metrics; connection: RedisClient }): Workers {
-  const queues = createQueues(shared.connection, { prefix: config.queuePrefix, attempts: config.jobs.attempts }, (error) =>
+export function startConfiguredWorkers(
+  config: Config,
+  shared: { db: Db; logger: Logger; metrics: Metrics; connection: RedisClient; tracing?: Tracing | undefined },
+): Workers {
+  const tracer = shared.tracing?.tracer;
+  const queues = createQueues(shared.connection, { prefix: config.queuePrefix, attempts: config.jobs.attempts, telemetry: shared.tracing?.queues }, (error) =>
     shared.logger.warn({ event: "queue.error", role: "worker", err: error }, "queue connection error"),
   );
   const workers = startWorkers({
@@ -52,8 +59,9 @@ export function startConfiguredWorkers(config: Config, shared: { db: Db; logger:
         timeoutMs: config.whatsapp.graphTimeoutMs,
       },
       shared.metrics.graphErrors,
+      tracer,
     ),
-    claude: new ClaudeClient({ ...config.anthropic }),
+    claude: new ClaudeClient({ ...config.anthropic }, shared.tracing?.provider),
     prefix: config.queuePrefix,
     historyMessages: config.anthropic.historyMessages,
     historyTokenBudget: config.anthropic.historyTokenBudget,
@@ -141,7 +149,13 @@ export function startWorkers(deps: WorkerDeps): Workers {
   ];
 
   const start = (kind: WorkerKind): Worker => {
-    const worker = new Worker(kind.queue, kind.process, { ...common, concurrency: kind.concurrency, ...(kind.limiter ? { limiter: kind.limiter } : {}) });
+    const worker = new Worker(kind.queue, kind.process, {
+      ...common,
+      concurrency: kind.concurrency,
+      ...(kind.limiter ? { limiter: kind.limiter } : {}),
+      // The reconciler's sweeps are housekeeping, not a message's path: untraced.
+      ...(deps.tracing && kind.queue !== QUEUE_NAMES.reconcile ? { telemetry: deps.tracing.queues } : {}),
+    });
     worker.on("completed", (_job, result: unknown) => {
       deps.metrics.jobs.inc({ queue: worker.name, outcome: typeof result === "string" ? result : "done" });
     });

@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { Job, Queue, type JobsOptions } from "bullmq";
+import { Job, Queue, type JobsOptions, type Telemetry } from "bullmq";
 import calculateSlot from "cluster-key-slot";
 import { Cluster, type Redis } from "ioredis";
 import type { RedisClient } from "./redis.ts";
@@ -49,6 +49,8 @@ export interface Queues {
 export interface QueueSettings {
   prefix: string;
   attempts: number;
+  /** BullMQ's telemetry hook (src/tracing/tracing.ts): each job carries its trace across Redis. Absent: no tracing. */
+  telemetry?: Telemetry | undefined;
 }
 
 /** Kept briefly for operators to inspect; the durable record is Postgres. */
@@ -60,12 +62,13 @@ const KEEP = { removeOnComplete: { age: 3600, count: 1000 }, removeOnFail: { age
  */
 export function createQueues(connection: RedisClient, settings: QueueSettings, onError: (error: Error) => void = () => undefined): Queues {
   const defaultJobOptions: JobsOptions = { attempts: settings.attempts, backoff: { type: "policy" }, ...KEEP };
-  const options = { connection, prefix: settings.prefix, defaultJobOptions };
+  const options = { connection, prefix: settings.prefix, defaultJobOptions, ...(settings.telemetry ? { telemetry: settings.telemetry } : {}) };
   const queues: Queues = {
     inbound: new Queue<InboundJobData>(QUEUE_NAMES.inbound, options),
     reply: new Queue<ReplyJobData>(QUEUE_NAMES.reply, options),
     status: new Queue<StatusJobData>(QUEUE_NAMES.status, options),
     events: new Queue<EventJobData>(QUEUE_NAMES.events, options),
+    // The sweep's jobs are housekeeping, not a customer's message: no traces.
     reconcile: new Queue<Record<string, never>>(QUEUE_NAMES.reconcile, { connection, prefix: settings.prefix }),
   };
   for (const queue of Object.values(queues)) queue.on("error", onError);
@@ -136,7 +139,9 @@ async function addOnce<T>(queue: Queue<T>, name: string, data: T, jobId: string,
   const backend = queue.getBackend();
   const connection = await backend.client;
   const client = connection as unknown as RedisClient; // the queue's connection: ioredis underneath BullMQ's own interface
-  const job = new Job(queue, name, data, { ...queue.jobsOpts, jobId, deduplication: { id: jobId, ttl: WEBHOOK_DEDUP_TTL_MS } }, jobId);
+  const telemetry = queue.opts.telemetry;
+  const traced = telemetry ? { telemetry: { metadata: telemetry.contextManager.getMetadata(telemetry.contextManager.active()) } } : {};
+  const job = new Job(queue, name, data, { ...queue.jobsOpts, jobId, deduplication: { id: jobId, ttl: WEBHOOK_DEDUP_TTL_MS }, ...traced }, jobId);
   const keys = [queue.toKey(jobId), `${queue.keys.de}:${jobId}`] as const;
   const { replicas, timeoutMs } = durability;
   // WAIT covers the writes made before it on its own connection: in a cluster that is the
@@ -219,6 +224,13 @@ const replyDeduplicationId = (conversationId: string) => `conv.${conversationId}
  * nothing moves its delay, because that delay may be a retry waiting out Meta's pair limit,
  * a Retry-After or a maybe-sent part's status (law 5), not only the debounce. The debounce
  * slides in the reply job itself (a burst still gets one answer).
+ *
+ * Traces: the add is a span of whatever schedules it (an inbound run; a reply run with more
+ * waiting), and every run of the reply job is a child of the add its job was created from, so
+ * the first message of a burst carries the whole path to the Graph send. A later message that
+ * finds a reply job for its conversation already there is answered in another message's trace:
+ * its own ends at its add span, whose `bullmq.job.id` names the reply job it found. (A job kept
+ * while one is active takes the last add's options, trace included: BullMQ's keepLastIfActive.)
  */
 export async function scheduleReply(queues: Queues, conversationId: string, delayMs: number): Promise<void> {
   await queues.reply.add(

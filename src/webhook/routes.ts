@@ -1,6 +1,8 @@
+import { SpanKind, type Tracer } from "@opentelemetry/api";
 import { type FastifyInstance, type FastifyPluginAsync, type FastifyReply, type FastifyRequest, LogController } from "fastify";
 import type { RedisClient } from "../queue/redis.ts";
 import type { Metrics } from "../http/metrics.ts";
+import { inSpan } from "../tracing/tracing.ts";
 import { type Durability, type EnqueueOutcome, jobOf, type Queues } from "../queue/queues.ts";
 import { walkWebhook, type WebhookItem } from "./payload.ts";
 import { safeEqual, verifyMetaSignature } from "./signature.ts";
@@ -14,6 +16,8 @@ export interface WebhookDeps {
   metrics: Metrics;
   /** How many Redis replicas must hold a job before its delivery is answered 200 (law 2). */
   durability: Durability;
+  /** Traces on: each delivery is a span, the root of its messages' traces. Absent: the handler runs bare. */
+  tracer?: Tracer | undefined;
 }
 
 /** Meta's payloads are up to 3 MB (WHATSAPP.md §4); a little headroom, then 413. */
@@ -91,7 +95,7 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
       done();
     };
 
-    app.post("/webhook", { bodyLimit: WEBHOOK_BODY_LIMIT, onResponse }, async (request, reply) => {
+    const deliver = async (request: FastifyRequest, reply: FastifyReply) => {
       const raw = request.body;
       const signature = request.headers["x-hub-signature-256"];
       if (!Buffer.isBuffer(raw) || !verifyMetaSignature(raw, typeof signature === "string" ? signature : undefined, deps.appSecret)) {
@@ -147,6 +151,18 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
       const event = enqueued.length > 0 ? "webhook.enqueued" : duplicates.length > 0 ? "webhook.duplicate" : "webhook.nothing_queued";
       request.log.info({ event, status: 200, ms: reply.elapsedTime, enqueued, duplicates, ignored }, "delivery accepted");
       return reply.code(200).send({ ok: true });
-    });
+    };
+
+    // Decided once, here: with tracing off a delivery does no tracing work at all.
+    const { tracer } = deps;
+    const tracedDeliver = tracer
+      ? (request: FastifyRequest, reply: FastifyReply) =>
+          inSpan(tracer, "POST /webhook", { kind: SpanKind.SERVER, attributes: { "http.request.method": "POST", "http.route": "/webhook" } }, async (span) => {
+            const answered = await deliver(request, reply);
+            span.setAttribute("http.response.status_code", reply.statusCode);
+            return answered;
+          })
+      : deliver;
+    app.post("/webhook", { bodyLimit: WEBHOOK_BODY_LIMIT, onResponse }, tracedDeliver);
   };
 }

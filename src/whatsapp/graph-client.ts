@@ -1,5 +1,7 @@
+import { SpanKind, type Tracer } from "@opentelemetry/api";
 import { z } from "zod";
 import { PermanentError, RetryableError } from "../errors.ts";
+import { inSpan, NO_TRACER } from "../tracing/tracing.ts";
 import { ruleForGraphCode } from "./error-codes.ts";
 
 /** The WhatsApp Cloud API, as much of it as we use. Its failures arrive as typed errors. */
@@ -66,14 +68,15 @@ export interface GraphErrorsCount {
 }
 
 export class GraphClient {
-  /** `errors` counts every failed request by its code; a client used on its own may go without. */
+  /** `errors` counts every failed request by its code; a client used on its own may go without. `tracer`: a span per send. */
   constructor(
     private readonly options: GraphClientOptions,
     private readonly errors?: GraphErrorsCount,
+    private readonly tracer: Tracer = NO_TRACER,
   ) {}
 
   async sendText(input: SendTextInput): Promise<{ wamid: string }> {
-    const body = await this.post(`${input.phoneNumberId}/messages`, {
+    return this.sent("text", input.phoneNumberId, input.bizOpaqueCallbackData, {
       messaging_product: "whatsapp",
       recipient_type: "individual",
       ...addressed(input.to),
@@ -82,12 +85,11 @@ export class GraphClient {
       biz_opaque_callback_data: input.bizOpaqueCallbackData,
       ...(input.replyTo ? { context: { message_id: input.replyTo } } : {}),
     });
-    return acceptedWamid(body);
   }
 
   /** An approved template: the only thing Meta delivers once the 24-hour window has closed. */
   async sendTemplate(input: { phoneNumberId: string; to: Recipient; name: string; language: string; bizOpaqueCallbackData: string }): Promise<{ wamid: string }> {
-    const body = await this.post(`${input.phoneNumberId}/messages`, {
+    return this.sent("template", input.phoneNumberId, input.bizOpaqueCallbackData, {
       messaging_product: "whatsapp",
       recipient_type: "individual",
       ...addressed(input.to),
@@ -95,7 +97,16 @@ export class GraphClient {
       template: { name: input.name, language: { code: input.language } },
       biz_opaque_callback_data: input.bizOpaqueCallbackData,
     });
-    return acceptedWamid(body);
+  }
+
+  /** One send, in a span of its own (ids only: no text, no phone number). */
+  private sent(type: "text" | "template", phoneNumberId: string, partId: string, message: Record<string, unknown>): Promise<{ wamid: string }> {
+    const attributes = { "messaging.system": "whatsapp", "messaging.operation.name": "send", "whatsapp.message.type": type, "whatsapp.part.id": partId };
+    return inSpan(this.tracer, "whatsapp send", { kind: SpanKind.CLIENT, attributes }, async (span) => {
+      const accepted = acceptedWamid(await this.post(`${phoneNumberId}/messages`, message));
+      span.setAttribute("messaging.message.id", accepted.wamid);
+      return accepted;
+    });
   }
 
   /**
