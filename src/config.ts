@@ -247,7 +247,8 @@ const envSchema = z.object({
     .transform((v) => v === "true"),
   REDIS_TLS_CA: z.string().trim().optional(),
   REDIS_WAIT_REPLICAS: optionalInt("REDIS_WAIT_REPLICAS", 0, 16),
-  REDIS_WAIT_TIMEOUT_MS: int("REDIS_WAIT_TIMEOUT_MS", 500, 1, 60_000),
+  // Below the web connection's 2 s command timeout (src/queue/redis.ts): a WAIT holds that connection.
+  REDIS_WAIT_TIMEOUT_MS: int("REDIS_WAIT_TIMEOUT_MS", 500, 1, 1500),
   QUEUE_PREFIX: z
     .string()
     .optional()

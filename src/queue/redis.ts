@@ -52,8 +52,6 @@ function connect(target: RedisTarget | string, options: RedisOptions, cluster: O
         {
           ...cluster,
           redisOptions: { ...options, username: target.username, password: target.password, ...(target.tls ? { tls: { ca: target.tls.ca } } : {}) },
-          // A failover moves slots: ask the cluster again soon rather than after the default 5 s.
-          slotsRefreshTimeout: 2000,
         },
       );
     case "sentinel":
