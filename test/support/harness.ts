@@ -62,6 +62,11 @@ export interface HarnessOptions {
   logger?: Logger;
   /** A Postgres server of the test's own (test/support/private-postgres.ts), instead of the shared one. */
   databaseUrl?: string;
+  /**
+   * The URL the system uses, given the direct one its schema is migrated on: through PgBouncer,
+   * say (the migration runner needs a session of its own; the roles do not).
+   */
+  databaseUrlForRoles?: (direct: string) => Promise<string>;
 }
 
 export interface Harness {
@@ -90,15 +95,16 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
   const schema = `t_${id}`;
   const prefix = `{t-${id}}`;
   const [graph, claude] = await Promise.all([new FakeGraph().start(), new FakeAnthropic().start()]);
+  const direct = withSchema(options.databaseUrl ?? TEST_DATABASE_URL, schema);
   const env = testEnv({
     GRAPH_API_BASE_URL: graph.url,
     ANTHROPIC_BASE_URL: claude.url,
     QUEUE_PREFIX: prefix,
-    DATABASE_URL: withSchema(options.databaseUrl ?? TEST_DATABASE_URL, schema),
+    DATABASE_URL: options.databaseUrlForRoles ? await options.databaseUrlForRoles(direct) : direct,
     ...options.env,
   });
   const config = loadConfig(env);
-  await migrate(config.databaseUrl);
+  await migrate(direct);
   const db = createDb(config.databaseUrl, { poolSize: config.databasePoolSize });
   const logger = options.logger ?? pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" });
   if (config.redis.kind !== "single") throw new Error("the harness runs on one Redis (REDIS_URL)");
