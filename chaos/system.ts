@@ -1,7 +1,7 @@
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import { FakeAnthropic } from "../test/support/fake-anthropic.ts";
-import { freePort } from "../test/support/ports.ts";
+import { freePorts } from "../test/support/ports.ts";
 import { PrivatePostgres } from "../test/support/private-postgres.ts";
 import { PrivateRedis } from "../test/support/private-redis.ts";
 import { type ReplicatedRedis, startReplicatedRedis } from "../test/support/redis-topologies.ts";
@@ -101,9 +101,7 @@ export class ChaosSystem {
   }
 
   static async start(settings: SystemSettings): Promise<ChaosSystem> {
-    const webPorts: number[] = [];
-    for (let i = 0; i < (settings.webs ?? 1); i++) webPorts.push(await freePort());
-    const system = new ChaosSystem(settings, webPorts);
+    const system = new ChaosSystem(settings, await freePorts(settings.webs ?? 1));
     live.add(system);
     try {
       await system.boot();

@@ -17,7 +17,7 @@ import { closeQueues, createQueues, inboundJobId, type Queues } from "../src/que
 import { createFailFastRedis, type RedisClient } from "../src/queue/redis.ts";
 import { signMetaBody } from "../src/webhook/signature.ts";
 import { eventually, TEST_APP_SECRET, testEnv } from "./support/harness.ts";
-import { freePort } from "./support/ports.ts";
+import { freePorts } from "./support/ports.ts";
 import { type ReplicatedRedis, startReplicatedRedis } from "./support/redis-topologies.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
 
@@ -131,7 +131,7 @@ describe.each(["cluster", "sentinel"] as const)("on Redis %s", (topology) => {
   }, 60_000);
 
   it("with no Redis node reachable, the webhook answers 503 at once instead of waiting for a connection", async () => {
-    const dead = `127.0.0.1:${await freePort()},127.0.0.1:${await freePort()}`;
+    const dead = (await freePorts(2)).map((port) => `127.0.0.1:${port}`).join(",");
     const web = await WebRole.start(topology === "cluster" ? { REDIS_CLUSTER_NODES: dead } : { REDIS_SENTINELS: dead, REDIS_SENTINEL_NAME: "wa-master" });
     try {
       // A webhook that waited for Redis would hang until the test's timeout, not answer.

@@ -12,3 +12,25 @@ export async function freePort(): Promise<number> {
   if (address === null || typeof address === "string") throw new Error("no port assigned");
   return address.port;
 }
+
+/** `count` distinct free ports at once: each is held until all are found, so none comes up twice. */
+export async function freePorts(count: number): Promise<number[]> {
+  const servers = Array.from({ length: count }, () => createServer());
+  try {
+    return await Promise.all(
+      servers.map(
+        (server) =>
+          new Promise<number>((resolve, reject) => {
+            server.once("error", reject);
+            server.listen(0, "127.0.0.1", () => {
+              const address = server.address();
+              if (address === null || typeof address === "string") reject(new Error("no port assigned"));
+              else resolve(address.port);
+            });
+          }),
+      ),
+    );
+  } finally {
+    await Promise.all(servers.map((server) => new Promise<void>((resolve) => server.close(() => resolve()))));
+  }
+}

@@ -3,7 +3,7 @@ import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { freePort } from "./ports.ts";
+import { freePorts } from "./ports.ts";
 import { killAndWait } from "./private-redis.ts";
 
 /**
@@ -103,8 +103,9 @@ export class PrivateRedisCluster implements ReplicatedRedis {
   static async start(masters = 3): Promise<PrivateRedisCluster> {
     const dir = await mkdtemp(join(tmpdir(), "redis-cluster-"));
     const servers: Server[] = [];
+    const ports = await freePorts(masters * 2 * 2);
     for (let i = 0; i < masters * 2; i++) {
-      const [port, bus] = [await freePort(), await freePort()];
+      const [port, bus] = [ports[2 * i]!, ports[2 * i + 1]!];
       const data = join(dir, String(port));
       await mkdir(data);
       servers.push(
@@ -206,7 +207,8 @@ export class PrivateRedisSentinels implements ReplicatedRedis {
 
   static async start(): Promise<PrivateRedisSentinels> {
     const dir = await mkdtemp(join(tmpdir(), "redis-sentinel-"));
-    const [masterPort, replicaPort] = [await freePort(), await freePort()];
+    const ports = await freePorts(5);
+    const [masterPort, replicaPort, sentinelPorts] = [ports[0]!, ports[1]!, ports.slice(2)];
     const dataServer = async (port: number, extra: string[]) => {
       const data = join(dir, String(port));
       await mkdir(data);
@@ -214,8 +216,7 @@ export class PrivateRedisSentinels implements ReplicatedRedis {
     };
     const servers = [await dataServer(masterPort, []), await dataServer(replicaPort, ["--replicaof", "127.0.0.1", String(masterPort)])];
     const sentinels: Server[] = [];
-    for (let i = 0; i < 3; i++) {
-      const port = await freePort();
+    for (const port of sentinelPorts) {
       const file = join(dir, `sentinel-${port}.conf`);
       // Sentinel rewrites its own file as it learns the topology: it must be writable.
       await writeFile(
