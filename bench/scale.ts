@@ -56,7 +56,7 @@ export async function runScaleBench(settings: ScaleSettings): Promise<ScaleRun[]
         logRoot,
         workers: layout.workers,
         redis: layout.redis,
-        env: { ...COMMON_ENV, REPLY_CONCURRENCY: String(settings.replyConcurrency), REPLY_DEBOUNCE_MS: "0", LOG_LEVEL: "info" },
+        env: { ...COMMON_ENV, REPLY_CONCURRENCY: String(settings.replyConcurrency), REPLY_DEBOUNCE_MS: "0" },
         claudeLatencyMs: settings.claudeLatencyMs,
         duplicateRate: 0,
         seed: 60 + i,

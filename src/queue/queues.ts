@@ -183,7 +183,7 @@ export interface Durability {
 }
 
 /** Fewer replicas than required acknowledged an add in time: the item is not safely queued yet. */
-export class NotReplicatedError extends Error {
+class NotReplicatedError extends Error {
   override readonly name = "NotReplicatedError";
   constructor(acknowledged: number, durability: Durability) {
     super(`${acknowledged} of ${durability.replicas} Redis replicas acknowledged the add within ${durability.timeoutMs} ms`);

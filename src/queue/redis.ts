@@ -1,5 +1,5 @@
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from "ioredis";
-import type { RedisTarget } from "../config.ts";
+import type { RedisTarget, RedisTls } from "../config.ts";
 
 /** A connection to Redis in any of its topologies; BullMQ and our commands take either. */
 export type RedisClient = Redis | Cluster;
@@ -35,6 +35,9 @@ export function createWorkerRedis(target: RedisTarget | string): RedisClient {
   );
 }
 
+/** ioredis's TLS option for a target that asks for TLS, with its CA bundle when it names one. */
+const tlsOf = (target: { tls?: RedisTls | undefined }): Pick<RedisOptions, "tls"> => (target.tls ? { tls: { ca: target.tls.ca } } : {});
+
 /**
  * One client for the target. A cluster's nodes each get `options` (and the credentials);
  * a sentinel set is asked for the current master, and asked again when a connection to it
@@ -45,13 +48,13 @@ function connect(target: RedisTarget | string, options: RedisOptions, cluster: O
   if (typeof target === "string") return new Redis(target, options);
   switch (target.kind) {
     case "single":
-      return new Redis(target.url, { ...options, ...(target.tls ? { tls: { ca: target.tls.ca } } : {}) });
+      return new Redis(target.url, { ...options, ...tlsOf(target) });
     case "cluster":
       return new Cluster(
         target.nodes.map(({ host, port }) => ({ host, port })),
         {
           ...cluster,
-          redisOptions: { ...options, username: target.username, password: target.password, ...(target.tls ? { tls: { ca: target.tls.ca } } : {}) },
+          redisOptions: { ...options, username: target.username, password: target.password, ...tlsOf(target) },
         },
       );
     case "sentinel":
@@ -63,7 +66,9 @@ function connect(target: RedisTarget | string, options: RedisOptions, cluster: O
         password: target.password,
         sentinelPassword: target.sentinelPassword,
         failoverDetector: true,
-        ...(target.tls ? { tls: { ca: target.tls.ca }, enableTLSForSentinelMode: true, sentinelTLS: { ca: target.tls.ca } } : {}),
+        ...tlsOf(target),
+        // The Sentinels themselves speak TLS too (managed Redis offers no plain port).
+        ...(target.tls ? { enableTLSForSentinelMode: true, sentinelTLS: { ca: target.tls.ca } } : {}),
       });
   }
 }
