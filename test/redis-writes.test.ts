@@ -1,8 +1,10 @@
 import { randomBytes } from "node:crypto";
-import type { Redis } from "ioredis";
+import { Redis } from "ioredis";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createFailFastRedis } from "../src/queue/redis.ts";
-import { TEST_REDIS_URL, waitForReady } from "./support/harness.ts";
+import { sleep } from "../bench/stats.ts";
+import { createFailFastRedis, createWorkerRedis, isRedisUnavailable } from "../src/queue/redis.ts";
+import { eventually, TEST_REDIS_URL, waitForReady } from "./support/harness.ts";
+import { PrivateRedis } from "./support/private-redis.ts";
 
 /** The web role's connection coalesces the commands of one event-loop turn into a few socket writes. */
 
@@ -55,5 +57,36 @@ describe("the web role's Redis connection", () => {
     const [wrongType, fine] = await Promise.allSettled([redis.lpush(`${prefix}:string`, "y"), redis.get(`${prefix}:string`)]);
     expect(wrongType.status).toBe("rejected");
     expect(fine).toEqual({ status: "fulfilled", value: "x" });
+  });
+});
+
+describe("a master demoted to a replica under our connections (a failover's old master back, a managed Redis's switch)", () => {
+  it("the web's write fails as unavailable and it reconnects; the worker's write waits and lands once the server is master again", async () => {
+    const server = await PrivateRedis.start();
+    const admin = new Redis(server.url);
+    const web = createFailFastRedis(server.url);
+    const worker = createWorkerRedis(server.url);
+    try {
+      await Promise.all([waitForReady(web), waitForReady(worker)]);
+      const webConnection = await web.client("ID");
+      // A replica of a master that is not there: it refuses every write, as a demoted master does.
+      await admin.replicaof("127.0.0.1", "1");
+
+      const refused = await web.set("k:web", "1").catch((error: unknown) => error);
+      expect(isRedisUnavailable(refused)).toBe(true); // a 503, and Meta delivers again
+      await eventually(async () => web.status === "ready" && (await web.client("ID").catch(() => webConnection)) !== webConnection, "the web connection to reconnect");
+
+      // Staying on the demoted server would refuse it for good; a reconnect finds the master.
+      const landed = worker.set("k:worker", "1");
+      await sleep(300);
+      await admin.replicaof("NO", "ONE");
+      expect(await landed).toBe("OK");
+      expect(await admin.get("k:worker")).toBe("1");
+    } finally {
+      web.disconnect();
+      worker.disconnect();
+      admin.disconnect();
+      await server.destroy();
+    }
   });
 });

@@ -18,6 +18,8 @@ export function createFailFastRedis(target: RedisTarget | string): RedisClient {
     commandTimeout: 2000,
     connectTimeout: 2000,
     retryStrategy: (times) => Math.min(times * 200, 2000),
+    // Reconnect (finding the master again), and let this command fail: the webhook answers 503.
+    reconnectOnError: (error) => (onReplica(error) ? 1 : false),
   };
   const client = connect(target, options, { enableOfflineQueue: false, clusterRetryStrategy: (times) => Math.min(times * 200, 2000) });
   // A cluster spreads commands over one socket per node: there is no one stream to cork.
@@ -30,10 +32,22 @@ export function createWorkerRedis(target: RedisTarget): RedisClient;
 export function createWorkerRedis(target: RedisTarget | string): RedisClient {
   return connect(
     target,
-    { maxRetriesPerRequest: null, retryStrategy: (times) => Math.min(times * 200, 5000) },
+    {
+      maxRetriesPerRequest: null,
+      retryStrategy: (times) => Math.min(times * 200, 5000),
+      // Reconnect, finding the master again, and send the refused command there.
+      reconnectOnError: (error) => (onReplica(error) ? 2 : false),
+    },
     { clusterRetryStrategy: (times) => Math.min(times * 200, 5000) },
   );
 }
+
+/**
+ * A server that refuses writes as a replica was our master until a failover demoted it (a
+ * master back from a partition or a restart, or a managed Redis's planned switch). Staying
+ * connected would refuse every write for good: nothing but a reconnect asks who is master now.
+ */
+const onReplica = (error: Error): boolean => error.message.startsWith("READONLY");
 
 /** ioredis's TLS option for a target that asks for TLS, with its CA bundle when it names one. */
 const tlsOf = (target: { tls?: RedisTls | undefined }): Pick<RedisOptions, "tls"> => (target.tls ? { tls: { ca: target.tls.ca } } : {});
