@@ -25,6 +25,8 @@ export interface Settled {
   tally: Tally;
   /** BullMQ's failed sets, by queue: jobs nobody will run again. */
   failedJobs: Record<string, number>;
+  /** Jobs still waiting, active or delayed at the end, by queue: what a failure was stuck on (empty when none). */
+  leftJobs: Record<string, Record<string, number>>;
 }
 
 export async function settle(system: ChaosSystem, deadline: number, quiet: QuietSpell): Promise<Settled> {
@@ -46,8 +48,14 @@ export async function settle(system: ChaosSystem, deadline: number, quiet: Quiet
     }
     system.deliverer.close();
     const failedJobs: Record<string, number> = {};
-    for (const queue of queues) failedJobs[queue.name] = await queue.getFailedCount().catch(() => Number.NaN);
-    return { settled, tally: await finalTally(system), failedJobs };
+    const leftJobs: Record<string, Record<string, number>> = {};
+    for (const queue of queues) {
+      failedJobs[queue.name] = await queue.getFailedCount().catch(() => Number.NaN);
+      const left = await queue.getJobCounts("wait", "active", "prioritized", "delayed").catch(() => ({ unknown: Number.NaN }));
+      const nonZero = Object.entries(left).filter(([, n]) => n !== 0);
+      if (nonZero.length > 0) leftJobs[queue.name] = Object.fromEntries(nonZero);
+    }
+    return { settled, tally: await finalTally(system), failedJobs, leftJobs };
   } finally {
     await Promise.allSettled(queues.map((q) => q.close()));
     redis.disconnect();
