@@ -55,8 +55,13 @@ const tlsOf = (target: { tls?: RedisTls | undefined }): Pick<RedisOptions, "tls"
 /**
  * One client for the target. A cluster's nodes each get `options` (and the credentials);
  * a sentinel set is asked for the current master, and asked again when a connection to it
- * drops or the Sentinels announce a failover (`failoverDetector`), so the client follows a
+ * drops or the master refuses a write as a replica (`onReplica`), so the client follows a
  * promoted replica within the Sentinels' own failover time.
+ *
+ * Not ioredis's `failoverDetector`: its `+switch-master` handler stops the connector itself,
+ * and when that lands while the client is still reconnecting (the lost master refusing, the
+ * Sentinels not yet agreed), ioredis ends the client for good. Every connection of both
+ * worker processes ended so in a storm test on a loaded machine: jobs waited, none was taken.
  */
 function connect(target: RedisTarget | string, options: RedisOptions, cluster: Omit<ClusterOptions, "redisOptions">): RedisClient {
   if (typeof target === "string") return new Redis(target, options);
@@ -79,7 +84,6 @@ function connect(target: RedisTarget | string, options: RedisOptions, cluster: O
         username: target.username,
         password: target.password,
         sentinelPassword: target.sentinelPassword,
-        failoverDetector: true,
         ...tlsOf(target),
         // The Sentinels themselves speak TLS too (managed Redis offers no plain port).
         ...(target.tls ? { enableTLSForSentinelMode: true, sentinelTLS: { ca: target.tls.ca } } : {}),
