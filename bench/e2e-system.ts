@@ -40,7 +40,10 @@ async function processCpuMs(pid: number): Promise<number> {
 
 /** One system under test: the harness (web, fakes, Postgres schema, Redis prefix) here, the worker in its own process. */
 export class System {
-  private readonly sentAt = new Map<string, number>();
+  /** When the fake Graph API received each user's first text reply (performance.now()). */
+  readonly sentAt = new Map<string, number>();
+  /** The users of the round measured last, and when its first POST began (performance.now()). */
+  lastRound: { users: string[]; startedAt: number } | undefined;
   private readonly waiters = new Set<{ remaining: Set<string>; resolve: () => void }>();
   private round = 0;
 
@@ -72,12 +75,14 @@ export class System {
     };
   }
 
-  static async start(scenario: EndToEndScenario, index: number): Promise<System> {
+  /** `workerEnv` is added to the worker's variables (bench/timeline.ts has it log at info). */
+  static async start(scenario: EndToEndScenario, index: number, workerEnv: Record<string, string> = {}): Promise<System> {
     const h = await startHarness({ workers: 0, env: { REPLY_CONCURRENCY: String(scenario.replyConcurrency), REPLY_DEBOUNCE_MS: "0" } });
     try {
       if (scenario.storedMessages > 0) await seedHistory(h.config.databaseUrl, { messages: scenario.storedMessages });
       // The worker runs with the production default pool size (DATABASE_POOL_SIZE unset), not the tests' small one.
-      const { DATABASE_POOL_SIZE: _testPool, ...env } = h.env;
+      const { DATABASE_POOL_SIZE: _testPool, ...harnessEnv } = h.env;
+      const env = { ...harnessEnv, ...workerEnv };
       const config = loadConfig(env);
       const settings = {
         replyConcurrency: config.jobs.replyConcurrency,
@@ -146,6 +151,7 @@ export class System {
     const workerCpuStart = await processCpuMs(this.worker.pid);
     const benchCpuStart = process.cpuUsage();
     const start = performance.now();
+    this.lastRound = { users, startedAt: start };
     const non200 = await this.deliverAll(users, scenario.deliveryConcurrency, deliveredAt);
     const deliveryMs = performance.now() - start;
     const finished = await withTimeout(allSent, scenario.timeoutMs, "replies").then(
