@@ -189,7 +189,6 @@ class WebRole {
   }
 }
 
-/** Law 3's and BullMQ's scripts are multi-key: every key the system wrote must hash to the queue prefix's one slot. */
 /**
  * Each process's warnings and errors, counted by event and message (numbers masked): CI keeps
  * no log files, so a failure's message carries what the processes complained about.
@@ -199,9 +198,8 @@ async function warningsIn(dir: string): Promise<Record<string, Record<string, nu
   for (const file of (await readdir(dir)).filter((name) => name.endsWith(".log"))) {
     const counts: Record<string, number> = {};
     for (const line of (await readFile(join(dir, file), "utf8")).split("\n")) {
-      if (!line.startsWith("{")) continue;
-      const entry = JSON.parse(line) as { level?: number; event?: string; err?: { message?: string } };
-      if ((entry.level ?? 0) < 40) continue;
+      const entry = logEntry(line);
+      if (!entry || (entry.level ?? 0) < 40) continue;
       const key = `${entry.event}: ${(entry.err?.message ?? "").replace(/\d+/g, "N").slice(0, 80)}`;
       counts[key] = (counts[key] ?? 0) + 1;
     }
@@ -210,6 +208,16 @@ async function warningsIn(dir: string): Promise<Record<string, Record<string, nu
   return digest;
 }
 
+/** A pino line, or nothing for any other output (a stack trace, a line the process was still writing). */
+function logEntry(line: string): { level?: number; event?: string; err?: { message?: string } } | undefined {
+  try {
+    return line.startsWith("{") ? JSON.parse(line) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Law 3's and BullMQ's scripts are multi-key: every key the system wrote must hash to the queue prefix's one slot. */
 async function expectEveryKeyInTheQueueSlot(redis: ReplicatedRedis): Promise<void> {
   const stray: string[] = [];
   let seen = 0;
