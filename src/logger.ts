@@ -34,6 +34,11 @@ function traceIds(): Record<string, string> {
   return span && isSpanContextValid(span) ? { trace_id: span.traceId, span_id: span.spanId } : {};
 }
 
+/**
+ * Lines go to stdout as they are written (`sync`), not through pino's default asynchronous
+ * writer: with a write in flight, the lines a process writes as it exits skip ahead of it or
+ * are cut off, so the last words of a shutdown or a crash come out of order or not at all.
+ */
 export function createLogger(options: { level: string; destination?: pino.DestinationStream; traceIds?: boolean }): Logger {
   return pino(
     {
@@ -48,6 +53,6 @@ export function createLogger(options: { level: string; destination?: pino.Destin
         }),
       },
     },
-    options.destination,
+    options.destination ?? pino.destination({ dest: 1, sync: true }),
   );
 }

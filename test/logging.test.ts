@@ -1,3 +1,4 @@
+import { spawn } from "node:child_process";
 import { Writable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createLogger } from "../src/logger.ts";
@@ -50,5 +51,31 @@ describe("logs", () => {
   it("never contain message text at info level", () => {
     expect(lines.filter((l) => l.includes("passport"))).toEqual([]);
     expect(lines.filter((l) => l.includes("Reply #1"))).toEqual([]);
+  });
+});
+
+describe("a process's last log lines", () => {
+  it("are all written, in order, when it exits right after them while its stdout is backed up (a shutdown's or a crash's last words)", async () => {
+    // The reader is slow (a loaded machine, a log shipper): the pipe fills while the process
+    // logs on, turn after turn, and it exits as soon as it is done.
+    const script = [
+      'import { createLogger } from "./src/logger.ts";',
+      'const log = createLogger({ level: "info" });',
+      "for (let i = 0; i < 2000; i++) {",
+      '  log.info({ event: "test.line", i }, "x".repeat(200));',
+      "  if (i % 50 === 0) await new Promise((resolve) => setTimeout(resolve, 1));",
+      "}",
+      "process.exit(0);",
+    ].join("\n");
+    const child = spawn(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script], { stdio: ["ignore", "pipe", "inherit"] });
+    let output = "";
+    child.stdout!.pause();
+    setTimeout(() => child.stdout!.on("data", (chunk: Buffer) => (output += chunk.toString())).resume(), 1500);
+    await new Promise((resolve) => child.once("close", resolve));
+    const numbers = output
+      .split("\n")
+      .filter((line) => line.startsWith("{"))
+      .map((line) => (JSON.parse(line) as { i: number }).i);
+    expect(numbers).toEqual(Array.from({ length: 2000 }, (_, i) => i));
   });
 });
