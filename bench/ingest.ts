@@ -13,6 +13,7 @@ import { textWebhook } from "../test/support/webhook-bodies.ts";
 import { LoadGenerator, type LoadResult } from "./load.ts";
 import { CommandCounter, ServerProbe, type WindowCost } from "./probe.ts";
 import { fmt, median, percentile, sleep, sum, table } from "./stats.ts";
+import { type TargetLine, Targets } from "./targets.ts";
 
 /**
  * Benchmark 1: POST /webhook of the real app over real HTTP, against a bare Fastify route
@@ -328,6 +329,22 @@ function routeCpuPieces(appSecret: string): { name: string; micros: number }[] {
   ];
 }
 
+/**
+ * Target 4 of issue 10, from the closed-loop runs: one Redis round trip per message (EXISTS and
+ * the add leave in one write, test/webhook-claim.test.ts), and the app's ingest against the bare route.
+ */
+export function ingestTarget(report: IngestReport): TargetLine {
+  const reqPerSec = (target: TargetName) => median(report.closed.filter((r) => r.target === target).map((r) => r.reqPerSec));
+  const ratio = reqPerSec("app") / reqPerSec("baseline");
+  return {
+    target: "4. Redis round trips per webhook message / ingest ÷ bare Fastify",
+    goal: "1 / ≥ 0.5×",
+    figure: `1 / ${fmt(ratio, 2)}× (${fmt(reqPerSec("app"))} vs ${fmt(reqPerSec("baseline"))} req/s)`,
+    met: ratio >= 0.5,
+    baseline: "3 / 0.18–0.24×",
+  };
+}
+
 export function formatIngest(report: IngestReport): string {
   const { settings, generators, closed, open, pieces, check } = report;
   const out: string[] = [];
@@ -409,7 +426,7 @@ export function ingestSettings(quick: boolean): IngestSettings {
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
   const load = LoadGenerator.start();
   runIngestBench(load, ingestSettings(process.env.BENCH_QUICK === "1"))
-    .then((report) => console.log(formatIngest(report)))
+    .then((report) => console.log(`${formatIngest(report)}\n\n${Targets.inline(ingestTarget(report))}`))
     .catch((error: unknown) => {
       console.error(error);
       process.exitCode = 1;

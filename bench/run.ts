@@ -2,7 +2,7 @@ import { execFileSync } from "node:child_process";
 import { availableParallelism, cpus, loadavg } from "node:os";
 import { formatEndToEnd, medianOf, pairedRatio, perCpuSecond, runEndToEnd, theoreticalRate, type EndToEndScenario } from "./e2e.ts";
 import { runCacheBench } from "./cache.ts";
-import { formatIngest, ingestSettings, runIngestBench } from "./ingest.ts";
+import { formatIngest, ingestSettings, ingestTarget, runIngestBench } from "./ingest.ts";
 import { formatIsolation, isolationSettings, isolationTarget, runIsolationBench } from "./isolation.ts";
 import { LoadGenerator } from "./load.ts";
 import { formatScale, runScaleBench, scaleSettings } from "./scale.ts";
@@ -98,14 +98,17 @@ async function main(): Promise<void> {
   console.log(`${measuredCode()}\n`);
 
   console.log("## Benchmark 1: webhook ingest (POST /webhook over HTTP, workers off)\n");
+  const targets = new Targets();
   const load = LoadGenerator.start();
   try {
-    console.log(formatIngest(await runIngestBench(load, ingest)));
+    const report = await runIngestBench(load, ingest);
+    console.log(formatIngest(report));
+    const line = ingestTarget(report);
+    console.log(`\n${Targets.inline(line)}`);
+    targets.add(line);
   } finally {
     await load.close();
   }
-
-  const targets = new Targets();
 
   console.log(`\n${machineLoad()}`);
   console.log("\n## Benchmark 2: worker end to end, the worker in a process of its own (REPLY_DEBOUNCE_MS 0, one user per message)\n");
