@@ -9,6 +9,7 @@ import { type Harness, startHarness } from "../test/support/harness.ts";
 import { seedHistory } from "../test/support/seed-history.ts";
 import { textWebhook } from "../test/support/webhook-bodies.ts";
 import type { EndToEndResult, EndToEndScenario, RoundResult } from "./e2e.ts";
+import { processStat } from "./proc.ts";
 import { percentile, sleep } from "./stats.ts";
 
 /**
@@ -28,14 +29,13 @@ const WARMUP_MESSAGES = 20;
 /** After the last expected send, how long to keep watching for sends that must not happen (a duplicate). */
 const SETTLE_MS = 500;
 
-/** Linux's clock ticks per second, the unit of /proc/<pid>/stat's CPU times (USER_HZ, 100 on every usual kernel). */
-const CLOCK_TICKS = 100;
-
-/** The worker process's CPU time so far, in ms (user + system, all its threads). */
-async function processCpuMs(pid: number): Promise<number> {
-  const stat = await readFile(`/proc/${pid}/stat`, "utf8");
-  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-  return ((Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS) * 1000;
+/** A process's CPU time so far in ms, or `otherwise` once it has exited. */
+function cpuMsOr(pid: number, otherwise: number): number {
+  try {
+    return processStat(pid).cpuMs;
+  } catch {
+    return otherwise;
+  }
 }
 
 /** One system under test: the harness (web, fakes, Postgres schema, Redis prefix) here, the worker in its own process. */
@@ -148,7 +148,7 @@ export class System {
 
     const allSent = this.repliesTo(users);
     const deliveredAt = new Map<string, number>();
-    const workerCpuStart = await processCpuMs(this.worker.pid);
+    const workerCpuStart = processStat(this.worker.pid).cpuMs;
     const benchCpuStart = process.cpuUsage();
     const start = performance.now();
     this.lastRound = { users, startedAt: start };
@@ -161,7 +161,7 @@ export class System {
         return false;
       },
     );
-    const workerCpuMs = (await processCpuMs(this.worker.pid).catch(() => workerCpuStart)) - workerCpuStart;
+    const workerCpuMs = cpuMsOr(this.worker.pid, workerCpuStart) - workerCpuStart;
     const benchCpu = process.cpuUsage(benchCpuStart);
     const replied = users.filter((u) => this.sentAt.has(u));
     const elapsedMs = (finished ? Math.max(...replied.map((u) => this.sentAt.get(u)!)) : performance.now()) - start;

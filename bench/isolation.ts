@@ -8,6 +8,7 @@ import { type Harness, startHarness, TEST_REDIS_URL } from "../test/support/harn
 import { freePort } from "../test/support/ports.ts";
 import { envelope, messagesChange, metaWire, textMessage } from "../test/support/webhook-bodies.ts";
 import { LoadGenerator } from "./load.ts";
+import { processStat } from "./proc.ts";
 import { fmt, median, percentile, sleep, table } from "./stats.ts";
 import { type TargetLine, Targets } from "./targets.ts";
 
@@ -92,9 +93,6 @@ const LAYOUTS: LayoutSpec[] = [
   },
 ];
 
-/** The kernel reports process CPU in clock ticks of 1/100 s (USER_HZ, 100 on Linux). */
-const TICKS_PER_SECOND = 100;
-
 export interface IsolationRun {
   layout: Layout;
   round: number;
@@ -161,8 +159,8 @@ async function runOnce(load: LoadGenerator, settings: IsolationSettings, spec: L
 
     const snapshot = () => ({
       sends: h.graph.sends.length,
-      web: cpuTicks(webPid),
-      worker: workerPid === undefined ? 0 : cpuTicks(workerPid),
+      web: processStat(webPid).cpuMs,
+      worker: workerPid === undefined ? 0 : processStat(workerPid).cpuMs,
       at: performance.now(),
       loadAverage: loadavg()[0]!,
     });
@@ -195,7 +193,7 @@ async function runOnce(load: LoadGenerator, settings: IsolationSettings, spec: L
     );
     const pings = await pinger.stop();
     const seconds = (end.at - start.at) / 1000;
-    const cpuPercent = (from: number, to: number) => ((to - from) / TICKS_PER_SECOND / seconds) * 100;
+    const cpuPercent = (from: number, to: number) => ((to - from) / 1000 / seconds) * 100;
     failed = false;
     return {
       layout,
@@ -315,21 +313,12 @@ function workerChildOf(webPid: number): number {
   for (const entry of readdirSync("/proc")) {
     if (!/^\d+$/.test(entry)) continue;
     try {
-      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
-      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
-      if (ppid === webPid && readFileSync(`/proc/${entry}/cmdline`, "utf8").includes("--worker-child")) return Number(entry);
+      if (processStat(entry).parentPid === webPid && readFileSync(`/proc/${entry}/cmdline`, "utf8").includes("--worker-child")) return Number(entry);
     } catch {
       continue; // the process ended while we looked: not the one we want
     }
   }
   throw new Error(`no worker child of ${webPid}`);
-}
-
-/** utime + stime of a process, in clock ticks. */
-function cpuTicks(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-  return Number(fields[11]) + Number(fields[12]);
 }
 
 type Summary = Omit<IsolationRun, "layout" | "round">;

@@ -2,6 +2,7 @@ import { readdirSync, readFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
 import type { EndToEndScenario } from "./e2e.ts";
 import { System } from "./e2e-system.ts";
+import { type ProcessStat, processStat } from "./proc.ts";
 import { fmt, percentile, sleep, table } from "./stats.ts";
 
 /**
@@ -141,19 +142,15 @@ class BackendSampler {
 function cpuByProcess(workerPid: number): Record<string, number> {
   const cpu: Record<string, number> = {};
   for (const pid of readdirSync("/proc").filter((name) => /^\d+$/.test(name))) {
-    let stat: string;
+    let stat: ProcessStat;
     try {
-      stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+      stat = processStat(pid);
     } catch {
       continue; // it exited meanwhile
     }
-    const command = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")"));
     const name =
-      Number(pid) === workerPid ? "worker" : Number(pid) === process.pid ? "bench (web, fakes)" : command.startsWith("postgres") ? "postgres" : command.startsWith("redis") ? "redis" : undefined;
-    if (!name) continue;
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    // Clock ticks of 1/100 s (USER_HZ).
-    cpu[name] = (cpu[name] ?? 0) + (Number(fields[11]) + Number(fields[12])) * 10;
+      Number(pid) === workerPid ? "worker" : Number(pid) === process.pid ? "bench (web, fakes)" : stat.command.startsWith("postgres") ? "postgres" : stat.command.startsWith("redis") ? "redis" : undefined;
+    if (name) cpu[name] = (cpu[name] ?? 0) + stat.cpuMs;
   }
   return cpu;
 }
