@@ -4,19 +4,56 @@ import { Prisma, PrismaClient } from "../generated/prisma/client.ts";
 export { Prisma, PrismaClient };
 export type Db = PrismaClient;
 
-/**
- * Prisma's convention: `?schema=name` in DATABASE_URL selects the Postgres schema. The pg
- * driver does not know that parameter, so it is taken out here and handed to the adapter.
- */
-export function splitSchema(databaseUrl: string): { connectionString: string; schema: string | undefined } {
+/** What DATABASE_URL says beyond what the pg driver reads: Prisma's own parameters, taken out here. */
+export interface DatabaseUrl {
+  /** The URL without them, for the pg driver. */
+  connectionString: string;
+  /** `?schema=name`: the Postgres schema, handed to the adapter (the driver does not know the parameter). */
+  schema: string | undefined;
+  /**
+   * `?pgbouncer=true`: a pooler that cannot keep named prepared statements (PgBouncer before
+   * 1.21, or without max_prepared_statements) sits in front, so every statement goes unnamed.
+   */
+  pgbouncer: boolean;
+}
+
+export function parseDatabaseUrl(databaseUrl: string): DatabaseUrl {
   const url = new URL(databaseUrl);
   const schema = url.searchParams.get("schema") ?? undefined;
+  const pgbouncer = url.searchParams.get("pgbouncer") === "true";
   url.searchParams.delete("schema");
-  return { connectionString: url.toString(), schema };
+  url.searchParams.delete("pgbouncer");
+  return { connectionString: url.toString(), schema, pgbouncer };
+}
+
+/**
+ * How many distinct statements a process prepares, on each of its connections. The reply path
+ * runs about a dozen; the rest of the code a few dozen more. The cap bounds what a statement
+ * built from varying input could leave in Postgres's backends; past it, statements go unnamed.
+ */
+export const PREPARED_STATEMENTS_MAX = 100;
+
+/**
+ * Names each distinct SQL text once, so every pooled connection parses and plans it once and
+ * then only binds and runs it; after five runs Postgres keeps a generic plan. Unnamed, the
+ * reply path's statements spent more of Postgres's time being planned than being executed
+ * (bench/RESULTS.md). A name stays its text's for the life of the process: the pg driver
+ * refuses one name for two texts. "" is the driver's unnamed statement.
+ */
+function statementNames(): (query: { sql: string }) => string {
+  const names = new Map<string, string>();
+  return ({ sql }) => {
+    let name = names.get(sql);
+    if (name === undefined && names.size < PREPARED_STATEMENTS_MAX) {
+      name = `wa_${names.size}`;
+      names.set(sql, name);
+    }
+    return name ?? "";
+  };
 }
 
 export function createDb(databaseUrl: string, options: { poolSize: number }): Db {
-  const { connectionString, schema } = splitSchema(databaseUrl);
+  const { connectionString, schema, pgbouncer } = parseDatabaseUrl(databaseUrl);
   const adapter = new PrismaPg(
     {
       connectionString,
@@ -25,7 +62,7 @@ export function createDb(databaseUrl: string, options: { poolSize: number }): Db
       // (src/replies/state.ts) finds its tables through the search path instead.
       ...(schema ? { options: `-c search_path="${schema.replaceAll('"', '""')}"` } : {}),
     },
-    schema ? { schema } : undefined,
+    { ...(schema ? { schema } : {}), ...(pgbouncer ? {} : { statementNameGenerator: statementNames() }) },
   );
   // Under load a transaction may wait for a pooled connection longer than Prisma's 2 s default.
   return new PrismaClient({ adapter, transactionOptions: { maxWait: 10_000, timeout: 15_000 } });

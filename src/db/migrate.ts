@@ -2,7 +2,7 @@ import { createHash, randomUUID } from "node:crypto";
 import { readdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import pg from "pg";
-import { splitSchema } from "./client.ts";
+import { parseDatabaseUrl } from "./client.ts";
 
 /**
  * Applies prisma/migrations the way `prisma migrate deploy` would (TOOLCHAIN.md: the native
@@ -57,7 +57,7 @@ async function readMigrations(dir: string): Promise<MigrationFile[]> {
 /** Migrates the schema named by `?schema=` in the URL (Prisma's convention), else the default one. */
 export async function migrate(databaseUrl: string, options: { dir?: string } = {}): Promise<MigrationResult> {
   const migrations = await readMigrations(options.dir ?? MIGRATIONS_DIR);
-  const { connectionString, schema } = splitSchema(databaseUrl);
+  const { connectionString, schema } = parseDatabaseUrl(databaseUrl);
   const client = new pg.Client({ connectionString });
   await client.connect();
   try {

@@ -4,7 +4,7 @@ import type { RedisClient } from "../queue/redis.ts";
 import pg from "pg";
 import { buildApp } from "../app.ts";
 import { type Config, loadConfig } from "../config.ts";
-import { createDb, type Db, splitSchema } from "../db/client.ts";
+import { createDb, type Db, parseDatabaseUrl } from "../db/client.ts";
 import { migrate } from "../db/migrate.ts";
 import { createMetrics } from "../http/metrics.ts";
 import { startConfiguredWorkers } from "../jobs/workers.ts";
@@ -126,7 +126,7 @@ async function listen(app: ReturnType<typeof buildApp>, port: number): Promise<v
  * A session-level advisory lock, held on a connection of its own until the demo closes.
  */
 async function holdSandbox(config: Config): Promise<() => Promise<void>> {
-  const { connectionString, schema } = splitSchema(config.databaseUrl);
+  const { connectionString, schema } = parseDatabaseUrl(config.databaseUrl);
   const client = new pg.Client({ connectionString });
   await client.connect();
   const { rows } = await client.query<{ held: boolean }>("SELECT pg_try_advisory_lock(hashtext($1)) AS held", [`npm run demo: ${schema ?? "public"}`]);
@@ -140,7 +140,7 @@ async function holdSandbox(config: Config): Promise<() => Promise<void>> {
 
 /** A fresh sandbox each run: the simulated phones start empty, so must the database and the queues. */
 async function resetSandbox(config: Config, redis: RedisClient): Promise<void> {
-  const { connectionString, schema } = splitSchema(config.databaseUrl);
+  const { connectionString, schema } = parseDatabaseUrl(config.databaseUrl);
   if (schema && schema !== "public") {
     const client = new pg.Client({ connectionString });
     await client.connect();

@@ -83,6 +83,8 @@ export class PrivatePgBouncer {
     url.password = "";
     url.hostname = "127.0.0.1";
     url.port = String(this.port);
+    // PgBouncer 1.18 cannot keep named prepared statements: Prisma's convention turns them off.
+    url.searchParams.set("pgbouncer", "true");
     await this.untilItLetsIn(url.toString());
     return url.toString();
   }

@@ -1,5 +1,5 @@
 import pg from "pg";
-import { splitSchema } from "../../src/db/client.ts";
+import { parseDatabaseUrl } from "../../src/db/client.ts";
 import { isTransactionControl, normalizeSql, type RecordedStatement } from "./statement-recorder.ts";
 
 /**
@@ -78,7 +78,7 @@ export async function explainStatements(
 ): Promise<PlanReport> {
   const samples = options.samplesPerStatement ?? 8;
   const threshold = options.largeTableRows ?? LARGE_TABLE_ROWS;
-  const { connectionString, schema } = splitSchema(databaseUrl);
+  const { connectionString, schema } = parseDatabaseUrl(databaseUrl);
   if (!schema) throw new Error("explainStatements wants a DATABASE_URL with ?schema=");
   const client = new pg.Client({ connectionString, options: `-c search_path=${pg.escapeIdentifier(schema)}`, application_name: "explain-statements" });
   await client.connect();

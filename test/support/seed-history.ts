@@ -1,6 +1,6 @@
 import { performance } from "node:perf_hooks";
 import pg from "pg";
-import { splitSchema } from "../../src/db/client.ts";
+import { parseDatabaseUrl } from "../../src/db/client.ts";
 import { PHONE_NUMBER_ID } from "./webhook-bodies.ts";
 
 /**
@@ -64,7 +64,7 @@ export async function seedHistory(databaseUrl: string, options: SeedOptions = {}
   const inLong = Math.min(messages, longConversations * longHistory);
   if (conversations <= longConversations && inLong < messages) throw new Error("seedHistory: no ordinary conversations left for the other messages");
 
-  const { connectionString, schema } = splitSchema(databaseUrl);
+  const { connectionString, schema } = parseDatabaseUrl(databaseUrl);
   if (!schema) throw new Error("seedHistory wants a DATABASE_URL with ?schema=");
   const client = new pg.Client({ connectionString, options: `-c search_path=${pg.escapeIdentifier(schema)}`, application_name: "seed-history" });
   await client.connect();
