@@ -1,4 +1,5 @@
 import { SpanKind, type Tracer } from "@opentelemetry/api";
+import { request as undiciRequest } from "undici";
 import { z } from "zod";
 import { PermanentError, RetryableError } from "../errors.ts";
 import { inSpan, NO_TRACER } from "../tracing/tracing.ts";
@@ -124,7 +125,7 @@ export class GraphClient {
     const response = await this.fetch(url, { method: "GET" });
     if (!response.ok) {
       const text = await response.text().catch(() => "");
-      throw this.counted(graphFailure(response, safeJson(text), text));
+      throw this.counted(graphFailure(fetchAnswer(response), safeJson(text), text));
     }
     const announced = Number(response.headers.get("content-length") ?? Number.NaN);
     if (announced > maxBytes) {
@@ -150,23 +151,35 @@ export class GraphClient {
     return this.request("POST", path, payload);
   }
 
+  /**
+   * A call to the API itself: JSON both ways, through undici's request rather than fetch. This
+   * is the reply path's hot call, twice per reply (the send, and read-with-typing), and fetch's
+   * web streams cost four times its CPU (bench/RESULTS.md).
+   */
   private async request(method: "GET" | "POST", path: string, payload?: unknown): Promise<unknown> {
-    const response = await this.fetch(`${this.options.baseUrl}/${this.options.version}/${path}`, {
-      method,
-      ...(payload === undefined ? {} : { headers: { "content-type": "application/json" }, body: JSON.stringify(payload) }),
-    });
+    let response: Awaited<ReturnType<typeof undiciRequest>>;
+    try {
+      response = await undiciRequest(`${this.options.baseUrl}/${this.options.version}/${path}`, {
+        method,
+        headers: { ...this.headers(), ...(payload === undefined ? {} : { "content-type": "application/json" }) },
+        ...(payload === undefined ? {} : { body: JSON.stringify(payload) }),
+        signal: AbortSignal.timeout(this.options.timeoutMs),
+      });
+    } catch (error) {
+      throw this.counted(transportFailure(error, this.options.timeoutMs));
+    }
     let text: string;
     try {
-      text = await response.text();
+      text = await response.body.text();
     } catch (error) {
       // The answer broke off: whatever it said, Meta may have acted on the request.
       throw this.counted(
-        new RetryableError({ source: "graph", code: "answer_lost", reason: `Meta's answer (HTTP ${response.status}) broke off before it was read`, ambiguous: true, cause: error }),
+        new RetryableError({ source: "graph", code: "answer_lost", reason: `Meta's answer (HTTP ${response.statusCode}) broke off before it was read`, ambiguous: true, cause: error }),
       );
     }
     const body = safeJson(text);
-    if (response.ok) return body;
-    throw this.counted(graphFailure(response, body, text));
+    if (response.statusCode >= 200 && response.statusCode < 300) return body;
+    throw this.counted(graphFailure(undiciAnswer(response), body, text));
   }
 
   private counted<E extends RetryableError | PermanentError>(failure: E): E {
@@ -179,21 +192,21 @@ export class GraphClient {
    * is ambiguous (Meta may have taken the message, law 5) unless the connection was never made,
    * so nothing was written.
    */
-  private async fetch(url: string, init: { method: string; headers?: Record<string, string>; body?: string }): Promise<Response> {
+  private async fetch(url: string, init: { method: string }): Promise<Response> {
     try {
-      return await fetch(url, {
-        ...init,
-        headers: {
-          ...init.headers,
-          authorization: `Bearer ${this.options.accessToken}`,
-          // Media downloads fail without a browser-like agent (WHATSAPP.md §8, I9).
-          "user-agent": "Mozilla/5.0 (compatible; whatsapp-ai-reply)",
-        },
-        signal: AbortSignal.timeout(this.options.timeoutMs),
-      });
+      // fetch for the media's own URL: it follows redirects and streams the body within its limit.
+      return await fetch(url, { ...init, headers: this.headers(), signal: AbortSignal.timeout(this.options.timeoutMs) });
     } catch (error) {
       throw this.counted(transportFailure(error, this.options.timeoutMs));
     }
+  }
+
+  private headers(): Record<string, string> {
+    return {
+      authorization: `Bearer ${this.options.accessToken}`,
+      // Media downloads fail without a browser-like agent (WHATSAPP.md §8, I9).
+      "user-agent": "Mozilla/5.0 (compatible; whatsapp-ai-reply)",
+    };
   }
 }
 
@@ -202,7 +215,9 @@ const NOT_CONNECTED = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "ENETUN
 
 function transportFailure(error: unknown, timeoutMs: number): RetryableError {
   const timedOut = error instanceof Error && error.name === "TimeoutError";
-  const code = (error as { cause?: { code?: unknown } }).cause?.code;
+  // undici's request throws the system error itself; fetch wraps it as its cause.
+  const failed = error as { code?: unknown; cause?: { code?: unknown } };
+  const code = typeof failed.code === "string" ? failed.code : failed.cause?.code;
   const neverConnected = typeof code === "string" && NOT_CONNECTED.has(code);
   return new RetryableError({
     source: "graph",
@@ -258,12 +273,28 @@ function acceptedWamid(body: unknown): { wamid: string } {
   return { wamid: parsed.data.messages[0]!.id };
 }
 
+/** What the failure rules read of an answer, whichever client got it. */
+interface Answer {
+  status: number;
+  header(name: string): string | undefined;
+}
+
+const fetchAnswer = (response: Response): Answer => ({ status: response.status, header: (name) => response.headers.get(name) ?? undefined });
+
+const undiciAnswer = (response: { statusCode: number; headers: Record<string, string | string[] | undefined> }): Answer => ({
+  status: response.statusCode,
+  header: (name) => {
+    const value = response.headers[name]; // undici names them in lower case
+    return Array.isArray(value) ? value[0] : value;
+  },
+});
+
 /**
  * Meta refused, with its own error body: a proof that it did not take the message, keyed on
  * `error.code` (WHATSAPP.md §6). Any other answer (an edge proxy's HTML page, an empty 5xx)
  * proves nothing about the request behind it: ambiguous.
  */
-function graphFailure(response: Response, body: unknown, text: string): RetryableError | PermanentError {
+function graphFailure(response: Answer, body: unknown, text: string): RetryableError | PermanentError {
   const parsed = graphErrorSchema.safeParse(body);
   if (!parsed.success) {
     const retry = response.status === 429 || response.status >= 500;
@@ -271,7 +302,7 @@ function graphFailure(response: Response, body: unknown, text: string): Retryabl
       source: "graph" as const,
       code: `http_${response.status}`,
       reason: `Meta answered HTTP ${response.status} without a Graph error body${text ? "" : " (empty)"}`,
-      detail: { httpStatus: response.status, contentType: response.headers.get("content-type") ?? undefined, body: text.slice(0, 300) || undefined },
+      detail: { httpStatus: response.status, contentType: response.header("content-type"), body: text.slice(0, 300) || undefined },
       minDelayMs: retryAfterMs(response),
       ambiguous: true,
     };
@@ -295,8 +326,8 @@ function graphFailure(response: Response, body: unknown, text: string): Retryabl
   return rule.retry ? new RetryableError(init) : new PermanentError(init);
 }
 
-function retryAfterMs(response: Response): number | undefined {
-  const header = response.headers.get("retry-after");
+function retryAfterMs(response: Answer): number | undefined {
+  const header = response.header("retry-after");
   if (!header) return undefined;
   const seconds = Number(header);
   return Number.isFinite(seconds) && seconds >= 0 ? Math.min(seconds * 1000, 3_600_000) : undefined;
