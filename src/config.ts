@@ -269,7 +269,7 @@ const envSchema = z.object({
   LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).optional().default("info"),
   REPLY_DEBOUNCE_MS: int("REPLY_DEBOUNCE_MS", 1500, 0, 60_000),
   REPLY_CONCURRENCY: int("REPLY_CONCURRENCY", 50, 1, 1000),
-  INBOUND_CONCURRENCY: int("INBOUND_CONCURRENCY", 20, 1, 1000),
+  INBOUND_CONCURRENCY: int("INBOUND_CONCURRENCY", 4, 1, 1000),
   JOB_ATTEMPTS: int("JOB_ATTEMPTS", 8, 1, 100),
   RETRY_BASE_DELAY_MS: int("RETRY_BASE_DELAY_MS", 2000, 1, 3_600_000),
   RETRY_MAX_DELAY_MS: int("RETRY_MAX_DELAY_MS", 300_000, 1, 86_400_000),
