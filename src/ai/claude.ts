@@ -1,5 +1,6 @@
 import Anthropic from "@anthropic-ai/sdk";
 import type { TracerProvider } from "@opentelemetry/api";
+import { request } from "undici";
 import { PermanentError, RetryableError } from "../errors.ts";
 
 /** Claude writes the replies. One call per answer (law 4): the caller stores the result before sending. */
@@ -41,6 +42,31 @@ export interface ClaudeOptions {
   systemPrompt: string;
 }
 
+/** Statuses whose answer has no body: a Response refuses one for them. */
+const NULL_BODY_STATUS = new Set([101, 103, 204, 205, 304]);
+
+/**
+ * The SDK's HTTP call, made with undici's request instead of fetch: one per reply, and fetch's
+ * web streams cost about four times the CPU (bench/RESULTS.md). It answers what fetch would,
+ * a Response, with the body read whole: the calls made here are never streamed. The SDK's own
+ * signal (its timeout) aborts it, with the AbortError the SDK reads as a timeout, and a
+ * failure to connect throws, as fetch's does, for the SDK to call a connection error.
+ * Anything but a string body (an upload) goes to fetch itself.
+ */
+async function undiciFetch(input: string | URL | Request, init?: RequestInit): Promise<Response> {
+  if (input instanceof Request || (init?.body != null && typeof init.body !== "string")) return fetch(input, init);
+  const answer = await request(input, {
+    method: (init?.method ?? "GET") as "GET" | "POST",
+    headers: Object.fromEntries(new Headers(init?.headers)),
+    body: init?.body ?? null,
+    signal: init?.signal ?? undefined,
+  });
+  const headers = new Headers();
+  for (const [name, value] of Object.entries(answer.headers)) for (const one of [value ?? []].flat()) headers.append(name, one);
+  const body = NULL_BODY_STATUS.has(answer.statusCode) ? (await answer.body.dump(), null) : await answer.body.bytes();
+  return new Response(body, { status: answer.statusCode, headers });
+}
+
 /** Anthropic's retryable statuses; every other 4xx is a request that will never succeed. */
 const RETRYABLE_STATUS = new Set([408, 409, 429]);
 
@@ -70,6 +96,7 @@ export class ClaudeClient {
       // BullMQ owns retries (with backoff, jitter and a dead letter at the end); SDK retries
       // would multiply them and hide the attempts from our records.
       maxRetries: 0,
+      fetch: undiciFetch,
     });
   }
 
