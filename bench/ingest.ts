@@ -290,6 +290,7 @@ async function redisOnlyLoop(
     statuses,
     totalOk,
     latenciesMs: Float64Array.from(latencies),
+    sentLateMs: new Float64Array(0), // a closed loop: nothing is scheduled
     windowMs: spec.durationMs,
     generatorBusy: Number.NaN,
   };

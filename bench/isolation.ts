@@ -119,6 +119,11 @@ export interface IsolationRun {
    * the process waited for a CPU.
    */
   webLoopP99: number;
+  /**
+   * How late the load generator itself sent requests, p99 (ms): a generator waiting for a CPU
+   * sends late, and that lateness is in every latency above, though no server caused it.
+   */
+  sentLateP99: number;
   /** The machine's 1-minute load average as the window opened: other work moves every figure. */
   loadAverage: number;
 }
@@ -209,6 +214,7 @@ async function runOnce(load: LoadGenerator, settings: IsolationSettings, spec: L
       workerCpuPercent: workerPid === undefined ? Number.NaN : cpuPercent(start.worker, end.worker),
       redisPingP99: percentile(pings, 99),
       webLoopP99: loopP99,
+      sentLateP99: percentile(result.sentLateMs, 99),
       loadAverage: start.loadAverage,
     };
   } finally {
@@ -339,6 +345,7 @@ function summarise(runs: IsolationRun[], layout: Layout): Summary {
     workerCpuPercent: m((r) => r.workerCpuPercent),
     redisPingP99: m((r) => r.redisPingP99),
     webLoopP99: m((r) => r.webLoopP99),
+    sentLateP99: m((r) => r.sentLateP99),
     loadAverage: m((r) => r.loadAverage),
   };
 }
@@ -370,6 +377,7 @@ export function formatIsolation(runs: IsolationRun[], settings: IsolationSetting
     Number.isNaN(r.workerCpuPercent) ? "-" : `${fmt(r.workerCpuPercent)}%`,
     fmt(r.webLoopP99, 1),
     fmt(r.redisPingP99, 1),
+    fmt(r.sentLateP99, 1),
     fmt(r.loadAverage, 2),
   ];
   const nameOf = (layout: Layout) => LAYOUTS.find((l) => l.layout === layout)!.name;
@@ -379,7 +387,7 @@ export function formatIsolation(runs: IsolationRun[], settings: IsolationSetting
   const d = summarise(runs, "web-alone");
   return [
     table(
-      ["layout", "round", "p50 ms", "p99 ms", "max ms", "req/s", "non-200", "503", "replies/s", "web CPU", "worker CPU", "web loop p99", "Redis ping p99", "load avg"],
+      ["layout", "round", "p50 ms", "p99 ms", "max ms", "req/s", "non-200", "503", "replies/s", "web CPU", "worker CPU", "web loop p99", "Redis ping p99", "sent late p99", "load avg"],
       [...runs.map((r) => row(nameOf(r.layout), String(r.round), r)), ...LAYOUTS.map(({ layout, name }) => row(name, "median", summarise(runs, layout)))],
     ),
     `  open loop at ${settings.rate} req/s (${settings.connections} connections), ${settings.durationMs / 1000} s measured after ${settings.warmupMs / 1000} s of warm-up,` +
@@ -389,6 +397,7 @@ export function formatIsolation(runs: IsolationRun[], settings: IsolationSetting
     "  replies/s: sent by the workers in the window; CPU: % of one core (of 200%), of the web's process and of the jobs' (the same one in (a));",
     "  web loop p99: the web's event-loop delay over the window (prom-client's, ms beyond its 10 ms timer): work in its process, or waiting for a CPU;",
     "  Redis ping p99: PING round trips from the bench on a connection of its own (ms), the web's wait for each of its Redis commands;",
+    "  sent late p99: how late the load generator sent requests after their scheduled time (ms): its own wait for a CPU, counted in p99 above;",
     "  load avg: the machine's, as the window opened; non-200 and 503 on the median rows: summed over the rounds.",
     "",
     `  (b) p99 ${fmt(b.p99, 1)} ms against (a) one event loop ${fmt(a.p99, 1)} ms (${fmt(a.p99 / b.p99, 1)}x), ` +

@@ -32,11 +32,12 @@ function nextRequest(url: URL, { label, appSecret }: LoadSpec): SignedRequest {
 class Recorder {
   readonly statuses: Record<string, number> = {};
   readonly latencies: number[] = [];
+  readonly sentLate: number[] = [];
   totalOk = 0;
   sent = 0;
   ok = 0;
 
-  record(status: number, latencyMs: number, measured: boolean): void {
+  record(status: number, latencyMs: number, measured: boolean, sentLateMs?: number): void {
     const key = status === -1 ? "error" : String(status);
     this.statuses[key] = (this.statuses[key] ?? 0) + 1;
     if (status === 200) this.totalOk++;
@@ -44,6 +45,7 @@ class Recorder {
     this.sent++;
     if (status === 200) this.ok++;
     this.latencies.push(latencyMs);
+    if (sentLateMs !== undefined) this.sentLate.push(sentLateMs);
   }
 
   result(windowMs: number, generatorBusy: number): LoadResult {
@@ -54,6 +56,7 @@ class Recorder {
       statuses: this.statuses,
       totalOk: this.totalOk,
       latenciesMs: Float64Array.from(this.latencies),
+      sentLateMs: Float64Array.from(this.sentLate),
       windowMs,
       generatorBusy,
     };
@@ -124,8 +127,9 @@ async function openLoop(spec: LoadSpec, rate: number): Promise<LoadResult> {
       while (next <= now && next < window.closesAt) {
         const scheduled = next;
         const { head, body } = nextRequest(url, spec);
+        const sentLate = performance.now() - scheduled;
         const done = pool.request(head, body).then((status) => {
-          recorder.record(status, performance.now() - scheduled, scheduled >= window.opensAt);
+          recorder.record(status, performance.now() - scheduled, scheduled >= window.opensAt, sentLate);
           inFlight.delete(done);
         });
         inFlight.add(done);

@@ -35,6 +35,12 @@ export interface LoadResult {
   totalOk: number;
   /** Latency of each measured request, ms. */
   latenciesMs: Float64Array;
+  /**
+   * Open loop: how late the generator itself sent each measured request after its scheduled
+   * time, ms (empty in a closed loop). Part of that request's latency, but the generator's
+   * delay, not the server's: on a shared machine it waits for a CPU too.
+   */
+  sentLateMs: Float64Array;
   windowMs: number;
   /** Event-loop utilisation of the generator itself (the busiest, with several): near 1 means the generator, not the server, was the limit. */
   generatorBusy: number;
@@ -143,16 +149,19 @@ function runOn(child: ChildProcess, spec: LoadSpec, hooks: WindowHooks): Promise
   });
 }
 
-/** One result for the run: counts summed, latencies pooled, and the busiest generator's busyness. */
+/** One result for the run: counts summed, latencies and lateness pooled, and the busiest generator's busyness. */
 function mergeResults(results: LoadResult[]): LoadResult {
   const statuses: Record<string, number> = {};
   for (const result of results) for (const [status, n] of Object.entries(result.statuses)) statuses[status] = (statuses[status] ?? 0) + n;
-  const latencies = new Float64Array(results.reduce((sum, r) => sum + r.latenciesMs.length, 0));
-  let at = 0;
-  for (const result of results) {
-    latencies.set(result.latenciesMs, at);
-    at += result.latenciesMs.length;
-  }
+  const pooled = (pick: (r: LoadResult) => Float64Array) => {
+    const all = new Float64Array(results.reduce((sum, r) => sum + pick(r).length, 0));
+    let at = 0;
+    for (const result of results) {
+      all.set(pick(result), at);
+      at += pick(result).length;
+    }
+    return all;
+  };
   const total = (pick: (r: LoadResult) => number) => results.reduce((sum, r) => sum + pick(r), 0);
   return {
     sent: total((r) => r.sent),
@@ -160,7 +169,8 @@ function mergeResults(results: LoadResult[]): LoadResult {
     non200: total((r) => r.non200),
     statuses,
     totalOk: total((r) => r.totalOk),
-    latenciesMs: latencies,
+    latenciesMs: pooled((r) => r.latenciesMs),
+    sentLateMs: pooled((r) => r.sentLateMs),
     windowMs: Math.max(...results.map((r) => r.windowMs)),
     generatorBusy: Math.max(...results.map((r) => r.generatorBusy)),
   };
