@@ -139,4 +139,16 @@ describe("the Graph client tells refusal from ambiguity", () => {
     const nobody = new GraphClient({ baseUrl: `http://127.0.0.1:${await freePort()}`, version: "v24.0", accessToken: "t", timeoutMs: 300 });
     expect(await send(nobody)).toMatchObject({ code: "unreachable", ambiguous: false });
   });
+
+  it("an answer's Retry-After sets the earliest retry, and a page's content type is kept for the dead letter", async () => {
+    const { client, close } = await answering((_req, res) => {
+      res.writeHead(503, { "Content-Type": "text/html; charset=utf-8", "Retry-After": "7" });
+      res.end("<html>Service Unavailable</html>");
+    });
+    try {
+      expect(await send(client)).toMatchObject({ code: "http_503", ambiguous: true, minDelayMs: 7000, detail: { httpStatus: 503, contentType: "text/html; charset=utf-8" } });
+    } finally {
+      await close();
+    }
+  });
 });
