@@ -122,7 +122,7 @@ export class GraphClient {
     const { url, mime_type: mimeType, file_size: size } = info.data;
     const tooLarge = (reason: string) => new PermanentError({ source: "graph", code: "media_too_large", reason });
     if (size !== undefined && size > maxBytes) throw tooLarge(`The file is ${size} bytes; the limit is ${maxBytes}`);
-    const response = await this.fetch(url, { method: "GET" });
+    const response = await this.fetchMedia(url);
     if (!response.ok) {
       const text = await response.text().catch(() => "");
       throw this.counted(graphFailure(fetchAnswer(response), safeJson(text), text));
@@ -187,20 +187,16 @@ export class GraphClient {
     return failure;
   }
 
-  /**
-   * Every call carries the token and a timeout. A transport failure is retryable; for a send it
-   * is ambiguous (Meta may have taken the message, law 5) unless the connection was never made,
-   * so nothing was written.
-   */
-  private async fetch(url: string, init: { method: string }): Promise<Response> {
+  /** The media's own URL, through fetch: it follows redirects and streams the body within its limit. */
+  private async fetchMedia(url: string): Promise<Response> {
     try {
-      // fetch for the media's own URL: it follows redirects and streams the body within its limit.
-      return await fetch(url, { ...init, headers: this.headers(), signal: AbortSignal.timeout(this.options.timeoutMs) });
+      return await fetch(url, { method: "GET", headers: this.headers(), signal: AbortSignal.timeout(this.options.timeoutMs) });
     } catch (error) {
       throw this.counted(transportFailure(error, this.options.timeoutMs));
     }
   }
 
+  /** Every call carries the token (and a timeout, set by each caller). */
   private headers(): Record<string, string> {
     return {
       authorization: `Bearer ${this.options.accessToken}`,
@@ -213,6 +209,10 @@ export class GraphClient {
 /** Connection failures before a byte of the request could be written: Meta cannot have it. */
 const NOT_CONNECTED = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "ENETUNREACH", "EHOSTUNREACH", "UND_ERR_CONNECT_TIMEOUT"]);
 
+/**
+ * A transport failure is retryable; for a send it is ambiguous (Meta may have taken the
+ * message, law 5) unless the connection was never made, so nothing was written.
+ */
 function transportFailure(error: unknown, timeoutMs: number): RetryableError {
   const timedOut = error instanceof Error && error.name === "TimeoutError";
   // undici's request throws the system error itself; fetch wraps it as its cause.
