@@ -13,11 +13,16 @@ interface Block {
   cache_control?: { type: string };
 }
 
-/** A conversation of `n` question/answer pairs, one after the other. */
+/**
+ * A conversation of `n` question/answer pairs, one after the other: each question waits until
+ * the reply before it is recorded sent, not only until Meta has it. History is ordered by time,
+ * so a question stored in between would come before that reply in the next prompt.
+ */
 async function converse(n: number): Promise<void> {
   for (let i = 1; i <= n; i++) {
     await h.deliver(textWebhook({ text: `question ${i}` }).body);
     await eventually(() => h.graph.sends.length === i, `reply ${i}`);
+    await eventually(async () => (await h.db.reply.count({ where: { state: "sent" } })) === i, `reply ${i} recorded sent`);
   }
 }
 
@@ -52,7 +57,6 @@ describe("conversation history for Claude", () => {
   it("stores the model and token usage of every reply, including what the cache saved", async () => {
     h = await startHarness({ env: { REPLY_DEBOUNCE_MS: "0" } });
     await converse(3);
-    await eventually(async () => (await h.db.reply.count({ where: { state: "sent" } })) === 3, "three sent replies");
     const replies = await h.db.reply.findMany({ orderBy: { createdAt: "asc" } });
     for (const reply of replies) {
       expect(reply.model).toBe("claude-haiku-4-5");
