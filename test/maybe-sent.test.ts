@@ -111,6 +111,15 @@ describe("the Graph client tells refusal from ambiguity", () => {
   it.each<[string, Handler, typeof RetryableError | typeof PermanentError]>([
     ["a timeout", () => undefined, RetryableError],
     ["a connection reset after the request", (req) => req.socket.destroy(), RetryableError],
+    [
+      "an answer that breaks off mid-body",
+      (req, res) => {
+        res.writeHead(200, { "content-type": "application/json", "content-length": "200" });
+        res.write('{"messaging_product":"whatsapp","messages":[{"id":"wamid.');
+        setTimeout(() => req.socket.destroy(), 20);
+      },
+      RetryableError,
+    ],
     ["a 502 HTML page", page(502, "text/html", PROXY_502_PAGE), RetryableError],
     ["a 2xx whose body is not Graph's", page(200, "application/json", '{"ok"'), RetryableError],
     ["a 403 page from a firewall", page(403, "text/html", "<h1>Forbidden</h1>"), PermanentError],
