@@ -1,5 +1,5 @@
 import { type ChildProcess, fork } from "node:child_process";
-import { existsSync, readdirSync } from "node:fs";
+import { existsSync, readdirSync, writeFileSync } from "node:fs";
 import { setPriority } from "node:os";
 import { fileURLToPath } from "node:url";
 import { buildApp, buildMetricsApp } from "./app.ts";
@@ -130,10 +130,16 @@ function forkWorkerChild(): ChildProcess {
     execArgv: process.execArgv,
     serialization: "advanced",
     stdio: "inherit",
+    // A session of its own, so a scheduling group of its own (lowerAutogroup). The parent still
+    // owns the signals: the child drains on its word, or when the IPC channel closes.
+    detached: true,
   });
   // Lowered from the start, so its start-up (loading and compiling the sources) yields too and
   // the threads it makes inherit it; the child lowers the threads that came before this itself.
-  if (child.pid !== undefined) lowerPriority(child.pid, WORKER_CHILD_NICENESS);
+  if (child.pid !== undefined) {
+    lowerPriority(child.pid, WORKER_CHILD_NICENESS);
+    lowerAutogroup(child.pid, WORKER_CHILD_NICENESS);
+  }
   return child;
 }
 
@@ -168,8 +174,9 @@ function runWorkerChild(): void {
       else process.exit(0); // told to stop before it started: nothing to drain
     },
   });
-  // A terminal's Ctrl-C (and systemd's default KillMode) signals the parent and the child at
-  // once; the parent decides the order, web first, so the child waits for its word.
+  // systemd's default KillMode signals the parent and the child at once (a terminal's Ctrl-C
+  // does not: the child leads a session of its own); the parent decides the order, web first,
+  // so the child waits for its word.
   for (const signal of ["SIGINT", "SIGTERM"] as const) {
     process.on(signal, () => logger?.info({ event: "shutdown.deferred", signal }, "the parent stops the worker after the web"));
   }
@@ -190,6 +197,22 @@ function lowerPriority(pidOrThread: number, niceness: number): void {
   } catch (error) {
     // One that ended meanwhile has nothing left to lower; anything else is worth a line.
     if ((error as { info?: { code?: string } }).info?.code !== "ESRCH") console.error("could not lower the worker's CPU priority:", error);
+  }
+}
+
+/**
+ * Where Linux's autogroup is on (the default on many distributions, outside containers), the
+ * CPU is shared between sessions first and a thread's niceness counts only within its session:
+ * a worker child in the web's session at niceness 19 still spends the web's share, and a
+ * webhook woken behind it waits for the session's next turn. In a session of its own (the fork
+ * is detached), its group gets the same niceness. No autogroup (no such file): the threads'
+ * niceness is all there is.
+ */
+function lowerAutogroup(pid: number, niceness: number): void {
+  try {
+    writeFileSync(`/proc/${pid}/autogroup`, String(niceness));
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== "ENOENT") console.error("could not lower the worker's scheduling group:", error);
   }
 }
 

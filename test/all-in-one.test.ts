@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
-import { readdirSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { getPriority } from "node:os";
 import { afterEach, describe, expect, it } from "vitest";
 import { signMetaBody } from "../src/webhook/signature.ts";
@@ -112,6 +112,11 @@ function statFields(path: string): string[] {
 
 const parentOf = (pid: number) => Number(statFields(String(pid))[1]);
 
+const sessionOf = (pid: number) => Number(statFields(String(pid))[3]);
+
+/** "/autogroup-<n> nice <k>": the scheduling group of a process's session, where Linux has autogroups. */
+const autogroupOf = (pid: number | "self") => readFileSync(`/proc/${pid}/autogroup`, "utf8").trim();
+
 /** The niceness of each thread of a process. */
 const nicenessOfThreads = (pid: number) => readdirSync(`/proc/${pid}/task`).map((tid) => Number(statFields(`${pid}/task/${tid}`)[16]));
 
@@ -130,6 +135,14 @@ describe("npm start: the web and its worker child", () => {
     // The jobs yield the CPU to the acks: every thread of the child at the lowest priority.
     expect(new Set(nicenessOfThreads(childPid))).toEqual(new Set([19]));
     expect(nicenessOfThreads(webPid)[0]).toBe(getPriority()); // the web keeps the priority it was started with
+    // In a session of its own, whose scheduling group is lowered too: where the kernel shares
+    // the CPU between sessions first, the child must not spend the web's share.
+    expect(sessionOf(childPid)).toBe(childPid);
+    expect(sessionOf(webPid)).toBe(sessionOf(process.pid));
+    if (existsSync("/proc/self/autogroup")) {
+      expect(autogroupOf(childPid)).toMatch(/ nice 19$/);
+      expect(autogroupOf(webPid)).toBe(autogroupOf("self"));
+    }
     expect(await post(all.base, "who answers?")).toBe(200);
     await eventually(() => h!.graph.sentTexts.length === 1, "the reply to be sent", 30_000);
 
@@ -209,7 +222,7 @@ describe("npm start: the web and its worker child", () => {
     await expect(fetch(all.metricsUrl)).rejects.toThrow();
   }, 90_000);
 
-  it("Ctrl-C signals both processes at once: the child waits for the parent's word, and the drain keeps its order", async () => {
+  it("a signal to both processes at once (systemd's way) leaves the child waiting for the parent's word, and the drain keeps its order", async () => {
     h = await startHarness({ workers: 0 });
     const all = await startAll(h, { group: true });
     const webPid = all.process.pid!;
@@ -219,7 +232,10 @@ describe("npm start: the web and its worker child", () => {
     expect(await post(all.base, "are you closing?")).toBe(200);
     await eventually(() => h!.claude.inFlight === 1, "the reply to be in Claude's hands", 30_000);
 
-    process.kill(-webPid, "SIGINT"); // the terminal's way: every process of the foreground group
+    // systemd signals every process of the service's cgroup; a terminal's Ctrl-C, the
+    // foreground group, which the child (a session of its own) is not in.
+    process.kill(-webPid, "SIGINT");
+    process.kill(childPid, "SIGINT");
     expect(await all.exited).toEqual({ code: 0, signal: null });
     expect(await all.event("shutdown.deferred")).toMatchObject({ pid: childPid, signal: "SIGINT" });
     expect(await all.event("shutdown.start", (l) => l.pid === childPid)).toMatchObject({ reason: "asked by the parent" });
