@@ -43,13 +43,11 @@ afterEach(async () => {
   h = undefined;
 });
 
-/** `group`: in a process group of its own, as a terminal runs it, so a signal can go to the whole group (Ctrl-C). */
-async function startAll(harness: Harness, options: { group?: boolean } = {}, attempt = 1): Promise<AllInOne> {
+async function startAll(harness: Harness, attempt = 1): Promise<AllInOne> {
   const [port, metricsPort] = [await freePort(), await freePort()];
   const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts", "all", "--migrate"], {
     env: { ...process.env, ...harness.env, PORT: String(port), HOST: "127.0.0.1", METRICS_PORT: String(metricsPort), LOG_LEVEL: "info" },
     stdio: ["ignore", "pipe", "pipe"],
-    detached: options.group ?? false,
   });
   let output = "";
   const lines: LogLine[] = [];
@@ -81,7 +79,7 @@ async function startAll(harness: Harness, options: { group?: boolean } = {}, att
   await eventually(() => gone !== undefined || fetch(`${all.base}/readyz`).then((r) => r.ok, () => false), "the web to be ready", 60_000);
   if (gone === undefined) return all;
   // Another test took a port between freePort() and our listen: try again on new ones.
-  if (/EADDRINUSE/.test(gone) && attempt < 3) return startAll(harness, options, attempt + 1);
+  if (/EADDRINUSE/.test(gone) && attempt < 3) return startAll(harness, attempt + 1);
   throw new Error(`npm start ${gone}`);
 }
 
@@ -224,7 +222,7 @@ describe("npm start: the web and its worker child", () => {
 
   it("a signal to both processes at once (systemd's way) leaves the child waiting for the parent's word, and the drain keeps its order", async () => {
     h = await startHarness({ workers: 0 });
-    const all = await startAll(h, { group: true });
+    const all = await startAll(h);
     const webPid = all.process.pid!;
     const childPid = Number((await all.event("worker.child_started")).child);
     pidsToKill.add(childPid);
@@ -232,9 +230,9 @@ describe("npm start: the web and its worker child", () => {
     expect(await post(all.base, "are you closing?")).toBe(200);
     await eventually(() => h!.claude.inFlight === 1, "the reply to be in Claude's hands", 30_000);
 
-    // systemd signals every process of the service's cgroup; a terminal's Ctrl-C, the
-    // foreground group, which the child (a session of its own) is not in.
-    process.kill(-webPid, "SIGINT");
+    // systemd signals every process of the service's cgroup. (A terminal's Ctrl-C signals its
+    // foreground process group, which the child, leading a session of its own, is not in.)
+    process.kill(webPid, "SIGINT");
     process.kill(childPid, "SIGINT");
     expect(await all.exited).toEqual({ code: 0, signal: null });
     expect(await all.event("shutdown.deferred")).toMatchObject({ pid: childPid, signal: "SIGINT" });
