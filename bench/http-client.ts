@@ -62,11 +62,17 @@ export class Connection {
     const head = this.buffered.toString("latin1", 0, headerEnd);
     const status = Number(head.slice(9, 12));
     const length = CONTENT_LENGTH.exec(head)?.[1];
-    if (!head.startsWith("HTTP/1.") || !Number.isInteger(status) || length === undefined) return this.fail();
+    if (!head.startsWith("HTTP/1.") || !Number.isInteger(status) || length === undefined) {
+      this.fail();
+      return;
+    }
     const end = headerEnd + HEADER_END.length + Number(length);
     if (this.buffered.length < end) return; // the body is still arriving
     // Nothing else can follow: we never pipeline, so anything extra is a framing error.
-    if (this.buffered.length > end) return this.fail();
+    if (this.buffered.length > end) {
+      this.fail();
+      return;
+    }
     this.buffered = Buffer.alloc(0);
     if (/\r\nconnection:[ \t]*close/i.test(head)) this.close();
     this.settle(status);

@@ -321,7 +321,7 @@ function workerChildOf(webPid: number): number {
     try {
       if (processStat(entry).parentPid === webPid && readFileSync(`/proc/${entry}/cmdline`, "utf8").includes("--worker-child")) return Number(entry);
     } catch {
-      continue; // the process ended while we looked: not the one we want
+      // the process ended while we looked: not the one we want
     }
   }
   throw new Error(`no worker child of ${webPid}`);

@@ -213,7 +213,7 @@ export function formatSql(result: SqlResult): string {
     }
   });
   const ordered = jobOrder([...rows.values()].map((r) => r.job)).flatMap((job) => [...rows.values()].filter((r) => r.job === job));
-  out.push("Distinct statements, per unit of each phase (" + phases.map((p, i) => `${i + 1}: ${p.name}`).join("; ") + "):");
+  out.push(`Distinct statements, per unit of each phase (${phases.map((p, i) => `${i + 1}: ${p.name}`).join("; ")}):`);
   const costs = new Map(plans.statements.map((p) => [p.sql, p.cost]));
   const counts = table(
     ["job", ...phases.map((_, i) => `${i + 1}`), "plan cost"],

@@ -38,7 +38,7 @@ const int = (name: string, fallback: number, min: number, max: number) => option
  * Works on strings that do not parse, which are the ones we echo.
  */
 function redactUrl(raw: string): string {
-  return raw.replace(/^([a-z][a-z0-9+.-]*:\/\/)?[^]*@/i, "$1***@");
+  return raw.replace(/^([a-z][a-z0-9+.-]*:\/\/)?[\s\S]*@/i, "$1***@");
 }
 
 const url = (name: string, fallback: string) =>

@@ -263,7 +263,9 @@ function startWorkerRole(config: Config, logger: Logger, db: Db, metrics: Metric
   connection.on("error", (error) => logger.warn({ event: "redis.error", role: "worker", err: error }, "worker's redis connection error"));
   const workers = startConfiguredWorkers(config, { db, logger, metrics, connection, tracing });
   redisPersistenceWarnings(connection).then(
-    (warnings) => warnings.forEach((w) => logger.warn({ event: "redis.config_warning" }, w)),
+    (warnings) => {
+      for (const warning of warnings) logger.warn({ event: "redis.config_warning" }, warning);
+    },
     (error) => logger.warn({ event: "redis.config_unreadable", err: error }, "could not read Redis settings (CONFIG GET refused?)"),
   );
   logger.info({ event: "worker.started", concurrency: config.jobs.replyConcurrency }, "worker started");

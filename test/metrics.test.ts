@@ -7,7 +7,7 @@ import { anthropicError } from "./support/fake-anthropic.ts";
 import { graphError } from "./support/fake-graph.ts";
 import { eventually, type Harness, type HarnessOptions } from "./support/harness.ts";
 import { harnessPerTest } from "./support/per-test.ts";
-import { valueOf } from "./support/prometheus-text.ts";
+import { sampleValue } from "./support/prometheus-text.ts";
 import { PHONE_NUMBER_ID, statusWebhook, textWebhook } from "./support/webhook-bodies.ts";
 
 /**
@@ -30,7 +30,7 @@ async function system(options?: HarnessOptions & { now?: () => number }) {
   const scrapeWhen = (metric: string, labels: Record<string, string>, atLeast = 1) =>
     eventually(async () => {
       const text = await scrape();
-      return (valueOf(text, metric, labels) ?? 0) >= atLeast ? text : undefined;
+      return (sampleValue(text, metric, labels) ?? 0) >= atLeast ? text : undefined;
     }, `${metric} ${JSON.stringify(labels)} to reach ${atLeast}`);
   return { h, scrape, scrapeWhen };
 }
@@ -48,21 +48,21 @@ describe("a reply", () => {
     const reply = await answeredReply(h);
     const text = await scrapeWhen("wa_webhook_to_reply_seconds_count", {});
 
-    expect(valueOf(text, "wa_claude_calls_total", { ...haiku, outcome: "ok" })).toBe(1);
-    const tokens = (kind: string) => valueOf(text, "wa_claude_tokens_total", { ...haiku, kind });
+    expect(sampleValue(text, "wa_claude_calls_total", { ...haiku, outcome: "ok" })).toBe(1);
+    const tokens = (kind: string) => sampleValue(text, "wa_claude_tokens_total", { ...haiku, kind });
     expect(tokens("input")).toBe(reply.inputTokens);
     expect(tokens("output")).toBe(reply.outputTokens);
     expect(tokens("cache_read")).toBe(reply.cacheReadTokens);
     expect(tokens("cache_write")).toBe(reply.cacheCreationTokens);
     // Haiku 4.5: $1 in, $1.25 cache write, $0.10 cache read, $5 out, per million tokens.
     const usd = (reply.inputTokens! * 1 + reply.cacheCreationTokens! * 1.25 + reply.cacheReadTokens! * 0.1 + reply.outputTokens! * 5) / 1e6;
-    expect(valueOf(text, "wa_claude_cost_usd_total", haiku)).toBeCloseTo(usd, 12);
+    expect(sampleValue(text, "wa_claude_cost_usd_total", haiku)).toBeCloseTo(usd, 12);
     expect(usd).toBeGreaterThan(0);
 
-    expect(valueOf(text, "wa_webhook_to_reply_seconds_count")).toBe(1);
-    expect(valueOf(text, "wa_webhook_to_reply_seconds_sum")).toBeGreaterThan(0);
-    expect(valueOf(text, "wa_webhook_duration_seconds_count", { outcome: "accepted" })).toBe(1);
-    expect(valueOf(text, "wa_dead_letters_created_total")).toBeUndefined();
+    expect(sampleValue(text, "wa_webhook_to_reply_seconds_count")).toBe(1);
+    expect(sampleValue(text, "wa_webhook_to_reply_seconds_sum")).toBeGreaterThan(0);
+    expect(sampleValue(text, "wa_webhook_duration_seconds_count", { outcome: "accepted" })).toBe(1);
+    expect(sampleValue(text, "wa_dead_letters_created_total")).toBeUndefined();
   });
 
   it("Claude's refusal counts as a permanent error and a dead letter for the reason 'claude'", async () => {
@@ -70,9 +70,9 @@ describe("a reply", () => {
     h.claude.answer({ status: 400, body: anthropicError(400) });
     await h.deliver(textWebhook({ text: "hello" }).body);
     const text = await scrapeWhen("wa_dead_letters_created_total", { reason: "claude" });
-    expect(valueOf(text, "wa_claude_calls_total", { ...haiku, outcome: "permanent_error" })).toBe(1);
-    expect(valueOf(text, "wa_claude_calls_total", { outcome: "ok" })).toBeUndefined();
-    expect(valueOf(text, "wa_claude_tokens_total")).toBeUndefined();
+    expect(sampleValue(text, "wa_claude_calls_total", { ...haiku, outcome: "permanent_error" })).toBe(1);
+    expect(sampleValue(text, "wa_claude_calls_total", { outcome: "ok" })).toBeUndefined();
+    expect(sampleValue(text, "wa_claude_tokens_total")).toBeUndefined();
   });
 });
 
@@ -93,8 +93,8 @@ describe("Meta's errors", () => {
     h.graph.answerSends({ status: 400, body: graphError(131047, "Re-engagement message") });
     await h.deliver(textWebhook({ text: "hi" }).body);
     const text = await scrapeWhen("wa_dead_letters_created_total", { reason: "window_closed" });
-    expect(valueOf(text, "wa_graph_errors_total", { code: "131047", via: "api" })).toBe(1);
-    expect(valueOf(text, "wa_dead_letters_created_total")).toBe(1);
+    expect(sampleValue(text, "wa_graph_errors_total", { code: "131047", via: "api" })).toBe(1);
+    expect(sampleValue(text, "wa_dead_letters_created_total")).toBe(1);
   });
 
   it("a failed delivery status counts Meta's code once, however often Meta delivers it", async () => {
@@ -108,9 +108,9 @@ describe("Meta's errors", () => {
     expect((await h.deliver(failed)).statusCode).toBe(200);
 
     const text = await scrape();
-    expect(valueOf(text, "wa_graph_errors_total", { code: "131026", via: "status" })).toBe(1);
-    expect(valueOf(text, "wa_webhook_items_total", { kind: "status", outcome: "duplicate" })).toBe(1);
-    expect(valueOf(text, "wa_dead_letters_created_total")).toBe(1);
+    expect(sampleValue(text, "wa_graph_errors_total", { code: "131026", via: "status" })).toBe(1);
+    expect(sampleValue(text, "wa_webhook_items_total", { kind: "status", outcome: "duplicate" })).toBe(1);
+    expect(sampleValue(text, "wa_dead_letters_created_total")).toBe(1);
   });
 });
 
@@ -123,18 +123,18 @@ describe("deliveries", () => {
     expect((await h.deliver(body, { "x-hub-signature-256": "sha256=00" })).statusCode).toBe(401);
     const text = await scrapeWhen("wa_webhook_duration_seconds_count", { outcome: "accepted" }, 2);
 
-    expect(valueOf(text, "wa_webhook_items_total", { kind: "message", outcome: "duplicate" })).toBe(1);
-    expect(valueOf(text, "wa_webhook_items_total", { kind: "message", outcome: "enqueued" })).toBe(1);
-    expect(valueOf(text, "wa_webhook_duration_seconds_count", { outcome: "accepted" })).toBe(2);
-    expect(valueOf(text, "wa_webhook_duration_seconds_count", { outcome: "bad_signature" })).toBe(1);
-    expect(valueOf(text, "wa_webhook_duration_seconds_bucket", { outcome: "accepted", le: "+Inf" })).toBe(2);
+    expect(sampleValue(text, "wa_webhook_items_total", { kind: "message", outcome: "duplicate" })).toBe(1);
+    expect(sampleValue(text, "wa_webhook_items_total", { kind: "message", outcome: "enqueued" })).toBe(1);
+    expect(sampleValue(text, "wa_webhook_duration_seconds_count", { outcome: "accepted" })).toBe(2);
+    expect(sampleValue(text, "wa_webhook_duration_seconds_count", { outcome: "bad_signature" })).toBe(1);
+    expect(sampleValue(text, "wa_webhook_duration_seconds_bucket", { outcome: "accepted", le: "+Inf" })).toBe(2);
   });
 
   it("a customer asking for a person counts a dead letter for the reason 'handoff'", async () => {
     const { h, scrapeWhen } = await system();
     await h.deliver(textWebhook({ text: "human" }).body);
     const text = await scrapeWhen("wa_dead_letters_created_total", { reason: "handoff" });
-    expect(valueOf(text, "wa_dead_letters_created_total")).toBe(1);
+    expect(sampleValue(text, "wa_dead_letters_created_total")).toBe(1);
   });
 });
 
@@ -148,9 +148,9 @@ describe("the queues", () => {
     clock = job!.timestamp + 90_000;
 
     const text = await scrape();
-    expect(valueOf(text, "wa_queue_oldest_waiting_seconds", { queue: "inbound" })).toBe(90);
-    expect(valueOf(text, "wa_queue_oldest_waiting_seconds", { queue: "reply" })).toBe(0);
-    expect(valueOf(text, "wa_queue_jobs", { queue: "inbound", state: "waiting" })).toBe(1);
+    expect(sampleValue(text, "wa_queue_oldest_waiting_seconds", { queue: "inbound" })).toBe(90);
+    expect(sampleValue(text, "wa_queue_oldest_waiting_seconds", { queue: "reply" })).toBe(0);
+    expect(sampleValue(text, "wa_queue_jobs", { queue: "inbound", state: "waiting" })).toBe(1);
   });
 });
 
@@ -165,10 +165,10 @@ describe("several processes", () => {
     worker.deadLettersCreated.inc({ reason: "claude" });
 
     const text = await mergeMetrics([await web.registry.getMetricsAsJSON(), await worker.registry.getMetricsAsJSON()]).metrics();
-    expect(valueOf(text, "wa_webhook_duration_seconds_count", { role: "web", outcome: "accepted" })).toBe(1);
-    expect(valueOf(text, "wa_webhook_to_reply_seconds_count", { role: "worker" })).toBe(2);
-    expect(valueOf(text, "wa_webhook_to_reply_seconds_bucket", { role: "worker", le: "2" })).toBe(1);
-    expect(valueOf(text, "wa_dead_letters_created_total", { role: "worker", reason: "claude" })).toBe(1);
+    expect(sampleValue(text, "wa_webhook_duration_seconds_count", { role: "web", outcome: "accepted" })).toBe(1);
+    expect(sampleValue(text, "wa_webhook_to_reply_seconds_count", { role: "worker" })).toBe(2);
+    expect(sampleValue(text, "wa_webhook_to_reply_seconds_bucket", { role: "worker", le: "2" })).toBe(1);
+    expect(sampleValue(text, "wa_dead_letters_created_total", { role: "worker", reason: "claude" })).toBe(1);
     expect(text.match(/^# TYPE wa_webhook_to_reply_seconds /gm)).toHaveLength(1);
   });
 });

@@ -60,7 +60,7 @@ function openApiDocument(routes: Described[]): JsonSchema {
   const paths: Record<string, Record<string, unknown>> = {};
   for (const route of routes) {
     const path = route.url.replace(/:(\w+)/g, "{$1}");
-    (paths[path] ??= {})[route.method.toLowerCase()] = operation(route);
+    paths[path] = { ...paths[path], [route.method.toLowerCase()]: operation(route) };
   }
   return {
     openapi: "3.1.1",

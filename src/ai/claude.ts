@@ -63,8 +63,9 @@ async function undiciFetch(input: string | URL | Request, init?: RequestInit): P
   });
   const headers = new Headers();
   for (const [name, value] of Object.entries(answer.headers)) for (const one of [value ?? []].flat()) headers.append(name, one);
-  const body = NULL_BODY_STATUS.has(answer.statusCode) ? (await answer.body.dump(), null) : await answer.body.bytes();
-  return new Response(body, { status: answer.statusCode, headers });
+  if (!NULL_BODY_STATUS.has(answer.statusCode)) return new Response(await answer.body.bytes(), { status: answer.statusCode, headers });
+  await answer.body.dump();
+  return new Response(null, { status: answer.statusCode, headers });
 }
 
 /** Anthropic's retryable statuses; every other 4xx is a request that will never succeed. */

@@ -92,12 +92,21 @@ export class FakeGraph {
   private serveMedia(req: IncomingMessage, res: ServerResponse): void {
     const path = req.url ?? "";
     this.requests.push({ method: "GET", path, authorization: req.headers.authorization, body: {}, at: Date.now() });
-    if (req.headers.authorization !== "Bearer test-access-token") return json(res, 401, graphError(190, "Invalid OAuth access token"));
+    if (req.headers.authorization !== "Bearer test-access-token") {
+      json(res, 401, graphError(190, "Invalid OAuth access token"));
+      return;
+    }
     const download = /^\/download\/(.+)$/.exec(path);
     const id = decodeURIComponent(download?.[1] ?? path.split("/").pop() ?? "");
     const media = this.media.get(id);
-    if (!media) return json(res, 400, graphError(100, "Invalid parameter", "media id not found or expired"));
-    if (download && media.slowly) return this.trickle(res, id, media.bytes, media.mimeType, media.slowly);
+    if (!media) {
+      json(res, 400, graphError(100, "Invalid parameter", "media id not found or expired"));
+      return;
+    }
+    if (download && media.slowly) {
+      this.trickle(res, id, media.bytes, media.mimeType, media.slowly);
+      return;
+    }
     if (download) {
       res.writeHead(200, { "content-type": media.mimeType });
       res.end(media.bytes);
@@ -155,7 +164,10 @@ export class FakeGraph {
       res.end(answer.html);
       return;
     }
-    if (answer && answer.status !== 200) return json(res, answer.status, answer.body, answer.headers);
+    if (answer && answer.status !== 200) {
+      json(res, answer.status, answer.body, answer.headers);
+      return;
+    }
     const wamid = `wamid.OUT${++this.counter}`;
     return json(res, 200, answer?.body ?? {
       messaging_product: "whatsapp",

@@ -28,7 +28,7 @@ export function samplesOf(text: string, name: string, labels: Record<string, str
 }
 
 /** The one sample named `name` with these labels (undefined when there is none), summed over the labels not named. */
-export function valueOf(text: string, name: string, labels: Record<string, string> = {}): number | undefined {
+export function sampleValue(text: string, name: string, labels: Record<string, string> = {}): number | undefined {
   const found = samplesOf(text, name, labels);
   return found.length === 0 ? undefined : found.reduce((sum, s) => sum + s.value, 0);
 }

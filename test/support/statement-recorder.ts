@@ -37,6 +37,7 @@ export const OUTSIDE_JOBS = "outside jobs";
 const currentJob = new AsyncLocalStorage<string>();
 
 /** A method of any shape: the wrappers pass `this` and the arguments through untouched. */
+// biome-ignore lint/suspicious/noExplicitAny: a wrapper stands in for methods whose `this` has any type
 type AnyFunction = (this: any, ...args: unknown[]) => unknown;
 
 let active: StatementRecorder | undefined;

@@ -268,7 +268,8 @@ export class MetaGraph {
     const typing = (body.typing_indicator as { type?: unknown } | undefined)?.type === "text";
     if (!wamid || !this.knowsMessage(wamid)) {
       this.emit({ kind: "mark_read", wamid, typing, answer: 400 });
-      return sendJson(res, 400, graphError(131009, "Parameter value is not valid", "message_id is not a message received by this number"));
+      sendJson(res, 400, graphError(131009, "Parameter value is not valid", "message_id is not a message received by this number"));
+      return;
     }
     this.markReads++;
     this.emit({ kind: "mark_read", wamid, typing, answer: 200 });
@@ -279,7 +280,10 @@ export class MetaGraph {
   private mediaInfo(via: string, id: string, res: ServerResponse): void {
     const media = this.media.get(id);
     this.emit({ kind: "media", id, answer: media ? 200 : 400 });
-    if (!media) return sendJson(res, 400, graphError(100, "Invalid parameter", "media id not found or expired"));
+    if (!media) {
+      sendJson(res, 400, graphError(100, "Invalid parameter", "media id not found or expired"));
+      return;
+    }
     sendJson(res, 200, {
       messaging_product: "whatsapp",
       url: `${this.url}${via ? `/${via}` : ""}/media-download/${encodeURIComponent(id)}`,
@@ -293,7 +297,10 @@ export class MetaGraph {
   /** Step 2: the bytes, for the same bearer token. */
   private download(id: string, res: ServerResponse): void {
     const media = this.media.get(id);
-    if (!media) return sendJson(res, 404, graphError(100, "Invalid parameter", "media URL expired"));
+    if (!media) {
+      sendJson(res, 404, graphError(100, "Invalid parameter", "media URL expired"));
+      return;
+    }
     res.writeHead(200, { "content-type": media.mimeType, "content-length": String(media.bytes.length) });
     res.end(media.bytes);
   }

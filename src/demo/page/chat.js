@@ -1,6 +1,7 @@
 // The demo's chat page: a small script over the demo's JSON API (/demo/api), no build step.
 // It writes as the customer you pick; the simulated Meta turns that into webhooks to the real
 // backend and shows what comes back. It polls: the chat every 0.7 s, the log every second.
+// biome-ignore lint/suspicious/noRedundantUseStrict: a classic script (not a module), so strict mode is not implied
 "use strict";
 
 const $ = (selector) => document.querySelector(selector);
@@ -92,7 +93,7 @@ function bubble(m) {
   li.dataset.id = m.id;
   li.dataset.status = m.status;
   if (m.replyTo) li.append(el("div", `quote ${m.replyTo.direction}`, m.replyTo.text.slice(0, 140)));
-  if (m.media && m.media.mimeType.startsWith("image/")) {
+  if (m.media?.mimeType.startsWith("image/")) {
     const img = el("img", "thumb");
     img.src = m.media.url;
     img.alt = "the image sent";
