@@ -236,4 +236,3 @@ export async function withTimeout(promise: Promise<void>, ms: number, what: stri
     clearTimeout(timer);
   }
 }
-

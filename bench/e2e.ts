@@ -133,11 +133,34 @@ export const theoreticalRate = (s: EndToEndScenario) => s.replyConcurrency / (s.
 
 export function formatEndToEnd(results: EndToEndResult[]): string {
   const out: string[] = [];
-  const settings = [...new Set(results.map((r) => `REPLY_CONCURRENCY ${r.worker.replyConcurrency}, INBOUND_CONCURRENCY ${r.worker.inboundConcurrency}, DATABASE_POOL_SIZE ${r.worker.databasePoolSize}, REPLY_DEBOUNCE_MS ${r.worker.replyDebounceMs}, LOG_LEVEL ${r.worker.logLevel}`))];
+  const settings = [
+    ...new Set(
+      results.map(
+        (r) =>
+          `REPLY_CONCURRENCY ${r.worker.replyConcurrency}, INBOUND_CONCURRENCY ${r.worker.inboundConcurrency}, DATABASE_POOL_SIZE ${r.worker.databasePoolSize}, REPLY_DEBOUNCE_MS ${r.worker.replyDebounceMs}, LOG_LEVEL ${r.worker.logLevel}`,
+      ),
+    ),
+  ];
   out.push(`Worker process (src/main.ts worker): ${settings.join(" / ")}.`);
   out.push(
     table(
-      ["scenario", "messages", "stored", "replies/s", "by round", "worker CPU", "replies/CPU-s", "p50 ms", "p99 ms", "max ms", "idle p50 ms", "idle p99 ms", "Claude max in flight", "bench CPU", "load"],
+      [
+        "scenario",
+        "messages",
+        "stored",
+        "replies/s",
+        "by round",
+        "worker CPU",
+        "replies/CPU-s",
+        "p50 ms",
+        "p99 ms",
+        "max ms",
+        "idle p50 ms",
+        "idle p99 ms",
+        "Claude max in flight",
+        "bench CPU",
+        "load",
+      ],
       results.map((r) => {
         const perSec = medianOf(r, (x) => x.repliesPerSec);
         const cpu = medianOf(r, (x) => x.workerCpuPercent);
@@ -156,7 +179,10 @@ export function formatEndToEnd(results: EndToEndResult[]): string {
           fmt(r.idleP99),
           fmt(Math.max(...r.rounds.map((x) => x.claudeMaxInFlight))),
           `${fmt(medianOf(r, (x) => x.benchCpuPercent))}%`,
-          fmt(medianOf(r, (x) => x.load), 1),
+          fmt(
+            medianOf(r, (x) => x.load),
+            1,
+          ),
         ];
       }),
     ),

@@ -256,10 +256,7 @@ async function redisOnlyLoop(
 
   const opensAt = performance.now() + spec.warmupMs;
   const closesAt = opensAt + spec.durationMs;
-  const windowDone = Promise.all([
-    sleep(spec.warmupMs).then(probe.open),
-    sleep(spec.warmupMs + spec.durationMs).then(probe.close),
-  ]);
+  const windowDone = Promise.all([sleep(spec.warmupMs).then(probe.open), sleep(spec.warmupMs + spec.durationMs).then(probe.close)]);
   const caller = async () => {
     for (;;) {
       const id = `wamid.BENCH${spec.label}x${++seq}`;
@@ -360,17 +357,41 @@ export function formatIngest(report: IngestReport): string {
   const perReq = (r: ClosedRun, value: number) => (value * 1000) / r.requests; // ms → µs per request
   out.push(
     table(
-      ["target", "req/s", "p50 ms", "p99 ms", "non-200", "node busy", "node CPU µs/req", "redis cmds/req", "redis writes/req", "redis CPU µs/req*", "generator busy"],
+      [
+        "target",
+        "req/s",
+        "p50 ms",
+        "p99 ms",
+        "non-200",
+        "node busy",
+        "node CPU µs/req",
+        "redis cmds/req",
+        "redis writes/req",
+        "redis CPU µs/req*",
+        "generator busy",
+      ],
       TARGETS.map(({ name }) => [
         name,
         fmt(med(name, (r) => r.reqPerSec)),
-        fmt(med(name, (r) => r.p50), 2),
-        fmt(med(name, (r) => r.p99), 2),
+        fmt(
+          med(name, (r) => r.p50),
+          2,
+        ),
+        fmt(
+          med(name, (r) => r.p99),
+          2,
+        ),
         fmt(sum(byTarget(name).map((r) => r.non200))),
         `${fmt(med(name, (r) => r.cost.busy * 100))}%`,
         fmt(med(name, (r) => perReq(r, r.cost.nodeCpuMs))),
-        fmt(med(name, (r) => r.cost.redisCommands / r.requests), 1),
-        fmt(med(name, (r) => r.redisWrites / r.requests), 2),
+        fmt(
+          med(name, (r) => r.cost.redisCommands / r.requests),
+          1,
+        ),
+        fmt(
+          med(name, (r) => r.redisWrites / r.requests),
+          2,
+        ),
         fmt(med(name, (r) => perReq(r, r.cost.redisCpuMs))),
         name === "redis-only" ? "-" : `${fmt(med(name, (r) => r.generatorBusy * 100))}%`,
       ]),
@@ -384,16 +405,35 @@ export function formatIngest(report: IngestReport): string {
     "",
   );
   for (const { name } of TARGETS) {
-    out.push(`  ${name.padEnd(13)} req/s by round: ${byTarget(name).map((r) => fmt(r.reqPerSec)).join(" / ")}`);
+    out.push(
+      `  ${name.padEnd(13)} req/s by round: ${byTarget(name)
+        .map((r) => fmt(r.reqPerSec))
+        .join(" / ")}`,
+    );
   }
   const ratio = (target: TargetName, pick: (r: ClosedRun) => number) => med(target, pick) / med("baseline", pick);
   const commandsPerMessage = med("app", (r) => r.cost.redisCommands / r.requests);
   out.push(
     "",
     `Redis per webhook message (app): ${fmt(commandsPerMessage, 2)} commands (EXISTS, naming the outcome, + the add script that also ` +
-      `claims), sent together: 1 round trip; ${fmt(med("app", (r) => r.redisWrites / r.requests), 2)} socket writes (shared with the requests of the same turn)`,
-    `app / baseline:           throughput ${fmt(ratio("app", (r) => r.reqPerSec), 2)}x, p99 ${fmt(ratio("app", (r) => r.p99), 2)}x`,
-    `app+info-log / baseline:  throughput ${fmt(ratio("app+info-log", (r) => r.reqPerSec), 2)}x, p99 ${fmt(ratio("app+info-log", (r) => r.p99), 2)}x`,
+      `claims), sent together: 1 round trip; ${fmt(
+        med("app", (r) => r.redisWrites / r.requests),
+        2,
+      )} socket writes (shared with the requests of the same turn)`,
+    `app / baseline:           throughput ${fmt(
+      ratio("app", (r) => r.reqPerSec),
+      2,
+    )}x, p99 ${fmt(
+      ratio("app", (r) => r.p99),
+      2,
+    )}x`,
+    `app+info-log / baseline:  throughput ${fmt(
+      ratio("app+info-log", (r) => r.reqPerSec),
+      2,
+    )}x, p99 ${fmt(
+      ratio("app+info-log", (r) => r.p99),
+      2,
+    )}x`,
     `app / redis-only:         throughput ${fmt(med("app", (r) => r.reqPerSec) / med("redis-only", (r) => r.reqPerSec), 2)}x`,
     "",
     `Open loop: fixed request rate, ${settings.openConnections}-socket pool, ${settings.warmupMs / 1000} s warm-up + ${settings.durationMs / 1000} s measured; ` +
@@ -404,7 +444,10 @@ export function formatIngest(report: IngestReport): string {
     ),
     "",
     "Route CPU pieces, one-message webhook, in isolation:",
-    table(["piece", "µs/call"], pieces.map((p) => [p.name, fmt(p.micros, 1)])),
+    table(
+      ["piece", "µs/call"],
+      pieces.map((p) => [p.name, fmt(p.micros, 1)]),
+    ),
     "",
   );
   for (const { target, ok } of check.targets) {

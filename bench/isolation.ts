@@ -1,9 +1,9 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { Redis } from "ioredis";
 import { closeSync, openSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
+import { Redis } from "ioredis";
 import { type Harness, startHarness, TEST_REDIS_URL } from "../test/support/harness.ts";
 import { freePort } from "../test/support/ports.ts";
 import { envelope, messagesChange, metaWire, textMessage } from "../test/support/webhook-bodies.ts";
@@ -156,7 +156,14 @@ async function runOnce(load: LoadGenerator, settings: IsolationSettings, spec: L
     const webLoopP99 = () => eventLoopP99(`http://127.0.0.1:${metricsPorts[0]}/metrics`);
     const alive = () => servers.every((s) => s.exitCode === null && s.signalCode === null);
     const waitFor = (check: () => boolean | Promise<boolean>, what: string) => until(check, what, alive, logPath);
-    await waitFor(() => fetch(`http://127.0.0.1:${port}/readyz`).then((r) => r.ok, () => false), "the web to be ready");
+    await waitFor(
+      () =>
+        fetch(`http://127.0.0.1:${port}/readyz`).then(
+          (r) => r.ok,
+          () => false,
+        ),
+      "the web to be ready",
+    );
     const webPid = servers[0]!.pid!;
     const workerPid = spec.workerPid(servers);
     // Saturated: a full REPLY_CONCURRENCY of the backlog answered, so inbound and reply jobs both run.
@@ -387,7 +394,23 @@ export function formatIsolation(runs: IsolationRun[], settings: IsolationSetting
   const d = summarise(runs, "web-alone");
   return [
     table(
-      ["layout", "round", "p50 ms", "p99 ms", "max ms", "req/s", "non-200", "503", "replies/s", "web CPU", "worker CPU", "web loop p99", "Redis ping p99", "sent late p99", "load avg"],
+      [
+        "layout",
+        "round",
+        "p50 ms",
+        "p99 ms",
+        "max ms",
+        "req/s",
+        "non-200",
+        "503",
+        "replies/s",
+        "web CPU",
+        "worker CPU",
+        "web loop p99",
+        "Redis ping p99",
+        "sent late p99",
+        "load avg",
+      ],
       [...runs.map((r) => row(nameOf(r.layout), String(r.round), r)), ...LAYOUTS.map(({ layout, name }) => row(name, "median", summarise(runs, layout)))],
     ),
     `  open loop at ${settings.rate} req/s (${settings.connections} connections), ${settings.durationMs / 1000} s measured after ${settings.warmupMs / 1000} s of warm-up,` +

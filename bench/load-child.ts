@@ -70,18 +70,24 @@ function windowTimers(spec: LoadSpec, startedAt: number) {
   let elu = performance.eventLoopUtilization();
   let busy = Number.NaN;
   const opened = new Promise<void>((resolve) =>
-    setTimeout(() => {
-      elu = performance.eventLoopUtilization();
-      send({ type: "measuring" });
-      resolve();
-    }, Math.max(0, opensAt - performance.now())),
+    setTimeout(
+      () => {
+        elu = performance.eventLoopUtilization();
+        send({ type: "measuring" });
+        resolve();
+      },
+      Math.max(0, opensAt - performance.now()),
+    ),
   );
   const closed = new Promise<void>((resolve) =>
-    setTimeout(() => {
-      busy = performance.eventLoopUtilization(elu).utilization;
-      send({ type: "measured" });
-      resolve();
-    }, Math.max(0, closesAt - performance.now())),
+    setTimeout(
+      () => {
+        busy = performance.eventLoopUtilization(elu).utilization;
+        send({ type: "measured" });
+        resolve();
+      },
+      Math.max(0, closesAt - performance.now()),
+    ),
   );
   return { opensAt, closesAt, done: Promise.all([opened, closed]), busy: () => busy };
 }

@@ -1,7 +1,7 @@
 import { execFileSync } from "node:child_process";
 import { availableParallelism, cpus, loadavg } from "node:os";
-import { formatEndToEnd, medianOf, pairedRatio, perCpuSecond, runEndToEnd, theoreticalRate, type EndToEndScenario } from "./e2e.ts";
 import { runCacheBench } from "./cache.ts";
+import { type EndToEndScenario, formatEndToEnd, medianOf, pairedRatio, perCpuSecond, runEndToEnd, theoreticalRate } from "./e2e.ts";
 import { formatIngest, ingestSettings, ingestTarget, runIngestBench } from "./ingest.ts";
 import { formatIsolation, isolationSettings, isolationTarget, runIsolationBench } from "./isolation.ts";
 import { LoadGenerator } from "./load.ts";
@@ -71,7 +71,10 @@ const BASELINE = {
 };
 
 /** Other work on the machine moves every figure here; print it so a reader can tell. */
-const machineLoad = () => `load average ${loadavg().map((l) => l.toFixed(2)).join(" ")}`;
+const machineLoad = () =>
+  `load average ${loadavg()
+    .map((l) => l.toFixed(2))
+    .join(" ")}`;
 
 /** Which code was measured: the commit, and whether src/ differed from it (read-only git calls). */
 function measuredCode(): string {

@@ -106,9 +106,15 @@ export function formatScale(runs: ScaleRun[], settings: ScaleSettings): string {
     const two = runs.find((r) => r.redis === redis && r.workers === 2);
     if (!one || !two) continue;
     const ratios = two.repliesPerSec.map((rate, i) => rate / one.repliesPerSec[i]!);
-    lines.push(`2 ÷ 1 worker processes on ${redis === "single" ? "one Redis" : "the Redis Cluster"}: ${fmt(median(ratios), 2)}x (by round ${ratios.map((r) => fmt(r, 2)).join(" / ")})`);
+    lines.push(
+      `2 ÷ 1 worker processes on ${redis === "single" ? "one Redis" : "the Redis Cluster"}: ${fmt(median(ratios), 2)}x (by round ${ratios.map((r) => fmt(r, 2)).join(" / ")})`,
+    );
   }
-  lines.push(`load average ${loadavg().map((l) => l.toFixed(2)).join(" ")}`);
+  lines.push(
+    `load average ${loadavg()
+      .map((l) => l.toFixed(2))
+      .join(" ")}`,
+  );
   return lines.join("\n");
 }
 

@@ -1,15 +1,15 @@
 import { type Harness, startHarness } from "../test/support/harness.ts";
 import { describeFailures, explainStatements, type PlanReport } from "../test/support/query-plans.ts";
 import { untilQuiet } from "../test/support/quiet.ts";
-import { seedHistory, type SeededHistory } from "../test/support/seed-history.ts";
+import { type SeededHistory, seedHistory } from "../test/support/seed-history.ts";
 import {
   countByJob,
   isTransactionControl,
   normalizeSql,
   OUTSIDE_JOBS,
   type RecordedStatement,
-  shortenSql,
   StatementRecorder,
+  shortenSql,
 } from "../test/support/statement-recorder.ts";
 import { statusWebhook, textWebhook } from "../test/support/webhook-bodies.ts";
 import { fmt, table } from "./stats.ts";
@@ -63,7 +63,10 @@ export async function runSqlBench(settings: SqlSettings): Promise<SqlResult> {
     const run = new Customers(h, settings.timeoutMs);
 
     // Warm-up (and the worker's start-up sweep): not counted.
-    await run.write(range(5, (i) => `1446${pad(i)}`), "warm-up");
+    await run.write(
+      range(5, (i) => `1446${pad(i)}`),
+      "warm-up",
+    );
     recorder.take();
 
     const fresh = range(settings.customers, (i) => `1556${pad(i)}`);
@@ -219,7 +222,9 @@ export function formatSql(result: SqlResult): string {
     ["job", ...phases.map((_, i) => `${i + 1}`), "plan cost"],
     ordered.map((r) => [r.job, ...r.perPhase.map((n) => (n ? perUnit(n) : "")), costs.has(r.sql) ? fmt(costs.get(r.sql)!, 1) : ""]),
   ).split("\n");
-  out.push(...counts.map((line, i) => `${line.padEnd(counts[0]!.length)}  ${i === 0 ? "statement" : i === 1 ? "-".repeat(9) : readableSql(ordered[i - 2]!.sql)}`));
+  out.push(
+    ...counts.map((line, i) => `${line.padEnd(counts[0]!.length)}  ${i === 0 ? "statement" : i === 1 ? "-".repeat(9) : readableSql(ordered[i - 2]!.sql)}`),
+  );
   out.push("  plan cost: Postgres's estimate for the statement (EXPLAIN's total cost, the highest over its explained executions).");
   out.push(
     "",

@@ -33,7 +33,9 @@ export class Targets {
   format(): string {
     return table(
       ["target", "goal", "this run", "baseline", "met"],
-      [...this.lines].sort((x, y) => x.target.localeCompare(y.target, "en", { numeric: true })).map((l) => [l.target, l.goal, l.figure, l.baseline, l.met ? "yes" : "NO"]),
+      [...this.lines]
+        .sort((x, y) => x.target.localeCompare(y.target, "en", { numeric: true }))
+        .map((l) => [l.target, l.goal, l.figure, l.baseline, l.met ? "yes" : "NO"]),
     );
   }
 }

@@ -57,13 +57,16 @@ async function measure(system: System, round: number): Promise<string> {
   const epochOffset = Date.now() - performance.now();
   const moments = new Map<string, Partial<Record<Moment, number>>>(users.map((user) => [user, {}]));
   const userOf = new Map(
-    (await h.db.$queryRaw<{ id: string; wa_id: string }[]>`SELECT c.id::text, ct.wa_id FROM conversations c JOIN contacts ct ON ct.id = c.contact_id`).map((r) => [r.id, r.wa_id]),
+    (await h.db.$queryRaw<{ id: string; wa_id: string }[]>`SELECT c.id::text, ct.wa_id FROM conversations c JOIN contacts ct ON ct.id = c.contact_id`).map(
+      (r) => [r.id, r.wa_id],
+    ),
   );
   for (const line of readFileSync(system.worker.logPath, "utf8").split("\n")) {
     if (!line.startsWith("{")) continue;
     const entry = JSON.parse(line) as { event?: string; conversation?: string; time: number };
     const at = moments.get(userOf.get(entry.conversation ?? "") ?? "");
-    if (at && (entry.event === "inbound.stored" || entry.event === "reply.generated" || entry.event === "reply.sent")) at[entry.event] ??= entry.time - epochOffset;
+    if (at && (entry.event === "inbound.stored" || entry.event === "reply.generated" || entry.event === "reply.sent"))
+      at[entry.event] ??= entry.time - epochOffset;
   }
   for (const [i, user] of users.entries()) {
     const at = moments.get(user)!;
@@ -73,8 +76,14 @@ async function measure(system: System, round: number): Promise<string> {
 
   const since = (t: number) => fmt((t - startedAt) / 1000, 2);
   const claudeCalls = [...claudeAt.values()].sort((a, b) => a - b);
-  const sends = users.map((u) => system.sentAt.get(u)).filter((t): t is number => t !== undefined).sort((a, b) => a - b);
-  const stored = users.map((u) => moments.get(u)!["inbound.stored"]).filter((t): t is number => t !== undefined).sort((a, b) => a - b);
+  const sends = users
+    .map((u) => system.sentAt.get(u))
+    .filter((t): t is number => t !== undefined)
+    .sort((a, b) => a - b);
+  const stored = users
+    .map((u) => moments.get(u)!["inbound.stored"])
+    .filter((t): t is number => t !== undefined)
+    .sort((a, b) => a - b);
   const waves = Array.from({ length: Math.ceil(users.length / SCENARIO.replyConcurrency) }, (_, w) => {
     const [from, to] = [w * SCENARIO.replyConcurrency, Math.min(users.length, (w + 1) * SCENARIO.replyConcurrency) - 1];
     return [String(w + 1), `${since(claudeCalls[from]!)}–${since(claudeCalls[to]!)}`, `${since(sends[from]!)}–${since(sends[to]!)}`];
@@ -149,7 +158,15 @@ function cpuByProcess(workerPid: number): Record<string, number> {
       continue; // it exited meanwhile
     }
     const name =
-      Number(pid) === workerPid ? "worker" : Number(pid) === process.pid ? "bench (web, fakes)" : stat.command.startsWith("postgres") ? "postgres" : stat.command.startsWith("redis") ? "redis" : undefined;
+      Number(pid) === workerPid
+        ? "worker"
+        : Number(pid) === process.pid
+          ? "bench (web, fakes)"
+          : stat.command.startsWith("postgres")
+            ? "postgres"
+            : stat.command.startsWith("redis")
+              ? "redis"
+              : undefined;
     if (name) cpu[name] = (cpu[name] ?? 0) + stat.cpuMs;
   }
   return cpu;

@@ -3,8 +3,8 @@ import { closeSync, openSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { ENV_VARIABLES } from "../src/config.ts";
 import { sleep } from "../bench/stats.ts";
+import { ENV_VARIABLES } from "../src/config.ts";
 
 /**
  * The system's real processes, started the way operators start them (`src/main.ts <role>`

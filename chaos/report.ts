@@ -1,7 +1,7 @@
 import { fmt, table } from "../bench/stats.ts";
+import type { DeliveryStats } from "../src/demo/meta/deliverer.ts";
 import type { Scenario } from "./scenarios.ts";
 import type { Settled } from "./settle.ts";
-import type { DeliveryStats } from "../src/demo/meta/deliverer.ts";
 
 /**
  * The one table, and a few lines per scenario under it. The goals: 0 lost, one Claude call

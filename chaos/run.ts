@@ -86,7 +86,11 @@ async function main(): Promise<void> {
   const logRoot = await mkdtemp(join(tmpdir(), "chaos-"));
   console.log(`# whatsapp-ai-reply chaos: the real processes under production faults`);
   console.log(`${new Date().toISOString()}  node ${process.version}  ${availableParallelism()} cores  ${measuredCode()}`);
-  console.log(`settings: ${Object.entries(COMMON_ENV).map(([k, v]) => `${k}=${v}`).join(" ")}\n`);
+  console.log(
+    `settings: ${Object.entries(COMMON_ENV)
+      .map(([k, v]) => `${k}=${v}`)
+      .join(" ")}\n`,
+  );
 
   const results: (ScenarioResult | ScenarioError)[] = [];
   for (const [i, scenario] of scenarios.entries()) {

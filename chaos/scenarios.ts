@@ -125,8 +125,7 @@ export const SCENARIOS: Scenario[] = [
       const customers = 5;
       // Meta takes each customer's first send but answers after the client gave up; the
       // `sent` status comes ~3 s after it took it. Meanwhile the customer writes again.
-      system.graph.plan = (send) =>
-        send.nthToRecipient === 0 ? { kind: "late", answerAfterMs: GRAPH_TIMEOUT_MS + 1000, statusAfterMs: 3000 } : undefined;
+      system.graph.plan = (send) => (send.nthToRecipient === 0 ? { kind: "late", answerAfterMs: GRAPH_TIMEOUT_MS + 1000, statusAfterMs: 3000 } : undefined);
       const followUps: Promise<void>[] = [];
       system.graph.onTaken((send) => {
         if (send.fault !== "late") return;

@@ -2,8 +2,8 @@ import { Queue } from "bullmq";
 import { sleep } from "../bench/stats.ts";
 import { QUEUE_NAMES } from "../src/queue/queues.ts";
 import { createFailFastRedis } from "../src/queue/redis.ts";
-import { QUEUE_PREFIX, type ChaosSystem } from "./system.ts";
-import { allResolved, tally, type Tally } from "./tally.ts";
+import { type ChaosSystem, QUEUE_PREFIX } from "./system.ts";
+import { allResolved, type Tally, tally } from "./tally.ts";
 
 /**
  * When a scenario is over. It ends when every message is answered, dead-lettered or skipped

@@ -1,14 +1,14 @@
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
+import { sleep } from "../bench/stats.ts";
+import { loadConfig, type RedisTarget } from "../src/config.ts";
+import { WebhookDeliverer } from "../src/demo/meta/deliverer.ts";
+import { MetaGraph } from "../src/demo/meta/graph.ts";
 import { FakeAnthropic } from "../test/support/fake-anthropic.ts";
 import { freePorts } from "../test/support/ports.ts";
 import { PrivatePostgres } from "../test/support/private-postgres.ts";
 import { PrivateRedis } from "../test/support/private-redis.ts";
 import { type ReplicatedRedis, startReplicatedRedis } from "../test/support/redis-topologies.ts";
-import { loadConfig, type RedisTarget } from "../src/config.ts";
-import { sleep } from "../bench/stats.ts";
-import { WebhookDeliverer } from "../src/demo/meta/deliverer.ts";
-import { MetaGraph } from "../src/demo/meta/graph.ts";
 import { Customers } from "./customers.ts";
 import { RoleProcess } from "./processes.ts";
 
@@ -243,7 +243,10 @@ export class ChaosSystem {
     if (port === undefined) return started.waitForEvent("worker.started", START_TIMEOUT_MS);
     const deadline = Date.now() + START_TIMEOUT_MS;
     for (;;) {
-      const ok = await fetch(`http://127.0.0.1:${port}/readyz`).then((r) => r.ok, () => false);
+      const ok = await fetch(`http://127.0.0.1:${port}/readyz`).then(
+        (r) => r.ok,
+        () => false,
+      );
       if (ok) return;
       if (!started.running) throw new Error(`${started.name} exited at start-up (see ${started.logPath})`);
       if (Date.now() > deadline) throw new Error(`${started.name} not ready within ${START_TIMEOUT_MS} ms (see ${started.logPath})`);

@@ -49,9 +49,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   // only to METRICS_TOKEN's bearer; without it, not at all (buildMetricsApp serves them).
   const metricsToken = deps.config.metrics.token;
   if (metricsToken) {
-    app.register(
-      metricsRoutes({ metrics: deps.metrics, queues: deps.queues, db: deps.db, bearerToken: metricsToken, otherProcesses: deps.otherProcesses }),
-    );
+    app.register(metricsRoutes({ metrics: deps.metrics, queues: deps.queues, db: deps.db, bearerToken: metricsToken, otherProcesses: deps.otherProcesses }));
   }
   app.register(
     webhookRoutes({

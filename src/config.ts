@@ -13,7 +13,10 @@ const DEFAULT_SYSTEM_PROMPT =
   "helpfully, briefly and in the language they wrote in. Plain text only: WhatsApp shows no Markdown headings or tables.";
 
 const required = (name: string) =>
-  z.string({ error: `${name} is required` }).trim().min(1, { error: `${name} is required` });
+  z
+    .string({ error: `${name} is required` })
+    .trim()
+    .min(1, { error: `${name} is required` });
 
 /** An integer in [min, max]; undefined when unset, for a default that depends on other variables. */
 const optionalInt = (name: string, min: number, max: number) =>
@@ -82,7 +85,10 @@ const otlpHeaders = z
   .optional()
   .transform((value, ctx): Record<string, string> => {
     const headers: Record<string, string> = {};
-    for (const entry of (value ?? "").split(",").map((e) => e.trim()).filter(Boolean)) {
+    for (const entry of (value ?? "")
+      .split(",")
+      .map((e) => e.trim())
+      .filter(Boolean)) {
       const at = entry.indexOf("=");
       const key = at < 0 ? "" : entry.slice(0, at).trim();
       let decoded: string | undefined;
@@ -93,7 +99,10 @@ const otlpHeaders = z
       }
       if (at < 1 || !/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(key) || decoded === undefined) {
         // The value may be a credential: only the key is shown.
-        ctx.addIssue({ code: "custom", message: `OTEL_EXPORTER_OTLP_HEADERS must be key=value pairs separated by commas; bad entry for "${key || "(no key)"}"` });
+        ctx.addIssue({
+          code: "custom",
+          message: `OTEL_EXPORTER_OTLP_HEADERS must be key=value pairs separated by commas; bad entry for "${key || "(no key)"}"`,
+        });
         return z.NEVER;
       }
       headers[key] = decoded;
@@ -197,7 +206,11 @@ const keywords = (fallback: string) =>
     );
 
 /** Free text; set it empty to say nothing. */
-const sayOrNothing = (fallback: string) => z.string().optional().transform((value) => (value ?? fallback).trim());
+const sayOrNothing = (fallback: string) =>
+  z
+    .string()
+    .optional()
+    .transform((value) => (value ?? fallback).trim());
 
 const envSchema = z.object({
   PORT: int("PORT", 3000, 0, 65535),
@@ -308,7 +321,10 @@ const numberSettingsSchema = z
   .object({
     systemPrompt: z.string().trim().min(1).optional(),
     systemPromptFile: z.string().min(1).optional(),
-    windowClosedTemplate: z.object({ name: z.string().min(1), language: z.string().min(2) }).strict().optional(),
+    windowClosedTemplate: z
+      .object({ name: z.string().min(1), language: z.string().min(2) })
+      .strict()
+      .optional(),
   })
   .strict();
 const numbersFileSchema = z.record(z.string(), numberSettingsSchema);
@@ -439,16 +455,16 @@ export interface Config {
    * OpenTelemetry traces, exported as OTLP/HTTP JSON to `tracesUrl`; undefined (the default)
    * when no OTLP endpoint is set: then no SDK starts and nothing is sent anywhere.
    */
-  readonly tracing:
-    | { readonly tracesUrl: string; readonly headers: Readonly<Record<string, string>>; readonly serviceName: string | undefined }
-    | undefined;
+  readonly tracing: { readonly tracesUrl: string; readonly headers: Readonly<Record<string, string>>; readonly serviceName: string | undefined } | undefined;
 }
 
 /**
  * The OTLP traces URL, as the OpenTelemetry spec resolves it: the signal's own endpoint as it
  * is, else the base endpoint with `v1/traces` appended.
  */
-function tracesUrl(e: Pick<z.output<typeof envSchema>, "OTEL_EXPORTER_OTLP_ENDPOINT" | "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" | "OTEL_SDK_DISABLED">): string | undefined {
+function tracesUrl(
+  e: Pick<z.output<typeof envSchema>, "OTEL_EXPORTER_OTLP_ENDPOINT" | "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" | "OTEL_SDK_DISABLED">,
+): string | undefined {
   if (e.OTEL_SDK_DISABLED) return undefined;
   if (e.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) return e.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT;
   if (e.OTEL_EXPORTER_OTLP_ENDPOINT) return `${e.OTEL_EXPORTER_OTLP_ENDPOINT.replace(/\/$/, "")}/v1/traces`;
@@ -457,7 +473,15 @@ function tracesUrl(e: Pick<z.output<typeof envSchema>, "OTEL_EXPORTER_OTLP_ENDPO
 
 type RedisVariables = Pick<
   z.output<typeof envSchema>,
-  "REDIS_URL" | "REDIS_CLUSTER_NODES" | "REDIS_SENTINELS" | "REDIS_SENTINEL_NAME" | "REDIS_USERNAME" | "REDIS_PASSWORD" | "REDIS_SENTINEL_PASSWORD" | "REDIS_TLS" | "REDIS_TLS_CA"
+  | "REDIS_URL"
+  | "REDIS_CLUSTER_NODES"
+  | "REDIS_SENTINELS"
+  | "REDIS_SENTINEL_NAME"
+  | "REDIS_USERNAME"
+  | "REDIS_PASSWORD"
+  | "REDIS_SENTINEL_PASSWORD"
+  | "REDIS_TLS"
+  | "REDIS_TLS_CA"
 >;
 
 /** The one Redis topology the variables name, or problems saying why they name none or two. */
@@ -486,9 +510,12 @@ function redisTarget(e: RedisVariables, problems: string[]): RedisTarget | undef
   }
   if (e.REDIS_SENTINEL_NAME) problems.push("REDIS_SENTINEL_NAME is set but REDIS_SENTINELS is not: name the Sentinels (host:port,…)");
   if (e.REDIS_USERNAME || e.REDIS_PASSWORD) {
-    problems.push("REDIS_USERNAME and REDIS_PASSWORD are for a cluster or sentinel set; a single Redis takes them in REDIS_URL (redis://user:password@host:6379)");
+    problems.push(
+      "REDIS_USERNAME and REDIS_PASSWORD are for a cluster or sentinel set; a single Redis takes them in REDIS_URL (redis://user:password@host:6379)",
+    );
   }
-  if (e.REDIS_TLS && !e.REDIS_URL.startsWith("rediss:")) problems.push("REDIS_TLS is for a cluster or sentinel set; a single Redis says TLS with rediss:// in REDIS_URL");
+  if (e.REDIS_TLS && !e.REDIS_URL.startsWith("rediss:"))
+    problems.push("REDIS_TLS is for a cluster or sentinel set; a single Redis says TLS with rediss:// in REDIS_URL");
   return { kind: "single", url: e.REDIS_URL, tls: e.REDIS_URL.startsWith("rediss:") || ca ? { ca } : undefined };
 }
 

@@ -3,7 +3,7 @@ import { existsSync, readdirSync, writeFileSync } from "node:fs";
 import { setPriority } from "node:os";
 import { fileURLToPath } from "node:url";
 import { buildApp, buildMetricsApp } from "./app.ts";
-import { ConfigError, loadConfig, type Config } from "./config.ts";
+import { type Config, ConfigError, loadConfig } from "./config.ts";
 import { createDb, type Db } from "./db/client.ts";
 import { migrate } from "./db/migrate.ts";
 import { createMetrics, type Metrics } from "./http/metrics.ts";
@@ -104,8 +104,7 @@ async function runAll(config: Config, logger: Logger): Promise<void> {
   const worker = superviseWorkerChild({ fork: forkWorkerChild, config, logger, metrics });
   const otherProcesses = () => worker.collectMetrics();
   const app = buildApp({ config, logger, redis: web.redis, queues: web.queues, db: web.db, metrics, otherProcesses, tracing });
-  const metricsApp =
-    config.metrics.port !== 0 ? buildMetricsApp({ logger, queues: web.queues, db: web.db, metrics, otherProcesses }) : undefined;
+  const metricsApp = config.metrics.port !== 0 ? buildMetricsApp({ logger, queues: web.queues, db: web.db, metrics, otherProcesses }) : undefined;
   await app.listen({ port: config.port, host: config.host });
   if (metricsApp) await metricsApp.listen({ port: config.metrics.port, host: config.metrics.host });
   worker.start();

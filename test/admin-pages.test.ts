@@ -78,8 +78,18 @@ describe("/admin/queues (bull-board)", () => {
     const authorization = `Bearer ${TEST_ADMIN_TOKEN}`;
     const api = await h.app.inject({ method: "GET", url: "/admin/queues/api/queues", headers: { authorization } });
     const queues = api.json().queues as { name: string; readOnlyMode: boolean }[];
-    expect(queues.map((q) => [q.name, q.readOnlyMode]).sort()).toEqual([["events", true], ["inbound", true], ["reconcile", true], ["reply", true], ["status", true]]);
-    for (const url of ["/admin/queues/api/queues/reply/clean/completed", "/admin/queues/api/queues/reply/retry/failed", "/admin/queues/api/queues/reply/pause"]) {
+    expect(queues.map((q) => [q.name, q.readOnlyMode]).sort()).toEqual([
+      ["events", true],
+      ["inbound", true],
+      ["reconcile", true],
+      ["reply", true],
+      ["status", true],
+    ]);
+    for (const url of [
+      "/admin/queues/api/queues/reply/clean/completed",
+      "/admin/queues/api/queues/reply/retry/failed",
+      "/admin/queues/api/queues/reply/pause",
+    ]) {
       expect((await h.app.inject({ method: "PUT", url, headers: { authorization } })).statusCode, url).toBe(405);
     }
     expect(await h.queues.reply.isPaused()).toBe(false);
@@ -120,6 +130,7 @@ describe("the staff page", () => {
       const source = (await h.app.inject({ method: "GET", url: `/admin/assets/${file}` })).body;
       for (const [, imported] of source.matchAll(/from "\.\/([\w-]+\.js)"/g)) expect(modules, `${file} imports ${imported}`).toContain(imported);
     }
-    for (const missing of ["secrets.env", "constructor", "__proto__"]) expect((await h.app.inject({ method: "GET", url: `/admin/assets/${missing}` })).statusCode, missing).toBe(404);
+    for (const missing of ["secrets.env", "constructor", "__proto__"])
+      expect((await h.app.inject({ method: "GET", url: `/admin/assets/${missing}` })).statusCode, missing).toBe(404);
   });
 });

@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
-import { eventually, type Harness, settle, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
 import { graphError } from "./support/fake-graph.ts";
+import { eventually, type Harness, settle, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
 import { statusWebhook, textWebhook } from "./support/webhook-bodies.ts";
 
 /** How long to wait for the system to get somewhere: generous, for loaded CI machines (a bound, not a timing assertion). */

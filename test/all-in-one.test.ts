@@ -76,7 +76,16 @@ async function startAll(harness: Harness, attempt = 1): Promise<AllInOne> {
   started = all;
   let gone: string | undefined;
   void exited.then(({ code, signal }) => (gone = `exited (${signal ?? `code ${code}`}) before it was ready:\n${output}`));
-  await eventually(() => gone !== undefined || fetch(`${all.base}/readyz`).then((r) => r.ok, () => false), "the web to be ready", 60_000);
+  await eventually(
+    () =>
+      gone !== undefined ||
+      fetch(`${all.base}/readyz`).then(
+        (r) => r.ok,
+        () => false,
+      ),
+    "the web to be ready",
+    60_000,
+  );
   if (gone === undefined) return all;
   // Another test took a port between freePort() and our listen: try again on new ones.
   if (/EADDRINUSE/.test(gone) && attempt < 3) return startAll(harness, attempt + 1);
@@ -118,7 +127,11 @@ const autogroupOf = (pid: number | "self") => readFileSync(`/proc/${pid}/autogro
 /** The niceness of each thread of a process. */
 const nicenessOfThreads = (pid: number) => readdirSync(`/proc/${pid}/task`).map((tid) => Number(statFields(`${pid}/task/${tid}`)[16]));
 
-const scrape = (url: string) => fetch(url).then((r) => (r.ok ? r.text() : ""), () => "");
+const scrape = (url: string) =>
+  fetch(url).then(
+    (r) => (r.ok ? r.text() : ""),
+    () => "",
+  );
 
 describe("npm start: the web and its worker child", () => {
   it("acknowledges on the web's process and answers from a child process, with both on the one metrics listener", async () => {
@@ -197,7 +210,15 @@ describe("npm start: the web and its worker child", () => {
 
     all.process.kill("SIGTERM");
     // The web's port is closed while the child is still draining its reply.
-    await eventually(() => fetch(`${all.base}/healthz`).then(() => false, () => true), "the web to stop listening", 5000);
+    await eventually(
+      () =>
+        fetch(`${all.base}/healthz`).then(
+          () => false,
+          () => true,
+        ),
+      "the web to stop listening",
+      5000,
+    );
     expect(isRunning(childPid)).toBe(true);
     expect(h.claude.inFlight).toBe(1);
 

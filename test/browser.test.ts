@@ -24,7 +24,11 @@ const DESKTOP = { width: 1200, height: 860 };
 const PHONE = { width: 375, height: 740 };
 /** The CSP forbids inline scripts, so axe goes in through DevTools' evaluate (not subject to the page's CSP), not a <script> tag. */
 const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
-const SCREENSHOTS = process.env.SCREENSHOT ? (process.env.SCREENSHOT.endsWith(".png") ? join(process.env.SCREENSHOT, "..") : process.env.SCREENSHOT) : undefined;
+const SCREENSHOTS = process.env.SCREENSHOT
+  ? process.env.SCREENSHOT.endsWith(".png")
+    ? join(process.env.SCREENSHOT, "..")
+    : process.env.SCREENSHOT
+  : undefined;
 
 interface AxeResults {
   violations: { id: string; impact: string; help: string; nodes: { target: string[] }[] }[];
@@ -62,7 +66,12 @@ function customerWrites(who: Customer, text: string): string {
     type: "text",
     text: { body: text },
   };
-  const value = { messaging_product: "whatsapp", metadata: { display_phone_number: DISPLAY_NUMBER, phone_number_id: PHONE_NUMBER_ID }, contacts: [contact], messages: [message] };
+  const value = {
+    messaging_product: "whatsapp",
+    metadata: { display_phone_number: DISPLAY_NUMBER, phone_number_id: PHONE_NUMBER_ID },
+    contacts: [contact],
+    messages: [message],
+  };
   return metaWire(envelope([{ field: "messages", value }]));
 }
 
@@ -103,7 +112,10 @@ describe.runIf(existsSync(CHROMIUM))("the staff page in Chromium", () => {
       h.graph.answerSends({ status: 400, body: graphError(131047, "Re-engagement message", "Message failed to send because more than 24 hours have passed") });
     });
     await deadLetterFor(ANA, "Can you write me a doctor's note for work?", () =>
-      h.claude.answer({ status: 400, body: { type: "error", error: { type: "invalid_request_error", message: "Output blocked by content filtering policy" } } }),
+      h.claude.answer({
+        status: 400,
+        body: { type: "error", error: { type: "invalid_request_error", message: "Output blocked by content filtering policy" } },
+      }),
     );
     await deadLetterFor(RAVI, "Please cancel my subscription.", () => {
       h.claude.answer({ text: "Done: your subscription is cancelled, with no further charges." });
@@ -188,206 +200,234 @@ describe.runIf(existsSync(CHROMIUM))("the staff page in Chromium", () => {
     await h?.close();
   });
 
-  it("the queue: counts by reason, search by name, number and @username, keyboard moves, and no serious axe problem", steps("queue", async () => {
-    await page.goto(`${base}/admin`);
-    await page.getByLabel("Email").waitFor();
-    expect(await axeProblems()).toEqual([]);
-    await page.getByLabel("Email").fill("sam@example.com");
-    await page.getByLabel("Password").fill(PASSWORD);
-    await page.getByRole("button", { name: "Sign in" }).click();
-    await page.getByText("Signed in as sam@example.com").waitFor();
-    await expect.poll(() => page.locator("[data-dead-letter-id]").count()).toBe(8);
-    await expect.poll(() => page.title()).toBe("(8) Support queue");
+  it(
+    "the queue: counts by reason, search by name, number and @username, keyboard moves, and no serious axe problem",
+    steps("queue", async () => {
+      await page.goto(`${base}/admin`);
+      await page.getByLabel("Email").waitFor();
+      expect(await axeProblems()).toEqual([]);
+      await page.getByLabel("Email").fill("sam@example.com");
+      await page.getByLabel("Password").fill(PASSWORD);
+      await page.getByRole("button", { name: "Sign in" }).click();
+      await page.getByText("Signed in as sam@example.com").waitFor();
+      await expect.poll(() => page.locator("[data-dead-letter-id]").count()).toBe(8);
+      await expect.poll(() => page.title()).toBe("(8) Support queue");
 
-    // Each card: who, why in plain words, what they wrote.
-    await expect.poll(() => item("José Müller").textContent()).toContain("+447700900123");
-    expect(await item("José Müller").textContent()).toContain("The 24-hour window has closed");
-    expect(await item("José Müller").textContent()).toContain("Where is my order #4417?");
-    expect(await item("María").textContent()).toContain("@maria.g");
-    expect(await item("Ana Costa").textContent()).toContain("Claude refused to write a reply");
-    expect(await item("Noah Williams").textContent()).toContain("The customer asked for a person");
-    expect(await item("Noah Williams").textContent()).toContain("“agent”");
-    expect(await item("Kofi Mensah").textContent()).toContain("May already have arrived");
+      // Each card: who, why in plain words, what they wrote.
+      await expect.poll(() => item("José Müller").textContent()).toContain("+447700900123");
+      expect(await item("José Müller").textContent()).toContain("The 24-hour window has closed");
+      expect(await item("José Müller").textContent()).toContain("Where is my order #4417?");
+      expect(await item("María").textContent()).toContain("@maria.g");
+      expect(await item("Ana Costa").textContent()).toContain("Claude refused to write a reply");
+      expect(await item("Noah Williams").textContent()).toContain("The customer asked for a person");
+      expect(await item("Noah Williams").textContent()).toContain("“agent”");
+      expect(await item("Kofi Mensah").textContent()).toContain("May already have arrived");
 
-    // Counts by reason, and a reason as a filter.
-    const windowChip = page.getByRole("button", { name: /24-hour window closed/ });
-    expect(await windowChip.textContent()).toMatch(/24-hour window closed\s*2/);
-    await windowChip.click();
-    await expect.poll(() => page.locator("[data-dead-letter-id]").count()).toBe(2);
-    expect(await windowChip.getAttribute("aria-pressed")).toBe("true");
-    await page.getByRole("button", { name: /^All/ }).click();
-    await expect.poll(() => page.locator("[data-dead-letter-id]").count()).toBe(8);
+      // Counts by reason, and a reason as a filter.
+      const windowChip = page.getByRole("button", { name: /24-hour window closed/ });
+      expect(await windowChip.textContent()).toMatch(/24-hour window closed\s*2/);
+      await windowChip.click();
+      await expect.poll(() => page.locator("[data-dead-letter-id]").count()).toBe(2);
+      expect(await windowChip.getAttribute("aria-pressed")).toBe("true");
+      await page.getByRole("button", { name: /^All/ }).click();
+      await expect.poll(() => page.locator("[data-dead-letter-id]").count()).toBe(8);
 
-    // Search: any part of a name, a phone number, an @username.
-    const search = page.getByLabel("Search by name, number or @username");
-    for (const [query, who] of [["@maria", "María"], ["98765", "Ravi Patel"], ["+44 7700", "José Müller"], ["costa", "Ana Costa"]] as const) {
-      await search.fill(query);
-      await expect.poll(() => page.locator("[data-dead-letter-id]").count(), { message: query }).toBe(1);
-      await item(who).waitFor();
-    }
-    await search.fill("");
-    await expect.poll(() => page.locator("[data-dead-letter-id]").count()).toBe(8);
+      // Search: any part of a name, a phone number, an @username.
+      const search = page.getByLabel("Search by name, number or @username");
+      for (const [query, who] of [
+        ["@maria", "María"],
+        ["98765", "Ravi Patel"],
+        ["+44 7700", "José Müller"],
+        ["costa", "Ana Costa"],
+      ] as const) {
+        await search.fill(query);
+        await expect.poll(() => page.locator("[data-dead-letter-id]").count(), { message: query }).toBe(1);
+        await item(who).waitFor();
+      }
+      await search.fill("");
+      await expect.poll(() => page.locator("[data-dead-letter-id]").count()).toBe(8);
 
-    // The keyboard: Tab from the search box reaches the first item; j/k and the arrows move; Enter opens; Esc comes back.
-    const ids = await Promise.all((await page.locator("[data-dead-letter-id]").all()).map((link) => link.getAttribute("data-dead-letter-id")));
-    expect(ids[0]).toBe(letters.get("José Müller")); // oldest first
-    await search.focus();
-    await page.keyboard.press("Tab");
-    expect(await focusedItemId()).toBe(ids[0]);
-    await page.keyboard.press("j");
-    expect(await focusedItemId()).toBe(ids[1]);
-    await page.keyboard.press("ArrowDown");
-    expect(await focusedItemId()).toBe(ids[2]);
-    await page.keyboard.press("k");
-    expect(await focusedItemId()).toBe(ids[1]);
-    await page.keyboard.press("Enter");
-    await page.getByRole("heading", { level: 2, name: "Ana Costa" }).waitFor();
-    await expect.poll(() => page.locator("#why-text").textContent()).toContain("Output blocked by content filtering policy");
-    await page.keyboard.press("Escape");
-    await page.getByRole("heading", { name: /Open items/ }).waitFor();
-    await expect.poll(focusedItemId).toBe(ids[1]);
-    await page.keyboard.press("/");
-    expect(await focusedId()).toBe("search");
+      // The keyboard: Tab from the search box reaches the first item; j/k and the arrows move; Enter opens; Esc comes back.
+      const ids = await Promise.all((await page.locator("[data-dead-letter-id]").all()).map((link) => link.getAttribute("data-dead-letter-id")));
+      expect(ids[0]).toBe(letters.get("José Müller")); // oldest first
+      await search.focus();
+      await page.keyboard.press("Tab");
+      expect(await focusedItemId()).toBe(ids[0]);
+      await page.keyboard.press("j");
+      expect(await focusedItemId()).toBe(ids[1]);
+      await page.keyboard.press("ArrowDown");
+      expect(await focusedItemId()).toBe(ids[2]);
+      await page.keyboard.press("k");
+      expect(await focusedItemId()).toBe(ids[1]);
+      await page.keyboard.press("Enter");
+      await page.getByRole("heading", { level: 2, name: "Ana Costa" }).waitFor();
+      await expect.poll(() => page.locator("#why-text").textContent()).toContain("Output blocked by content filtering policy");
+      await page.keyboard.press("Escape");
+      await page.getByRole("heading", { name: /Open items/ }).waitFor();
+      await expect.poll(focusedItemId).toBe(ids[1]);
+      await page.keyboard.press("/");
+      expect(await focusedId()).toBe("search");
 
-    expect(await axeProblems()).toEqual([]);
-    await page.locator("#search").blur();
-    await screenshot("staff-queue.png");
-    await page.setViewportSize(PHONE);
-    expect(await overflowsSideways()).toBe(false);
-    expect(await axeProblems()).toEqual([]);
-    await page.setViewportSize(DESKTOP);
-  }), 30_000);
+      expect(await axeProblems()).toEqual([]);
+      await page.locator("#search").blur();
+      await screenshot("staff-queue.png");
+      await page.setViewportSize(PHONE);
+      expect(await overflowsSideways()).toBe(false);
+      expect(await axeProblems()).toEqual([]);
+      await page.setViewportSize(DESKTOP);
+    }),
+    30_000,
+  );
 
-  it("an item: the conversation as bubbles with ticks, the failed reply in place, the error in plain words with the details folded away", steps("item", async () => {
-    await item("José Müller").click();
-    await page.getByRole("heading", { level: 2, name: "José Müller" }).waitFor();
-    const bubbles = page.locator("#timeline .bubble");
-    await expect.poll(() => bubbles.count()).toBe(4);
-    expect(await page.locator("#timeline .bubble.in").allTextContents()).toEqual([
-      expect.stringContaining("Hi! Do you ship to Germany?"),
-      expect.stringContaining("Where is my order #4417?"),
-    ]);
-    // The earlier answer was read (blue ticks); the failed one sits in place, after the message it answers.
-    expect(await bubbles.nth(1).locator(".tick-read").textContent()).toContain("Read");
-    const failed = page.locator("#timeline .bubble.out.failed");
-    expect(await failed.count()).toBe(1);
-    expect(await bubbles.nth(3).textContent()).toContain("Order #4417 left our warehouse this morning");
-    expect(await bubbles.nth(3).textContent()).toContain("This reply did not reach the customer");
+  it(
+    "an item: the conversation as bubbles with ticks, the failed reply in place, the error in plain words with the details folded away",
+    steps("item", async () => {
+      await item("José Müller").click();
+      await page.getByRole("heading", { level: 2, name: "José Müller" }).waitFor();
+      const bubbles = page.locator("#timeline .bubble");
+      await expect.poll(() => bubbles.count()).toBe(4);
+      expect(await page.locator("#timeline .bubble.in").allTextContents()).toEqual([
+        expect.stringContaining("Hi! Do you ship to Germany?"),
+        expect.stringContaining("Where is my order #4417?"),
+      ]);
+      // The earlier answer was read (blue ticks); the failed one sits in place, after the message it answers.
+      expect(await bubbles.nth(1).locator(".tick-read").textContent()).toContain("Read");
+      const failed = page.locator("#timeline .bubble.out.failed");
+      expect(await failed.count()).toBe(1);
+      expect(await bubbles.nth(3).textContent()).toContain("Order #4417 left our warehouse this morning");
+      expect(await bubbles.nth(3).textContent()).toContain("This reply did not reach the customer");
 
-    // In plain words, with what to do; the raw details are there, folded away.
-    expect(await page.locator("#why-headline").textContent()).toBe("The 24-hour window has closed");
-    expect(await page.locator("#why-next").textContent()).toContain("Send an approved template");
-    expect(await page.locator("#raw").getAttribute("open")).toBeNull();
-    const metaDetails = page.getByText("Message failed to send because more than 24 hours have passed", { exact: true });
-    expect(await metaDetails.isVisible()).toBe(false);
-    await page.getByText("Technical details").click();
-    await metaDetails.waitFor();
-    expect(await axeProblems()).toEqual([]);
-    await page.getByText("Technical details").click();
+      // In plain words, with what to do; the raw details are there, folded away.
+      expect(await page.locator("#why-headline").textContent()).toBe("The 24-hour window has closed");
+      expect(await page.locator("#why-next").textContent()).toContain("Send an approved template");
+      expect(await page.locator("#raw").getAttribute("open")).toBeNull();
+      const metaDetails = page.getByText("Message failed to send because more than 24 hours have passed", { exact: true });
+      expect(await metaDetails.isVisible()).toBe(false);
+      await page.getByText("Technical details").click();
+      await metaDetails.waitFor();
+      expect(await axeProblems()).toEqual([]);
+      await page.getByText("Technical details").click();
 
-    // The keyboard order starts at the top: back to the list, then the item's pager.
-    await page.locator("#detail-title").focus();
-    await page.keyboard.press("Tab");
-    expect(await focusedId()).toBe("raw-summary");
+      // The keyboard order starts at the top: back to the list, then the item's pager.
+      await page.locator("#detail-title").focus();
+      await page.keyboard.press("Tab");
+      expect(await focusedId()).toBe("raw-summary");
 
-    expect(await axeProblems()).toEqual([]);
-    await page.locator("#detail-title").focus();
-    await screenshot("staff-page.png");
-    await page.setViewportSize(PHONE);
-    expect(await overflowsSideways()).toBe(false);
-    expect(await axeProblems()).toEqual([]);
-    await screenshot("staff-phone.png");
-    await page.setViewportSize(DESKTOP);
-  }), 30_000);
+      expect(await axeProblems()).toEqual([]);
+      await page.locator("#detail-title").focus();
+      await screenshot("staff-page.png");
+      await page.setViewportSize(PHONE);
+      expect(await overflowsSideways()).toBe(false);
+      expect(await axeProblems()).toEqual([]);
+      await screenshot("staff-phone.png");
+      await page.setViewportSize(DESKTOP);
+    }),
+    30_000,
+  );
 
-  it("live: a new message shows up while staff type, without touching their text; `s` sends it, and Meta gets it once", steps("send", async () => {
-    const typed = "Hi José! Sorry for the wait: order #4417 was shipped today, tracking is on its way.";
-    const draft = page.getByLabel("Draft (edit before sending if needed)");
-    await draft.fill("");
-    await draft.pressSequentially(typed.slice(0, 40));
-    // José writes again meanwhile; the bot answers it (a new reply), and the page shows both by itself.
-    h.claude.answer({ text: "We're looking into it right now." });
-    await h.deliver(customerWrites(JOSE, "Hello?"));
-    await expect.poll(() => page.locator("#timeline .bubble.in").count(), { timeout: 15_000 }).toBe(3);
-    await draft.pressSequentially(typed.slice(40));
-    expect(await draft.inputValue()).toBe(typed);
-    // Typing "s" in the box typed it; nothing was sent.
-    expect(h.graph.sentTexts).not.toContain(typed);
+  it(
+    "live: a new message shows up while staff type, without touching their text; `s` sends it, and Meta gets it once",
+    steps("send", async () => {
+      const typed = "Hi José! Sorry for the wait: order #4417 was shipped today, tracking is on its way.";
+      const draft = page.getByLabel("Draft (edit before sending if needed)");
+      await draft.fill("");
+      await draft.pressSequentially(typed.slice(0, 40));
+      // José writes again meanwhile; the bot answers it (a new reply), and the page shows both by itself.
+      h.claude.answer({ text: "We're looking into it right now." });
+      await h.deliver(customerWrites(JOSE, "Hello?"));
+      await expect.poll(() => page.locator("#timeline .bubble.in").count(), { timeout: 15_000 }).toBe(3);
+      await draft.pressSequentially(typed.slice(40));
+      expect(await draft.inputValue()).toBe(typed);
+      // Typing "s" in the box typed it; nothing was sent.
+      expect(h.graph.sentTexts).not.toContain(typed);
 
-    // Out of the box, the edits still stand through the next refresh.
-    await page.locator("#detail-title").focus();
-    await expect.poll(() => page.locator("#timeline .bubble.out").count(), { timeout: 15_000 }).toBe(3);
-    expect(await draft.inputValue()).toBe(typed);
+      // Out of the box, the edits still stand through the next refresh.
+      await page.locator("#detail-title").focus();
+      await expect.poll(() => page.locator("#timeline .bubble.out").count(), { timeout: 15_000 }).toBe(3);
+      expect(await draft.inputValue()).toBe(typed);
 
-    // Away to the next item and back: the text is still there.
-    await page.getByRole("button", { name: "Next", exact: true }).click();
-    await page.getByRole("heading", { level: 2, name: "Ana Costa" }).waitFor();
-    await page.getByRole("button", { name: "Previous", exact: true }).click();
-    await page.getByRole("heading", { level: 2, name: "José Müller" }).waitFor();
-    expect(await draft.inputValue()).toBe(typed);
-    await page.getByText("This is the text you wrote earlier and have not sent.").waitFor();
+      // Away to the next item and back: the text is still there.
+      await page.getByRole("button", { name: "Next", exact: true }).click();
+      await page.getByRole("heading", { level: 2, name: "Ana Costa" }).waitFor();
+      await page.getByRole("button", { name: "Previous", exact: true }).click();
+      await page.getByRole("heading", { level: 2, name: "José Müller" }).waitFor();
+      expect(await draft.inputValue()).toBe(typed);
+      await page.getByText("This is the text you wrote earlier and have not sent.").waitFor();
 
-    await page.keyboard.press("s");
-    await page.getByText("Sent: your reply is on its way to José Müller.").waitFor();
-    await page.getByRole("heading", { name: /Open items/ }).waitFor();
-    await eventually(() => h.graph.sentTexts.includes(typed), "the edited text to reach Meta");
-    await expect.poll(() => page.locator("[data-dead-letter-id]").count()).toBe(7);
-    expect(h.graph.sentTexts.filter((t) => t === typed)).toHaveLength(1);
-    expect(await h.db.deadLetter.findUniqueOrThrow({ where: { id: letters.get("José Müller")! } })).toMatchObject({ state: "resent", actedBy: "sam@example.com" });
-    // The keyboard is on the next item in line.
-    await expect.poll(focusedItemId).toBe(letters.get("Ana Costa"));
-  }), 30_000);
+      await page.keyboard.press("s");
+      await page.getByText("Sent: your reply is on its way to José Müller.").waitFor();
+      await page.getByRole("heading", { name: /Open items/ }).waitFor();
+      await eventually(() => h.graph.sentTexts.includes(typed), "the edited text to reach Meta");
+      await expect.poll(() => page.locator("[data-dead-letter-id]").count()).toBe(7);
+      expect(h.graph.sentTexts.filter((t) => t === typed)).toHaveLength(1);
+      expect(await h.db.deadLetter.findUniqueOrThrow({ where: { id: letters.get("José Müller")! } })).toMatchObject({
+        state: "resent",
+        actedBy: "sam@example.com",
+      });
+      // The keyboard is on the next item in line.
+      await expect.poll(focusedItemId).toBe(letters.get("Ana Costa"));
+    }),
+    30_000,
+  );
 
-  it("`d` discards the item on screen after asking, and the buttons other tools rely on are there", steps("discard", async () => {
-    await item("Ravi Patel").click();
-    await page.getByRole("heading", { level: 2, name: "Ravi Patel" }).waitFor();
-    expect(await page.locator("#why-headline").textContent()).toBe("This number cannot receive WhatsApp messages");
-    for (const action of ["send-draft", "send-edited", "regenerate", "discard", "pause"]) {
-      expect(await page.locator(`[data-action="${action}"]`).isVisible(), action).toBe(true);
-    }
-    page.once("dialog", (dialog) => dialog.accept());
-    await page.locator("#detail-title").focus();
-    await page.keyboard.press("d");
-    await page.getByText("Discarded the item of Ravi Patel.").waitFor();
-    await expect.poll(async () => (await h.db.deadLetter.findUniqueOrThrow({ where: { id: letters.get("Ravi Patel")! } })).state).toBe("discarded");
-    await expect.poll(() => page.locator("[data-dead-letter-id]").count()).toBe(6);
+  it(
+    "`d` discards the item on screen after asking, and the buttons other tools rely on are there",
+    steps("discard", async () => {
+      await item("Ravi Patel").click();
+      await page.getByRole("heading", { level: 2, name: "Ravi Patel" }).waitFor();
+      expect(await page.locator("#why-headline").textContent()).toBe("This number cannot receive WhatsApp messages");
+      for (const action of ["send-draft", "send-edited", "regenerate", "discard", "pause"]) {
+        expect(await page.locator(`[data-action="${action}"]`).isVisible(), action).toBe(true);
+      }
+      page.once("dialog", (dialog) => dialog.accept());
+      await page.locator("#detail-title").focus();
+      await page.keyboard.press("d");
+      await page.getByText("Discarded the item of Ravi Patel.").waitFor();
+      await expect.poll(async () => (await h.db.deadLetter.findUniqueOrThrow({ where: { id: letters.get("Ravi Patel")! } })).state).toBe("discarded");
+      await expect.poll(() => page.locator("[data-dead-letter-id]").count()).toBe(6);
 
-    // A customer who asked for a person: nothing to resend, the bot paused, a way to resume it.
-    await item("Noah Williams").click();
-    await page.getByRole("heading", { level: 2, name: "Noah Williams" }).waitFor();
-    expect(await page.locator("#why-headline").textContent()).toBe("The customer asked for a person");
-    expect(await page.locator("#paused-note").textContent()).toContain("The bot is paused for this conversation until someone resumes it");
-    for (const action of ["send-draft", "send-edited", "regenerate"]) expect(await page.locator(`[data-action="${action}"]`).isVisible(), action).toBe(false);
-    expect(await axeProblems()).toEqual([]);
-    await page.getByRole("button", { name: "Resume the bot" }).click();
-    await page.getByText("The bot answers this conversation again.").waitFor();
-    await expect.poll(() => page.locator("#paused-note").isVisible()).toBe(false);
-  }), 30_000);
+      // A customer who asked for a person: nothing to resend, the bot paused, a way to resume it.
+      await item("Noah Williams").click();
+      await page.getByRole("heading", { level: 2, name: "Noah Williams" }).waitFor();
+      expect(await page.locator("#why-headline").textContent()).toBe("The customer asked for a person");
+      expect(await page.locator("#paused-note").textContent()).toContain("The bot is paused for this conversation until someone resumes it");
+      for (const action of ["send-draft", "send-edited", "regenerate"]) expect(await page.locator(`[data-action="${action}"]`).isVisible(), action).toBe(false);
+      expect(await axeProblems()).toEqual([]);
+      await page.getByRole("button", { name: "Resume the bot" }).click();
+      await page.getByText("The bot answers this conversation again.").waitFor();
+      await expect.poll(() => page.locator("#paused-note").isVisible()).toBe(false);
+    }),
+    30_000,
+  );
 
-  it("a reply that may already have arrived: the page says so, and sends it again only when the person confirms", steps("maybe-sent", async () => {
-    await page.getByRole("button", { name: "← All items" }).click();
-    await item("Kofi Mensah").click();
-    await page.getByRole("heading", { level: 2, name: "Kofi Mensah" }).waitFor();
-    await page.locator("#maybe-sent-warning").waitFor();
-    expect(await page.locator("#why-next").textContent()).toContain("may already have arrived");
-    expect(await page.locator("#timeline .bubble.out .tick-maybe").count()).toBe(1);
-    const toKofi = () => h.graph.sends.filter((send) => send.body.to === KOFI.phone).length;
-    expect(toKofi()).toBe(1);
+  it(
+    "a reply that may already have arrived: the page says so, and sends it again only when the person confirms",
+    steps("maybe-sent", async () => {
+      await page.getByRole("button", { name: "← All items" }).click();
+      await item("Kofi Mensah").click();
+      await page.getByRole("heading", { level: 2, name: "Kofi Mensah" }).waitFor();
+      await page.locator("#maybe-sent-warning").waitFor();
+      expect(await page.locator("#why-next").textContent()).toContain("may already have arrived");
+      expect(await page.locator("#timeline .bubble.out .tick-maybe").count()).toBe(1);
+      const toKofi = () => h.graph.sends.filter((send) => send.body.to === KOFI.phone).length;
+      expect(toKofi()).toBe(1);
 
-    page.once("dialog", (dialog) => dialog.dismiss());
-    await page.locator('[data-action="send-draft"]').click();
-    await expect.poll(() => page.locator('[data-action="send-draft"]').isEnabled()).toBe(true);
-    expect(toKofi()).toBe(1);
+      page.once("dialog", (dialog) => dialog.dismiss());
+      await page.locator('[data-action="send-draft"]').click();
+      await expect.poll(() => page.locator('[data-action="send-draft"]').isEnabled()).toBe(true);
+      expect(toKofi()).toBe(1);
 
-    const retries: unknown[] = [];
-    page.on("request", (request) => {
-      if (request.url().endsWith("/retry")) retries.push(request.postDataJSON());
-    });
-    page.once("dialog", (dialog) => dialog.accept());
-    await page.locator('[data-action="send-draft"]').click();
-    await page.getByText("Sent: the draft is on its way to Kofi Mensah.").waitFor();
-    expect(retries).toEqual([{ confirmMaybeSent: true }]);
-    await eventually(() => toKofi() === 2, "the confirmed resend");
-    expect(cspViolations).toEqual([]);
-  }), 30_000);
+      const retries: unknown[] = [];
+      page.on("request", (request) => {
+        if (request.url().endsWith("/retry")) retries.push(request.postDataJSON());
+      });
+      page.once("dialog", (dialog) => dialog.accept());
+      await page.locator('[data-action="send-draft"]').click();
+      await page.getByText("Sent: the draft is on its way to Kofi Mensah.").waitFor();
+      expect(retries).toEqual([{ confirmMaybeSent: true }]);
+      await eventually(() => toKofi() === 2, "the confirmed resend");
+      expect(cspViolations).toEqual([]);
+    }),
+    30_000,
+  );
 });

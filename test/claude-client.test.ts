@@ -58,7 +58,14 @@ describe("the Claude client over HTTP", () => {
       json(response, 200, message);
     });
     const reply = await client(url).generate(turns);
-    expect(reply).toEqual({ text: "Yes, from 10 to 4.", model: "claude-test-20261201", inputTokens: 12, outputTokens: 7, cacheReadTokens: 3, cacheCreationTokens: 0 });
+    expect(reply).toEqual({
+      text: "Yes, from 10 to 4.",
+      model: "claude-test-20261201",
+      inputTokens: 12,
+      outputTokens: 7,
+      cacheReadTokens: 3,
+      cacheCreationTokens: 0,
+    });
     expect(seen?.headers["x-api-key"] ?? seen?.headers.authorization).toMatch(/test-key/); // the SDK's choice of header
     expect(seen?.headers["anthropic-version"]).toBeTruthy();
     expect(seen?.body).toMatchObject({ model: "claude-test", max_tokens: 100, messages: [{ role: "user" }] });
@@ -66,27 +73,39 @@ describe("the Claude client over HTTP", () => {
 
   it("an answer slower than the timeout is a retryable timeout", async () => {
     const url = await anthropicAt((_request, _body, response) => setTimeout(() => json(response, 200, message), 1500));
-    const error = await client(url, 200).generate(turns).catch((e: unknown) => e);
+    const error = await client(url, 200)
+      .generate(turns)
+      .catch((e: unknown) => e);
     expect(error).toBeInstanceOf(RetryableError);
     expect(error).toMatchObject({ source: "anthropic", code: "timeout" });
   });
 
   it("nobody listening is a retryable network failure", async () => {
-    const error = await client(`http://127.0.0.1:${await freePort()}`).generate(turns).catch((e: unknown) => e);
+    const error = await client(`http://127.0.0.1:${await freePort()}`)
+      .generate(turns)
+      .catch((e: unknown) => e);
     expect(error).toBeInstanceOf(RetryableError);
     expect(error).toMatchObject({ source: "anthropic", code: "network" });
   });
 
   it("Anthropic's 529 overloaded is retryable, with its type and request id", async () => {
-    const url = await anthropicAt((_request, _body, response) => json(response, 529, { type: "error", error: { type: "overloaded_error", message: "Overloaded" } }));
-    const error = await client(url).generate(turns).catch((e: unknown) => e);
+    const url = await anthropicAt((_request, _body, response) =>
+      json(response, 529, { type: "error", error: { type: "overloaded_error", message: "Overloaded" } }),
+    );
+    const error = await client(url)
+      .generate(turns)
+      .catch((e: unknown) => e);
     expect(error).toBeInstanceOf(RetryableError);
     expect(error).toMatchObject({ code: "529", detail: { status: 529, type: "overloaded_error", requestId: "req_test" } });
   });
 
   it("a 400 invalid request is permanent, in Claude's own words", async () => {
-    const url = await anthropicAt((_request, _body, response) => json(response, 400, { type: "error", error: { type: "invalid_request_error", message: "max_tokens: too large" } }));
-    const error = await client(url).generate(turns).catch((e: unknown) => e);
+    const url = await anthropicAt((_request, _body, response) =>
+      json(response, 400, { type: "error", error: { type: "invalid_request_error", message: "max_tokens: too large" } }),
+    );
+    const error = await client(url)
+      .generate(turns)
+      .catch((e: unknown) => e);
     expect(error).toBeInstanceOf(PermanentError);
     expect((error as PermanentError).message).toContain("max_tokens: too large");
   });

@@ -38,7 +38,10 @@ describe("configuration", () => {
       testEnv({ PORT: "eighty", REDIS_URL: "http://x", GRAPH_API_VERSION: "24", DATABASE_URL: "mysql://x", ADMIN_TOKEN: "short", QUEUE_PREFIX: "wa" }),
     );
     for (const name of ["PORT", "REDIS_URL", "GRAPH_API_VERSION", "DATABASE_URL", "ADMIN_TOKEN", "QUEUE_PREFIX"]) {
-      expect(problems.some((p) => p.includes(name)), `${name} in ${problems.join(" | ")}`).toBe(true);
+      expect(
+        problems.some((p) => p.includes(name)),
+        `${name} in ${problems.join(" | ")}`,
+      ).toBe(true);
     }
     expect(problems).toHaveLength(6);
   });
@@ -135,9 +138,7 @@ describe("where Redis is", () => {
   });
 
   it("a Redis Cluster by its seed nodes, IPv6 in brackets, with credentials and TLS; a webhook waits for one replica", () => {
-    const config = loadConfig(
-      testEnv({ REDIS_CLUSTER_NODES: "10.0.0.1:7000, redis-2.internal:7001,[::1]:7002", REDIS_PASSWORD: "s3cret", REDIS_TLS: "true" }),
-    );
+    const config = loadConfig(testEnv({ REDIS_CLUSTER_NODES: "10.0.0.1:7000, redis-2.internal:7001,[::1]:7002", REDIS_PASSWORD: "s3cret", REDIS_TLS: "true" }));
     expect(config.redis).toEqual({
       kind: "cluster",
       nodes: [
@@ -153,8 +154,18 @@ describe("where Redis is", () => {
   });
 
   it("a master watched by Sentinels, by their addresses and the master's name", () => {
-    const config = loadConfig(testEnv({ REDIS_SENTINELS: "10.0.0.1:26379,10.0.0.2:26379", REDIS_SENTINEL_NAME: "wa", REDIS_SENTINEL_PASSWORD: "x", REDIS_WAIT_REPLICAS: "2" }));
-    expect(config.redis).toMatchObject({ kind: "sentinel", name: "wa", sentinelPassword: "x", sentinels: [{ host: "10.0.0.1", port: 26379 }, { host: "10.0.0.2", port: 26379 }] });
+    const config = loadConfig(
+      testEnv({ REDIS_SENTINELS: "10.0.0.1:26379,10.0.0.2:26379", REDIS_SENTINEL_NAME: "wa", REDIS_SENTINEL_PASSWORD: "x", REDIS_WAIT_REPLICAS: "2" }),
+    );
+    expect(config.redis).toMatchObject({
+      kind: "sentinel",
+      name: "wa",
+      sentinelPassword: "x",
+      sentinels: [
+        { host: "10.0.0.1", port: 26379 },
+        { host: "10.0.0.2", port: 26379 },
+      ],
+    });
     expect(config.redisWait.replicas).toBe(2);
   });
 
@@ -186,7 +197,9 @@ describe("traces", () => {
       headers: {},
       serviceName: undefined,
     });
-    expect(loadConfig(testEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: "https://otlp.example.com/otlp/" })).tracing?.tracesUrl).toBe("https://otlp.example.com/otlp/v1/traces");
+    expect(loadConfig(testEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: "https://otlp.example.com/otlp/" })).tracing?.tracesUrl).toBe(
+      "https://otlp.example.com/otlp/v1/traces",
+    );
     expect(
       loadConfig(
         testEnv({
@@ -201,7 +214,12 @@ describe("traces", () => {
 
   it("a bad endpoint or header list stops start-up, naming the variable and never a header's value", () => {
     const problems = problemsOf(
-      testEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: "collector:4318", OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: "not a url", OTEL_EXPORTER_OTLP_HEADERS: "x-api-key", OTEL_SDK_DISABLED: "yes" }),
+      testEnv({
+        OTEL_EXPORTER_OTLP_ENDPOINT: "collector:4318",
+        OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: "not a url",
+        OTEL_EXPORTER_OTLP_HEADERS: "x-api-key",
+        OTEL_SDK_DISABLED: "yes",
+      }),
     );
     expect(problems).toEqual([
       'OTEL_EXPORTER_OTLP_ENDPOINT must be an http:// or https:// URL, got "collector:4318"',

@@ -19,8 +19,20 @@ const FROM = "34600000001";
 const OTHER_NUMBER_ID = "106540352249999";
 
 const now = () => String(Math.floor(Date.now() / 1000));
-const voiceNote = () => ({ from: FROM, id: uniqueWamid(), timestamp: now(), type: "audio", audio: { id: `media.${uniqueWamid()}`, mime_type: "audio/ogg; codecs=opus", voice: true } });
-const sticker = (mediaId: string) => ({ from: FROM, id: uniqueWamid(), timestamp: now(), type: "sticker", sticker: { id: mediaId, mime_type: "image/webp", animated: false } });
+const voiceNote = () => ({
+  from: FROM,
+  id: uniqueWamid(),
+  timestamp: now(),
+  type: "audio",
+  audio: { id: `media.${uniqueWamid()}`, mime_type: "audio/ogg; codecs=opus", voice: true },
+});
+const sticker = (mediaId: string) => ({
+  from: FROM,
+  id: uniqueWamid(),
+  timestamp: now(),
+  type: "sticker",
+  sticker: { id: mediaId, mime_type: "image/webp", animated: false },
+});
 const text = (body: string) => textMessage({ text: body, from: FROM });
 
 /** One POST carrying these messages, in this order, as Meta batches a burst. */

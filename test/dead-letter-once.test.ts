@@ -16,7 +16,8 @@ import { PHONE_NUMBER_ID, statusWebhook, textWebhook } from "./support/webhook-b
 
 const harness = harnessPerTest();
 const auth = { authorization: `Bearer ${TEST_ADMIN_TOKEN}` };
-const post = (h: Harness, url: string, payload?: Record<string, unknown>) => h.app.inject({ method: "POST", url, headers: auth, ...(payload ? { payload } : {}) });
+const post = (h: Harness, url: string, payload?: Record<string, unknown>) =>
+  h.app.inject({ method: "POST", url, headers: auth, ...(payload ? { payload } : {}) });
 const get = (h: Harness, url: string) => h.app.inject({ method: "GET", url, headers: auth });
 
 const failed = (wamid: string, code = 131026) =>
@@ -55,7 +56,10 @@ describe("one open dead letter per reply", () => {
     const letter = await eventually(() => h.db.deadLetter.findFirst({ where: { state: "open" } }), "the job's dead letter");
     const first = await h.db.outboundMessage.findFirstOrThrow({ where: { sendState: "accepted" } });
     await h.deliver(failed(first.wamid!));
-    await eventually(async () => (await h.db.deadLetterAction.count({ where: { deadLetterId: letter.id, action: "failed_again" } })) === 1, "Meta's report to join it");
+    await eventually(
+      async () => (await h.db.deadLetterAction.count({ where: { deadLetterId: letter.id, action: "failed_again" } })) === 1,
+      "Meta's report to join it",
+    );
     expect(await h.db.deadLetter.count()).toBe(1);
     expect((await get(h, "/admin/dlq")).json().total).toBe(1);
   });
@@ -128,7 +132,9 @@ describe("a maybe-sent part when the 24-hour window closes", () => {
     await writeFile(file, JSON.stringify({ [PHONE_NUMBER_ID]: { windowClosedTemplate: { name: "follow_up", language: "en_US" } } }));
     // The free-form send goes out within the window's last 3 s; its wait for a status
     // (0.5 + 0.3 + 3 s) outlasts the window.
-    const h = await harness({ env: { PHONE_NUMBERS_FILE: file, GRAPH_TIMEOUT_MS: "300", SEND_RECONCILE_WAIT_MS: "3000", JOB_LOCK_MS: "1000", REPLY_DEBOUNCE_MS: "0" } });
+    const h = await harness({
+      env: { PHONE_NUMBERS_FILE: file, GRAPH_TIMEOUT_MS: "300", SEND_RECONCILE_WAIT_MS: "3000", JOB_LOCK_MS: "1000", REPLY_DEBOUNCE_MS: "0" },
+    });
     h.graph.answerSends({ hang: true });
     await h.deliver(textWebhook({ text: "are you there?", timestamp: Math.floor(Date.now() / 1000) - 24 * 3600 + 3 }).body);
     await eventually(async () => h.graph.requests.some((r) => r.body.type === "template"), "the template", 15_000);
@@ -136,7 +142,10 @@ describe("a maybe-sent part when the 24-hour window closes", () => {
     expect(free).toMatchObject({ sendState: "unconfirmed", wamid: null });
 
     await h.deliver(statusWebhook({ id: "wamid.LATEFREE", status: "delivered", biz_opaque_callback_data: free.id }));
-    await eventually(async () => (await h.db.outboundMessage.findUniqueOrThrow({ where: { id: free.id } })).wamid === "wamid.LATEFREE", "the late status to find the part");
+    await eventually(
+      async () => (await h.db.outboundMessage.findUniqueOrThrow({ where: { id: free.id } })).wamid === "wamid.LATEFREE",
+      "the late status to find the part",
+    );
     expect(h.graph.sends).toHaveLength(1); // the free-form text went out once, never again
   });
 });

@@ -42,7 +42,10 @@ describe.runIf(existsSync(CHROMIUM))("the demo in Chromium", () => {
     demo.sandbox.setFaults(NO_FAULTS);
     if (context.task.result?.state === "fail") {
       await mkdir(ARTIFACTS, { recursive: true });
-      for (const [i, p] of browser.contexts().flatMap((c) => c.pages()).entries()) {
+      for (const [i, p] of browser
+        .contexts()
+        .flatMap((c) => c.pages())
+        .entries()) {
         await p.screenshot({ path: `${ARTIFACTS}/demo-failure-${i}.png`, fullPage: true }).catch(() => undefined);
       }
     }

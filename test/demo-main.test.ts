@@ -67,7 +67,11 @@ describe("npm run demo, the process", () => {
     expect(demo.output()).toContain("the offline responder");
 
     const from = "447700900777";
-    const sent = await fetch(`${chatUrl}/api/messages`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ from, text: "Anyone there?" }) });
+    const sent = await fetch(`${chatUrl}/api/messages`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ from, text: "Anyone there?" }),
+    });
     expect(sent.status).toBe(202);
     const reply = await eventually(async () => {
       const chat = (await (await fetch(`${chatUrl}/api/chats/${from}`)).json()) as { messages: { direction: string; text: string }[] };

@@ -162,7 +162,11 @@ describe("npm run demo's sandbox, through its JSON API", () => {
       10_000,
     );
     await api("POST", "/demo/api/faults", { send: null });
-    await eventually(async () => (await demo.db.reply.findFirst({ where: { conversation: { contact: { waId: from } } } }))?.state === "sent", "the reply recorded as sent", 15_000);
+    await eventually(
+      async () => (await demo.db.reply.findFirst({ where: { conversation: { contact: { waId: from } } } }))?.state === "sent",
+      "the reply recorded as sent",
+      15_000,
+    );
     expect(await replies(from)).toHaveLength(1);
     expect(demo.sandbox.graph.taken.filter((s) => s.to === from)).toHaveLength(1);
   }, 30_000);
@@ -207,10 +211,7 @@ describe("npm run demo's sandbox, through its JSON API", () => {
 
   it("an image goes to the backend through Meta's media download; a location and a tapped button are answered too", async () => {
     const from = newPhone();
-    const png = Buffer.from(
-      "iVBORw0KGgoAAAANSUhEUgAAAAQAAAAECAIAAAAmkwkpAAAAFklEQVR4nGP8z8DAwMDAxMDAwMDAAAANHQEDasKb6QAAAABJRU5ErkJggg==",
-      "base64",
-    );
+    const png = Buffer.from("iVBORw0KGgoAAAANSUhEUgAAAAQAAAAECAIAAAAmkwkpAAAAFklEQVR4nGP8z8DAwMDAxMDAwMDAAAANHQEDasKb6QAAAABJRU5ErkJggg==", "base64");
     await write({ from, image: { data: png.toString("base64"), mimeType: "image/png", caption: "Is this mug red?" } });
     const [imageReply] = await eventually(async () => {
       const out = await replies(from);
@@ -226,7 +227,10 @@ describe("npm run demo's sandbox, through its JSON API", () => {
     await write({ from, location: { latitude: 51.508, longitude: -0.128, name: "Trafalgar Square" } });
     await eventually(async () => (await replies(from)).some((r) => r.text.includes("Thanks for the location (Trafalgar Square")), "the location's reply");
     await write({ from, button: { id: "hours", title: "Opening hours" } });
-    await eventually(async () => (await replies(from)).some((r) => r.text.includes('[Chose the option "Opening hours" (id hours)]') && r.text.includes("closed on Sundays")), "the button's reply");
+    await eventually(
+      async () => (await replies(from)).some((r) => r.text.includes('[Chose the option "Opening hours" (id hours)]') && r.text.includes("closed on Sundays")),
+      "the button's reply",
+    );
   });
 
   it("a customer known only by username and BSUID is answered at their BSUID", async () => {
@@ -242,7 +246,9 @@ describe("npm run demo's sandbox, through its JSON API", () => {
   it("the JSON API says what is wrong with a request", async () => {
     expect((await api("POST", "/demo/api/messages", { text: "who am I?" })).body.error).toMatch(/give from/);
     expect((await api("POST", "/demo/api/messages", { from: "+44 7700", text: "x" })).status).toBe(400);
-    expect((await api("POST", "/demo/api/messages", { from: newPhone(), text: "a", location: { latitude: 1, longitude: 2 } })).body.error).toMatch(/exactly one/);
+    expect((await api("POST", "/demo/api/messages", { from: newPhone(), text: "a", location: { latitude: 1, longitude: 2 } })).body.error).toMatch(
+      /exactly one/,
+    );
     expect((await api("POST", "/demo/api/faults", { send: "418" })).status).toBe(400);
     expect((await api("GET", "/demo/api/chats/0000000")).status).toBe(404);
     const page = await fetch(`${demo.url}/demo`);

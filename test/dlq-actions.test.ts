@@ -47,10 +47,7 @@ describe("the staff queue", () => {
     const oldDraft = (await h.db.deadLetter.findUniqueOrThrow({ where: { id }, include: { reply: true } })).reply!.text;
     expect((await post(`/admin/dlq/${id}/regenerate`)).statusCode).toBe(202);
     await eventually(() => h.claude.requests.length === calls + 1, "Claude to be asked again");
-    const reply = await eventually(
-      async () => (await h.db.deadLetter.findUniqueOrThrow({ where: { id }, include: { reply: true } })).reply!,
-      "the new draft",
-    );
+    const reply = await eventually(async () => (await h.db.deadLetter.findUniqueOrThrow({ where: { id }, include: { reply: true } })).reply!, "the new draft");
     await eventually(async () => (await h.db.reply.findUniqueOrThrow({ where: { id: reply.id } })).state === "sent", "the new draft to be sent");
     const sent = await h.db.reply.findUniqueOrThrow({ where: { id: reply.id } });
     expect(sent.text).not.toBe(oldDraft);
@@ -66,18 +63,44 @@ describe("the staff queue", () => {
     );
     const failed = {
       object: "whatsapp_business_account",
-      entry: [{ id: "1", changes: [{ field: "messages", value: { messaging_product: "whatsapp", metadata: { phone_number_id: "106540352242922" }, statuses: [
-        { id: part.wamid, status: "failed", timestamp: String(Math.floor(Date.now() / 1000)), recipient_id: "3361000000021", errors: [{ code: 131026, title: "Message undeliverable" }] },
-      ] } }] }],
+      entry: [
+        {
+          id: "1",
+          changes: [
+            {
+              field: "messages",
+              value: {
+                messaging_product: "whatsapp",
+                metadata: { phone_number_id: "106540352242922" },
+                statuses: [
+                  {
+                    id: part.wamid,
+                    status: "failed",
+                    timestamp: String(Math.floor(Date.now() / 1000)),
+                    recipient_id: "3361000000021",
+                    errors: [{ code: 131026, title: "Message undeliverable" }],
+                  },
+                ],
+              },
+            },
+          ],
+        },
+      ],
     };
     await h.deliver(JSON.stringify(failed));
-    const letter = await eventually(() => h.db.deadLetter.findFirst({ where: { code: "131026", state: "open", conversation: { contact: { waId: "3361000000021" } } } }), "the dead letter");
+    const letter = await eventually(
+      () => h.db.deadLetter.findFirst({ where: { code: "131026", state: "open", conversation: { contact: { waId: "3361000000021" } } } }),
+      "the dead letter",
+    );
     const calls = h.claude.requests.length;
     expect((await post(`/admin/dlq/${letter.id}/regenerate`)).statusCode).toBe(202);
     await eventually(async () => (await h.db.reply.findUniqueOrThrow({ where: { id: part.replyId } })).state === "sent", "the regenerated reply to be sent");
     expect(h.claude.requests.length).toBe(calls + 1);
     const parts = await h.db.outboundMessage.findMany({ where: { replyId: part.replyId }, orderBy: { seq: "asc" } });
-    expect(parts.map((p) => [p.seq, p.status ?? p.sendState])).toEqual([[0, "failed"], [1, "accepted"]]); // the failed one stays as history
+    expect(parts.map((p) => [p.seq, p.status ?? p.sendState])).toEqual([
+      [0, "failed"],
+      [1, "accepted"],
+    ]); // the failed one stays as history
   });
 
   it("bulk resend: every open item of one reason goes out once, paced, and other reasons are left alone", async () => {

@@ -15,12 +15,10 @@ const auth = { authorization: `Bearer ${TEST_ADMIN_TOKEN}` };
 const detail = async (id: string) => (await h.app.inject({ method: "GET", url: `/admin/dlq/${id}`, headers: auth })).json();
 
 async function deadLetterFor(text: string, from: string, timestamp?: number): Promise<string> {
-  if (!timestamp) h.graph.answerSends({ status: 400, body: graphError(131047, "Re-engagement message", "Message failed to send because more than 24 hours have passed") });
+  if (!timestamp)
+    h.graph.answerSends({ status: 400, body: graphError(131047, "Re-engagement message", "Message failed to send because more than 24 hours have passed") });
   await h.deliver(textWebhook({ text, from, ...(timestamp ? { timestamp } : {}) }).body);
-  const letter = await eventually(
-    () => h.db.deadLetter.findFirst({ where: { conversation: { contact: { waId: from } } } }),
-    `a dead letter for ${from}`,
-  );
+  const letter = await eventually(() => h.db.deadLetter.findFirst({ where: { conversation: { contact: { waId: from } } } }), `a dead letter for ${from}`);
   return letter.id;
 }
 
@@ -42,7 +40,11 @@ describe("GET /admin/dlq/:id", () => {
     });
     expect(item.error.reason).toMatch(/24 hours/);
     // Issue 9: in plain words, with what to do next.
-    expect(item.explanation).toMatchObject({ kind: "window_closed", title: "The 24-hour window has closed", next: expect.stringMatching(/Send an approved template/) });
+    expect(item.explanation).toMatchObject({
+      kind: "window_closed",
+      title: "The 24-hour window has closed",
+      next: expect.stringMatching(/Send an approved template/),
+    });
     expect(item.timeline.map((t: { direction: string; text: string }) => [t.direction, t.text])).toEqual([
       ["in", "Is my order on its way?"],
       ["out", item.reply.draft],
@@ -69,7 +71,10 @@ describe("GET /admin/dlq/:id", () => {
     const conversationId = (await detail(id)).conversation.id as string;
     await h.app.inject({ method: "POST", url: `/admin/conversations/${conversationId}/pause`, headers: auth, payload: { minutes: 60 } });
     await h.app.inject({ method: "POST", url: `/admin/conversations/${conversationId}/resume`, headers: auth });
-    expect((await detail(id)).actions.map((a: { action: string; actor: string }) => `${a.action} by ${a.actor}`)).toEqual(["pause_bot by api", "resume_bot by api"]);
+    expect((await detail(id)).actions.map((a: { action: string; actor: string }) => `${a.action} by ${a.actor}`)).toEqual([
+      "pause_bot by api",
+      "resume_bot by api",
+    ]);
   });
 
   it("warns when the 24-hour window has closed (free text would fail with 131047)", async () => {

@@ -50,7 +50,10 @@ describe("compose.yaml", () => {
     for (const [name, service] of ours) {
       const unknown = Object.keys(service.environment ?? {}).filter((v) => !ENV_VARIABLES.includes(v));
       expect(unknown, `${name} sets variables the app does not read`).toEqual([]);
-      expect(service.env_file?.map((f) => f.path), name).toEqual([".env"]);
+      expect(
+        service.env_file?.map((f) => f.path),
+        name,
+      ).toEqual([".env"]);
       expect(ROLES, `${name}'s command`).toContain(service.command?.[0]);
     }
   });
@@ -99,11 +102,17 @@ describe("the Dockerfile's steps, replayed without Docker", () => {
     // The environment compose gives each service, with this machine's addresses and local
     // fakes of Meta and Anthropic where compose names its own network's.
     const [graph, claude] = await Promise.all([new FakeGraph().start(), new FakeAnthropic().start()]);
-    cleanups.push(() => graph.stop(), () => claude.stop());
+    cleanups.push(
+      () => graph.stop(),
+      () => claude.stop(),
+    );
     const id = randomBytes(5).toString("hex");
     const schema = `image_${id}`;
     const prefix = `{image-${id}}`;
-    cleanups.push(() => dropSchema(schema), () => forgetPrefix(prefix));
+    cleanups.push(
+      () => dropSchema(schema),
+      () => forgetPrefix(prefix),
+    );
     const secrets = testEnv();
     const dotEnv = {
       // What an operator's .env would add (env_file): the fakes, this run's prefix, quick settings.
@@ -253,10 +262,17 @@ function start(name: string, [command, ...args]: string[], env: Record<string, s
     exited,
     output: () => `--- ${name} ---\n${output}`,
     async answers(url) {
-      await eventually(async () => {
-        if (child.exitCode !== null) throw new Error(`${name} exited with ${child.exitCode}\n${running.output()}`);
-        return fetch(url).then((r) => r.ok, () => false);
-      }, `${name} to answer ${url}`, 60_000);
+      await eventually(
+        async () => {
+          if (child.exitCode !== null) throw new Error(`${name} exited with ${child.exitCode}\n${running.output()}`);
+          return fetch(url).then(
+            (r) => r.ok,
+            () => false,
+          );
+        },
+        `${name} to answer ${url}`,
+        60_000,
+      );
     },
   };
   return running;

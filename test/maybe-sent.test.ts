@@ -29,7 +29,10 @@ describe("a send Meta may have taken", () => {
     const h = await harness({ env: FAST });
     h.graph.answerSends({ status: 200, delayMs: 1200 }); // Meta takes it, and answers after our timeout
     await h.deliver(textWebhook({ text: "do you deliver on Sundays?" }).body);
-    await eventually(async () => h.graph.sends.length === 1 && (await h.queues.reply.getJobCounts("delayed")).delayed === 1, "the first send to time out and its retry to wait");
+    await eventually(
+      async () => h.graph.sends.length === 1 && (await h.queues.reply.getJobCounts("delayed")).delayed === 1,
+      "the first send to time out and its retry to wait",
+    );
 
     // The customer writes again while the first reply's retry waits for its status.
     await h.deliver(textWebhook({ text: "and on holidays?" }).body);
@@ -100,14 +103,27 @@ describe("the Graph client tells refusal from ambiguity", () => {
     await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
     const { port } = server.address() as { port: number };
     const client = new GraphClient({ baseUrl: `http://127.0.0.1:${port}`, version: "v24.0", accessToken: "t", timeoutMs: 300 });
-    return { client, close: () => new Promise((resolve) => { server.closeAllConnections(); server.close(() => resolve()); }) };
+    return {
+      client,
+      close: () =>
+        new Promise((resolve) => {
+          server.closeAllConnections();
+          server.close(() => resolve());
+        }),
+    };
   }
-  const send = (client: GraphClient) => client.sendText({ phoneNumberId: "1", to: { phone: "2" }, text: "hi", bizOpaqueCallbackData: "p" }).then(() => undefined, (error: unknown) => error);
+  const send = (client: GraphClient) =>
+    client.sendText({ phoneNumberId: "1", to: { phone: "2" }, text: "hi", bizOpaqueCallbackData: "p" }).then(
+      () => undefined,
+      (error: unknown) => error,
+    );
 
-  const page = (status: number, contentType: string, body: string): Handler => (_req, res) => {
-    res.writeHead(status, { "content-type": contentType });
-    res.end(body);
-  };
+  const page =
+    (status: number, contentType: string, body: string): Handler =>
+    (_req, res) => {
+      res.writeHead(status, { "content-type": contentType });
+      res.end(body);
+    };
   it.each<[string, Handler, typeof RetryableError | typeof PermanentError]>([
     ["a timeout", () => undefined, RetryableError],
     ["a connection reset after the request", (req) => req.socket.destroy(), RetryableError],
@@ -155,7 +171,12 @@ describe("the Graph client tells refusal from ambiguity", () => {
       res.end("<html>Service Unavailable</html>");
     });
     try {
-      expect(await send(client)).toMatchObject({ code: "http_503", ambiguous: true, minDelayMs: 7000, detail: { httpStatus: 503, contentType: "text/html; charset=utf-8" } });
+      expect(await send(client)).toMatchObject({
+        code: "http_503",
+        ambiguous: true,
+        minDelayMs: 7000,
+        detail: { httpStatus: 503, contentType: "text/html; charset=utf-8" },
+      });
     } finally {
       await close();
     }

@@ -19,8 +19,7 @@ function fixture(name: string): string {
   return readFileSync(`fixtures/messages/${name}.json`, "utf8").replaceAll('"timestamp":"1764470000"', `"timestamp":"${now}"`);
 }
 
-const repliedTo = async (h: Harness, wamid: string) =>
-  (await h.db.inboundMessage.findUnique({ where: { wamid }, include: { reply: true } }))?.reply ?? null;
+const repliedTo = async (h: Harness, wamid: string) => (await h.db.inboundMessage.findUnique({ where: { wamid }, include: { reply: true } }))?.reply ?? null;
 
 describe("answered by Claude, as readable text", () => {
   it.each([

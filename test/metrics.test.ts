@@ -28,10 +28,13 @@ async function system(options?: HarnessOptions & { now?: () => number }) {
   };
   /** Scrapes until `metric` with `labels` reaches `atLeast` (the job that moves it may still be finishing). */
   const scrapeWhen = (metric: string, labels: Record<string, string>, atLeast = 1) =>
-    eventually(async () => {
-      const text = await scrape();
-      return (sampleValue(text, metric, labels) ?? 0) >= atLeast ? text : undefined;
-    }, `${metric} ${JSON.stringify(labels)} to reach ${atLeast}`);
+    eventually(
+      async () => {
+        const text = await scrape();
+        return (sampleValue(text, metric, labels) ?? 0) >= atLeast ? text : undefined;
+      },
+      `${metric} ${JSON.stringify(labels)} to reach ${atLeast}`,
+    );
   return { h, scrape, scrapeWhen };
 }
 

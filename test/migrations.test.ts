@@ -8,7 +8,10 @@ import { createDb } from "../src/db/client.ts";
 import { MIGRATIONS_DIR, migrate } from "../src/db/migrate.ts";
 import { dropSchema, TEST_DATABASE_URL, withSchema } from "./support/harness.ts";
 
-const ALL = (await readdir(MIGRATIONS_DIR, { withFileTypes: true })).filter((e) => e.isDirectory()).map((e) => e.name).sort();
+const ALL = (await readdir(MIGRATIONS_DIR, { withFileTypes: true }))
+  .filter((e) => e.isDirectory())
+  .map((e) => e.name)
+  .sort();
 
 const schemas: string[] = [];
 function freshSchema(): string {
@@ -51,7 +54,9 @@ describe("migrations", () => {
     const expected = await Promise.all(
       ALL.map(async (name) => ({
         migration_name: name,
-        checksum: createHash("sha256").update(await readFile(join(MIGRATIONS_DIR, name, "migration.sql"))).digest("hex"),
+        checksum: createHash("sha256")
+          .update(await readFile(join(MIGRATIONS_DIR, name, "migration.sql")))
+          .digest("hex"),
         finished_at: expect.any(Date),
         applied_steps_count: 1,
       })),
@@ -93,9 +98,19 @@ describe("migrations", () => {
     await migrate(url);
     const db = createDb(url, { poolSize: 2 });
     try {
-      const contact = await db.contact.create({ data: { waId: "15550001111", name: "Ana", userId: "US.1", parentUserId: "US.ENT.1", username: "@ana", marketingOptedOutAt: new Date() } });
+      const contact = await db.contact.create({
+        data: { waId: "15550001111", name: "Ana", userId: "US.1", parentUserId: "US.ENT.1", username: "@ana", marketingOptedOutAt: new Date() },
+      });
       const conversation = await db.conversation.create({
-        data: { phoneNumberId: "106540352242922", contactId: contact.id, lastInboundAt: new Date(), pausedUntil: new Date(), pausedBy: "api", optedOutAt: new Date(), replyFence: 7n },
+        data: {
+          phoneNumberId: "106540352242922",
+          contactId: contact.id,
+          lastInboundAt: new Date(),
+          pausedUntil: new Date(),
+          pausedBy: "api",
+          optedOutAt: new Date(),
+          replyFence: 7n,
+        },
       });
       const reply = await db.reply.create({
         data: {
@@ -112,14 +127,52 @@ describe("migrations", () => {
         },
       });
       await db.inboundMessage.create({
-        data: { wamid: "wamid.M1", conversationId: conversation.id, type: "text", text: "hi", sentAt: new Date(), payload: { a: [1, "é"] }, replyId: reply.id, skipReason: null, cannedText: "c", control: "opt_out", arrival: 5n },
+        data: {
+          wamid: "wamid.M1",
+          conversationId: conversation.id,
+          type: "text",
+          text: "hi",
+          sentAt: new Date(),
+          payload: { a: [1, "é"] },
+          replyId: reply.id,
+          skipReason: null,
+          cannedText: "c",
+          control: "opt_out",
+          arrival: 5n,
+        },
       });
       await db.outboundMessage.create({
-        data: { replyId: reply.id, seq: 0, text: "hola", template: "follow_up", sendState: "accepted", wamid: "wamid.O1", status: "read", statusRank: 3, statusAt: new Date(), acceptedAt: new Date(), sendAttempt: 2, resendAfter: new Date() },
+        data: {
+          replyId: reply.id,
+          seq: 0,
+          text: "hola",
+          template: "follow_up",
+          sendState: "accepted",
+          wamid: "wamid.O1",
+          status: "read",
+          statusRank: 3,
+          statusAt: new Date(),
+          acceptedAt: new Date(),
+          sendAttempt: 2,
+          resendAfter: new Date(),
+        },
       });
       await db.outboundMessage.create({ data: { replyId: reply.id, seq: 1, text: "maybe", sendState: "unconfirmed" } });
       const letter = await db.deadLetter.create({
-        data: { conversationId: conversation.id, replyId: reply.id, dedupKey: "k1", source: "graph", code: "131047", reason: "r", detail: { x: 1 }, attempts: 2, state: "open", actedBy: "api", actedAt: new Date(), note: "n" },
+        data: {
+          conversationId: conversation.id,
+          replyId: reply.id,
+          dedupKey: "k1",
+          source: "graph",
+          code: "131047",
+          reason: "r",
+          detail: { x: 1 },
+          attempts: 2,
+          state: "open",
+          actedBy: "api",
+          actedAt: new Date(),
+          note: "n",
+        },
       });
       await db.deadLetterAction.create({ data: { deadLetterId: letter.id, actor: "api", action: "discard", detail: { note: "n" } } });
       const staff = await db.staffMember.create({ data: { email: "ops@example.com", passwordHash: "$argon2id$x", role: "operator", disabledAt: null } });

@@ -1,12 +1,12 @@
 import { readFileSync } from "node:fs";
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { parse } from "yaml";
 import { buildMetricsApp } from "../src/app.ts";
 import { graphError } from "./support/fake-graph.ts";
 import { eventually, type Harness, startHarness } from "./support/harness.ts";
 import { parseSamples, type Sample } from "./support/prometheus-text.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
-import { parse } from "yaml";
 
 /**
  * The alert rules and the dashboard in ops/ cannot rot: every metric and label they name is
@@ -63,7 +63,13 @@ function selectors(expr: string): { metric: string; labels: string[] }[] {
 }
 
 /** The labels the expression groups by (sum by (a, b) ...). */
-const groupedBy = (expr: string) => [...expr.matchAll(/\bby\s*\(([^)]*)\)/g)].flatMap((m) => m[1]!.split(",").map((l) => l.trim()).filter(Boolean));
+const groupedBy = (expr: string) =>
+  [...expr.matchAll(/\bby\s*\(([^)]*)\)/g)].flatMap((m) =>
+    m[1]!
+      .split(",")
+      .map((l) => l.trim())
+      .filter(Boolean),
+  );
 
 let h: Harness;
 let samples: Sample[];

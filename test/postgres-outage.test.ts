@@ -85,12 +85,25 @@ describe("telling an outage from a bad request", () => {
     await h.db.contact.count(); // a pooled connection that will break
     await pg.crash();
     const errors: unknown[] = [];
-    for (const query of [() => h!.db.contact.count(), () => h!.db.contact.count(), () => h!.db.$queryRaw`SELECT 1`, () => h!.db.$transaction(async (tx) => tx.contact.count())]) {
-      errors.push(await query().then(() => undefined, (error: unknown) => error));
+    for (const query of [
+      () => h!.db.contact.count(),
+      () => h!.db.contact.count(),
+      () => h!.db.$queryRaw`SELECT 1`,
+      () => h!.db.$transaction(async (tx) => tx.contact.count()),
+    ]) {
+      errors.push(
+        await query().then(
+          () => undefined,
+          (error: unknown) => error,
+        ),
+      );
     }
     expect(errors.every((e) => e !== undefined && isDatabaseUnavailable(e))).toBe(true);
     await pg.resume();
-    const badRequest = await h.db.$queryRaw`SELECT * FROM no_such_table`.then(() => undefined, (error: unknown) => error);
+    const badRequest = await h.db.$queryRaw`SELECT * FROM no_such_table`.then(
+      () => undefined,
+      (error: unknown) => error,
+    );
     expect(badRequest).toBeDefined();
     expect(isDatabaseUnavailable(badRequest)).toBe(false);
     expect(isDatabaseUnavailable(new Error("reply has no messages to answer"))).toBe(false);

@@ -1,8 +1,8 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { afterEach, describe, expect, it } from "vitest";
-import { freePort } from "./support/ports.ts";
 import { deliverOverHttp, runEntryPoint } from "./support/entry-point.ts";
 import { eventually, type Harness, startHarness } from "./support/harness.ts";
+import { freePort } from "./support/ports.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
 
 /** The real entry point as operators run it (`npm start` = src/main.ts all --migrate). */
@@ -22,7 +22,15 @@ describe("the process", () => {
     child = main.child;
 
     const base = `http://127.0.0.1:${port}`;
-    await eventually(() => fetch(`${base}/readyz`).then((r) => r.ok, () => false), "the process to be ready", 60_000);
+    await eventually(
+      () =>
+        fetch(`${base}/readyz`).then(
+          (r) => r.ok,
+          () => false,
+        ),
+      "the process to be ready",
+      60_000,
+    );
     expect(main.output).toContain('"event":"db.migrated"');
     const scrape = await fetch(`http://127.0.0.1:${metricsPort}/metrics`);
     expect(scrape.status).toBe(200);
@@ -51,7 +59,11 @@ describe("the process", () => {
       stdio: "ignore",
     });
     const exited = new Promise<number | null>((resolve) => child!.once("exit", (code) => resolve(code)));
-    const scrape = () => fetch(`http://127.0.0.1:${metricsPort}/metrics`).then((r) => (r.ok ? r.text() : ""), () => "");
+    const scrape = () =>
+      fetch(`http://127.0.0.1:${metricsPort}/metrics`).then(
+        (r) => (r.ok ? r.text() : ""),
+        () => "",
+      );
     await eventually(scrape, "the worker's metrics listener", 60_000);
 
     expect((await h.deliver(textWebhook({ text: "hello worker" }).body)).statusCode).toBe(200);

@@ -5,7 +5,7 @@ import { eventually, type Harness, startHarness } from "./support/harness.ts";
 import { PrivatePostgres } from "./support/private-postgres.ts";
 import { describeFailures, explainStatements, LARGE_TABLE_ROWS, type PlanReport } from "./support/query-plans.ts";
 import { untilQuiet } from "./support/quiet.ts";
-import { seedHistory, type SeededHistory } from "./support/seed-history.ts";
+import { type SeededHistory, seedHistory } from "./support/seed-history.ts";
 import { normalizeSql, type RecordedStatement, StatementRecorder } from "./support/statement-recorder.ts";
 import { statusWebhook, textWebhook } from "./support/webhook-bodies.ts";
 
@@ -122,7 +122,11 @@ describe("every query on the hot path uses an index, on a database holding 100 0
   });
 
   it("the check does see a sequential scan when a query has no index to use", async () => {
-    const unindexed: RecordedStatement = { sql: `SELECT id FROM inbound_messages WHERE text = $1`, values: ["Seeded question 7: are you open today?"], job: "test" };
+    const unindexed: RecordedStatement = {
+      sql: `SELECT id FROM inbound_messages WHERE text = $1`,
+      values: ["Seeded question 7: are you open today?"],
+      job: "test",
+    };
     const found = await explainStatements(h!.config.databaseUrl, [unindexed]);
     expect(found.failing.map((f) => f.seqScans.map((s) => s.table))).toEqual([["inbound_messages"]]);
     expect(describeFailures(found)).toMatch(/Seq Scan on inbound_messages/);

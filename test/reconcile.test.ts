@@ -18,19 +18,25 @@ import { textWebhook } from "./support/webhook-bodies.ts";
 const harness = harnessPerTest();
 let rogues: { worker: Worker; connection: Redis }[] = [];
 afterEach(async () => {
-  await Promise.all(rogues.map(async (r) => {
-    await r.worker.close(true);
-    r.connection.disconnect();
-  }));
+  await Promise.all(
+    rogues.map(async (r) => {
+      await r.worker.close(true);
+      r.connection.disconnect();
+    }),
+  );
   rogues = [];
 });
 
 /** A worker on the system's queue that crashes on every job, spending all its attempts. */
 function crashingWorker(h: Harness, queue: Queue): void {
   const connection = new Redis(TEST_REDIS_URL, { maxRetriesPerRequest: null });
-  const worker = new Worker(queue.name, async (): Promise<unknown> => {
-    throw new Error("the worker crashed mid-job");
-  }, { connection, prefix: h.prefix, settings: { backoffStrategy: () => 0 } });
+  const worker = new Worker(
+    queue.name,
+    async (): Promise<unknown> => {
+      throw new Error("the worker crashed mid-job");
+    },
+    { connection, prefix: h.prefix, settings: { backoffStrategy: () => 0 } },
+  );
   rogues.push({ worker, connection });
 }
 

@@ -5,10 +5,10 @@ import { buildApp } from "../src/app.ts";
 import { loadConfig } from "../src/config.ts";
 import { createDb } from "../src/db/client.ts";
 import { createMetrics } from "../src/http/metrics.ts";
-import { eventually, type Harness, startHarness, TEST_APP_SECRET, testEnv } from "./support/harness.ts";
 import { closeQueues, createQueues, inboundJobId } from "../src/queue/queues.ts";
 import { createFailFastRedis } from "../src/queue/redis.ts";
 import { signMetaBody } from "../src/webhook/signature.ts";
+import { eventually, type Harness, startHarness, TEST_APP_SECRET, testEnv } from "./support/harness.ts";
 import { PrivateRedis } from "./support/private-redis.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
 
@@ -111,7 +111,12 @@ describe("Redis down when the web role starts (law 2)", () => {
     const db = createDb(config.databaseUrl, { poolSize: 1 });
     const app = buildApp({ config, logger: pino({ level: "silent" }), redis, queues, db, metrics: createMetrics() });
     const deliver = (body: string) =>
-      app.inject({ method: "POST", url: "/webhook", payload: body, headers: { "content-type": "application/json", "x-hub-signature-256": signMetaBody(Buffer.from(body), TEST_APP_SECRET) } });
+      app.inject({
+        method: "POST",
+        url: "/webhook",
+        payload: body,
+        headers: { "content-type": "application/json", "x-hub-signature-256": signMetaBody(Buffer.from(body), TEST_APP_SECRET) },
+      });
     try {
       await app.ready();
       const { body, wamids } = textWebhook({ text: "while Redis is still down" });

@@ -49,62 +49,71 @@ afterAll(async () => {
 });
 
 describe.each(["cluster", "sentinel"] as const)("on Redis %s", (topology) => {
-  it(
-    `${MESSAGES} messages, each delivered ${DELIVERIES} times to 2 web processes, the queues' master SIGKILLed mid-storm: ` +
-      "every message answered once with one Claude call, and none that was answered 200 is lost",
-    async () => {
-      const system = await ChaosSystem.start({
-        slug: topology,
-        logRoot,
-        workers: 2,
-        webs: 2,
-        redis: topology,
-        // Webhooks are refused while the queues have no replica (up to ~20 s, README): status
-        // webhooks too. A send that times out on a loaded machine is maybe-sent, and one that
-        // waited less than that for its status would be sent again (law 5), so these wait longer.
-        env: { ...COMMON_ENV, GRAPH_TIMEOUT_MS: "5000", SEND_RECONCILE_WAIT_MS: "30000" },
-        claudeLatencyMs: 200,
-        duplicateRate: 0,
-        seed: 11,
-      });
-      try {
-        const redis = system.replicated!;
-        const lost = await redis.masterOf(QUEUE_PREFIX);
-        for (let i = 0; i < MESSAGES; i++) {
-          system.customers.write(i, undefined, DELIVERIES);
-          if (i === MESSAGES / 2) await lost.kill();
-          await sleep(30);
-        }
-        const killedAt = Date.now();
-        const promoted = await redis.failedOver(QUEUE_PREFIX, lost);
-        const failoverMs = Date.now() - killedAt;
-        await sleep(DOWN_AFTER_FAILOVER_MS);
-        await lost.start();
-
-        const { settled, tally, failedJobs, leftJobs } = await settle(system, Date.now() + 90_000, { shortMs: 2000, longMs: 12_000 });
-        const context =
-          `${topology}: failover ${failoverMs} ms (${lost.port} -> ${promoted.port}); deliveries ${JSON.stringify(system.deliverer.stats)}; ` +
-          `tally ${JSON.stringify(tally)}; failed jobs ${JSON.stringify(failedJobs)}; jobs left ${JSON.stringify(leftJobs)}; ` +
-          `warnings ${JSON.stringify(await warningsIn(system.logDir))}; logs ${system.logDir}`;
-        expect(settled, context).toBe(true);
-        expect(tally.sentIn, context).toBe(MESSAGES);
-        // Meta stops delivering a message at its first 200: a 200 for a job the lost master
-        // took to its grave would leave that message unanswered for good.
-        expect(system.deliverer.stats.abandoned, context).toBe(0);
-        expect({ lost: tally.lost, answered: tally.answered, deadLettered: tally.deadLettered }, context).toEqual({ lost: 0, answered: MESSAGES, deadLettered: 0 });
-        expect(tally.claudeCalls, context).toBe(MESSAGES);
-        expect(tally.sendsTaken, context).toBe(tally.partsTaken);
-        expect(Object.values(failedJobs).every((n) => n === 0), context).toBe(true);
-        // The outage is paid in refusals Meta redelivers, never in a process lost.
-        expect(Object.keys(system.deliverer.stats.refused).filter((status) => status !== "503"), context).toEqual([]);
-        expect(system.processes.filter((p) => !p.running && !p.killedOnPurpose).map((p) => p.name), context).toEqual([]);
-        if (topology === "cluster") await expectEveryKeyInTheQueueSlot(redis);
-      } finally {
-        await system.close();
+  it(`${MESSAGES} messages, each delivered ${DELIVERIES} times to 2 web processes, the queues' master SIGKILLed mid-storm: ` +
+    "every message answered once with one Claude call, and none that was answered 200 is lost", async () => {
+    const system = await ChaosSystem.start({
+      slug: topology,
+      logRoot,
+      workers: 2,
+      webs: 2,
+      redis: topology,
+      // Webhooks are refused while the queues have no replica (up to ~20 s, README): status
+      // webhooks too. A send that times out on a loaded machine is maybe-sent, and one that
+      // waited less than that for its status would be sent again (law 5), so these wait longer.
+      env: { ...COMMON_ENV, GRAPH_TIMEOUT_MS: "5000", SEND_RECONCILE_WAIT_MS: "30000" },
+      claudeLatencyMs: 200,
+      duplicateRate: 0,
+      seed: 11,
+    });
+    try {
+      const redis = system.replicated!;
+      const lost = await redis.masterOf(QUEUE_PREFIX);
+      for (let i = 0; i < MESSAGES; i++) {
+        system.customers.write(i, undefined, DELIVERIES);
+        if (i === MESSAGES / 2) await lost.kill();
+        await sleep(30);
       }
-    },
-    240_000,
-  );
+      const killedAt = Date.now();
+      const promoted = await redis.failedOver(QUEUE_PREFIX, lost);
+      const failoverMs = Date.now() - killedAt;
+      await sleep(DOWN_AFTER_FAILOVER_MS);
+      await lost.start();
+
+      const { settled, tally, failedJobs, leftJobs } = await settle(system, Date.now() + 90_000, { shortMs: 2000, longMs: 12_000 });
+      const context =
+        `${topology}: failover ${failoverMs} ms (${lost.port} -> ${promoted.port}); deliveries ${JSON.stringify(system.deliverer.stats)}; ` +
+        `tally ${JSON.stringify(tally)}; failed jobs ${JSON.stringify(failedJobs)}; jobs left ${JSON.stringify(leftJobs)}; ` +
+        `warnings ${JSON.stringify(await warningsIn(system.logDir))}; logs ${system.logDir}`;
+      expect(settled, context).toBe(true);
+      expect(tally.sentIn, context).toBe(MESSAGES);
+      // Meta stops delivering a message at its first 200: a 200 for a job the lost master
+      // took to its grave would leave that message unanswered for good.
+      expect(system.deliverer.stats.abandoned, context).toBe(0);
+      expect({ lost: tally.lost, answered: tally.answered, deadLettered: tally.deadLettered }, context).toEqual({
+        lost: 0,
+        answered: MESSAGES,
+        deadLettered: 0,
+      });
+      expect(tally.claudeCalls, context).toBe(MESSAGES);
+      expect(tally.sendsTaken, context).toBe(tally.partsTaken);
+      expect(
+        Object.values(failedJobs).every((n) => n === 0),
+        context,
+      ).toBe(true);
+      // The outage is paid in refusals Meta redelivers, never in a process lost.
+      expect(
+        Object.keys(system.deliverer.stats.refused).filter((status) => status !== "503"),
+        context,
+      ).toEqual([]);
+      expect(
+        system.processes.filter((p) => !p.running && !p.killedOnPurpose).map((p) => p.name),
+        context,
+      ).toEqual([]);
+      if (topology === "cluster") await expectEveryKeyInTheQueueSlot(redis);
+    } finally {
+      await system.close();
+    }
+  }, 240_000);
 
   it("a webhook is answered 200 only once a replica holds its job: with the replica frozen it is 503, and 200 when the replica thaws", async () => {
     const redis = await startReplicatedRedis(topology);
@@ -203,7 +212,11 @@ async function warningsIn(dir: string): Promise<Record<string, Record<string, nu
       const key = `${entry.event}: ${(entry.err?.message ?? "").replace(/\d+/g, "N").slice(0, 80)}`;
       counts[key] = (counts[key] ?? 0) + 1;
     }
-    digest[file] = Object.fromEntries(Object.entries(counts).sort(([, a], [, b]) => b - a).slice(0, 6));
+    digest[file] = Object.fromEntries(
+      Object.entries(counts)
+        .sort(([, a], [, b]) => b - a)
+        .slice(0, 6),
+    );
   }
   return digest;
 }

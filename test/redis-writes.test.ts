@@ -74,7 +74,10 @@ describe("a master demoted to a replica under our connections (a failover's old 
 
       const refused = await web.set("k:web", "1").catch((error: unknown) => error);
       expect(isRedisUnavailable(refused)).toBe(true); // a 503, and Meta delivers again
-      await eventually(async () => web.status === "ready" && (await web.client("ID").catch(() => webConnection)) !== webConnection, "the web connection to reconnect");
+      await eventually(
+        async () => web.status === "ready" && (await web.client("ID").catch(() => webConnection)) !== webConnection,
+        "the web connection to reconnect",
+      );
 
       // Staying on the demoted server would refuse it for good; a reconnect finds the master.
       const landed = worker.set("k:worker", "1");

@@ -1,7 +1,7 @@
 import { spawn } from "node:child_process";
 import { describe, expect, it } from "vitest";
-import { anthropicError } from "./support/fake-anthropic.ts";
 import { inboundJobId } from "../src/queue/queues.ts";
+import { anthropicError } from "./support/fake-anthropic.ts";
 import { graphError } from "./support/fake-graph.ts";
 import { eventually, type Harness, settle } from "./support/harness.ts";
 import { harnessPerTest } from "./support/per-test.ts";
@@ -99,7 +99,10 @@ describe("one AI call per answer (law 4) and one send per reply (law 5)", () => 
 
   it("Graph 500, 500, then 200 → one send and one Claude call", async () => {
     const h = await harness();
-    h.graph.answerSends({ status: 500, body: graphError(131000, "Something went wrong") }, { status: 503, body: graphError(133004, "Server temporarily unavailable") });
+    h.graph.answerSends(
+      { status: 500, body: graphError(131000, "Something went wrong") },
+      { status: 503, body: graphError(133004, "Server temporarily unavailable") },
+    );
     const { body } = textWebhook({ text: "are you open?" });
     await h.deliver(body);
     await eventually(async () => (await h.db.reply.count({ where: { state: "sent" } })) === 1, "the reply to be sent");
@@ -140,10 +143,7 @@ describe("one AI call per answer (law 4) and one send per reply (law 5)", () => 
     const { body } = textWebhook({ text: "hello" });
     await h.deliver(body);
     // Meta took the message but our client timed out: the part stays "sending" without a wamid.
-    const part = await eventually(
-      async () => h.db.outboundMessage.findFirst({ where: { sendState: "sending", wamid: null } }),
-      "the send to time out",
-    );
+    const part = await eventually(async () => h.db.outboundMessage.findFirst({ where: { sendState: "sending", wamid: null } }), "the send to time out");
     await eventually(async () => (await h.queues.reply.getJobCounts("delayed")).delayed === 1, "the retry to be scheduled");
     expect((await h.deliver(statusWebhook({ id: "wamid.LOST1", status: "sent", biz_opaque_callback_data: part.id }))).statusCode).toBe(200);
     await eventually(async () => (await h.db.reply.count({ where: { state: "sent" } })) === 1, "the retry to finish the reply");

@@ -63,28 +63,22 @@ describe("verifyMetaSignature on Meta's wire-format fixtures", () => {
     expect(verifyMetaSignature(Buffer.concat([raw, Buffer.from("\n")]), committedSignature(name), SECRET)).toBe(false);
   });
 
-  it.each(fixtureNames)(
-    "%s re-serialised with JSON.stringify(JSON.parse(raw)) would not verify: only the raw bytes carry the signature",
-    (name) => {
-      const raw = readRaw(name);
-      const text = raw.toString("utf8");
-      // The fixtures are Meta's wire format: pure ASCII, non-ASCII as \uXXXX, "/" as "\/".
-      expect([...text].every((c) => c.charCodeAt(0) < 0x80)).toBe(true);
-      expect(text).toMatch(/\\u[0-9a-f]{4}|\\\//);
-      const reserialised = JSON.stringify(JSON.parse(text) as unknown);
-      expect(reserialised).not.toBe(text);
-      expect(verifyMetaSignature(Buffer.from(reserialised, "utf8"), committedSignature(name), SECRET)).toBe(false);
-    },
-  );
+  it.each(fixtureNames)("%s re-serialised with JSON.stringify(JSON.parse(raw)) would not verify: only the raw bytes carry the signature", (name) => {
+    const raw = readRaw(name);
+    const text = raw.toString("utf8");
+    // The fixtures are Meta's wire format: pure ASCII, non-ASCII as \uXXXX, "/" as "\/".
+    expect([...text].every((c) => c.charCodeAt(0) < 0x80)).toBe(true);
+    expect(text).toMatch(/\\u[0-9a-f]{4}|\\\//);
+    const reserialised = JSON.stringify(JSON.parse(text) as unknown);
+    expect(reserialised).not.toBe(text);
+    expect(verifyMetaSignature(Buffer.from(reserialised, "utf8"), committedSignature(name), SECRET)).toBe(false);
+  });
 
   it.each(fixtureNames.filter((name) => readRaw(name).includes("\\/")))(
     '%s re-serialised even with non-ASCII escaped back to \\uXXXX still fails, because of the "\\/" escapes',
     (name) => {
       const text = readRaw(name).toString("utf8");
-      const asciiOnly = JSON.stringify(JSON.parse(text) as unknown).replace(
-        /[\u007f-\uffff]/g,
-        (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`,
-      );
+      const asciiOnly = JSON.stringify(JSON.parse(text) as unknown).replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
       expect(asciiOnly).not.toBe(text);
       expect(verifyMetaSignature(Buffer.from(asciiOnly, "utf8"), committedSignature(name), SECRET)).toBe(false);
     },

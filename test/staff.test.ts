@@ -93,7 +93,11 @@ describe("signing in", () => {
   it("a wrong password, an unknown email or a disabled account is refused alike", async () => {
     await addStaff(h.db, "gone@example.com", PASSWORD);
     await staffCli(["disable", "gone@example.com"]);
-    for (const [email, password] of [["cleo@example.com", "wrong password!!"], ["nobody@example.com", PASSWORD], ["gone@example.com", PASSWORD]]) {
+    for (const [email, password] of [
+      ["cleo@example.com", "wrong password!!"],
+      ["nobody@example.com", PASSWORD],
+      ["gone@example.com", PASSWORD],
+    ]) {
       const res = await signIn(email!, password);
       expect(res.statusCode).toBe(401);
       expect(res.json()).toEqual({ error: "wrong email or password" });
@@ -120,7 +124,12 @@ describe("signing in", () => {
     expect(wrong.statusCode).toBe(403);
     expect((await h.db.deadLetter.findUniqueOrThrow({ where: { id } })).state).toBe("open");
 
-    const done = await h.app.inject({ method: "POST", url: `/admin/dlq/${id}/discard`, headers: { cookie, "x-csrf-token": csrf }, payload: { note: "phoned" } });
+    const done = await h.app.inject({
+      method: "POST",
+      url: `/admin/dlq/${id}/discard`,
+      headers: { cookie, "x-csrf-token": csrf },
+      payload: { note: "phoned" },
+    });
     expect(done.statusCode).toBe(200);
     expect(await h.db.deadLetter.findUniqueOrThrow({ where: { id } })).toMatchObject({ state: "discarded", actedBy: "cleo@example.com" });
     expect(await h.db.deadLetterAction.findFirstOrThrow({ where: { deadLetterId: id } })).toMatchObject({ actor: "cleo@example.com", action: "discard" });

@@ -46,10 +46,14 @@ async function sentReply(text = "Do you deliver to Lyon?") {
 async function deliverStatus(status: Parameters<typeof statusWebhook>[0]) {
   const res = await h.deliver(statusWebhook(status));
   expect(res.statusCode).toBe(200);
-  const job = await eventually(async () => {
-    const found = await h.queues.status.getJob(statusJobId(status.id, status.status));
-    return found?.finishedOn ? found : null;
-  }, `the ${status.status} status of ${status.id} to be processed`, WAIT);
+  const job = await eventually(
+    async () => {
+      const found = await h.queues.status.getJob(statusJobId(status.id, status.status));
+      return found?.finishedOn ? found : null;
+    },
+    `the ${status.status} status of ${status.id} to be processed`,
+    WAIT,
+  );
   expect(await job.getState()).toBe("completed");
 }
 

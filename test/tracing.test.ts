@@ -102,7 +102,15 @@ async function answerOneMessage(env: Record<string, string>): Promise<{ output: 
   child = main.child;
 
   const base = `http://127.0.0.1:${port}`;
-  await eventually(() => fetch(`${base}/readyz`).then((r) => r.ok, () => false), "the process to be ready", 60_000);
+  await eventually(
+    () =>
+      fetch(`${base}/readyz`).then(
+        (r) => r.ok,
+        () => false,
+      ),
+    "the process to be ready",
+    60_000,
+  );
   const { body, wamids } = textWebhook({ text: "is my order on its way?" });
   expect((await deliverOverHttp(base, body)).status).toBe(200);
   await eventually(async () => (await h!.db.reply.count({ where: { state: "sent" } })) === 1, "the reply to be sent", 30_000);
@@ -120,7 +128,11 @@ describe("traces", () => {
     const { spans } = receiver;
     const webhook = spans.find((s) => s.name === "POST /webhook");
     expect(webhook, `spans: ${spans.map((s) => s.name).join(", ")}`).toBeDefined();
-    expect(webhook).toMatchObject({ kind: KIND.server, service: "whatsapp-ai-reply-web", attributes: { "http.route": "/webhook", "http.response.status_code": 200 } });
+    expect(webhook).toMatchObject({
+      kind: KIND.server,
+      service: "whatsapp-ai-reply-web",
+      attributes: { "http.route": "/webhook", "http.response.status_code": 200 },
+    });
     expect(webhook!.parentSpanId ?? "").toBe(""); // the root: Meta sends no trace context
 
     const trace = spans.filter((s) => s.traceId === webhook!.traceId);

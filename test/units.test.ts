@@ -1,3 +1,4 @@
+import Anthropic from "@anthropic-ai/sdk";
 import { describe, expect, it } from "vitest";
 import { classifyAnthropicError, toAlternatingMessages } from "../src/ai/claude.ts";
 import { FencedOut, PermanentError, Postpone, RetryableError } from "../src/errors.ts";
@@ -5,7 +6,6 @@ import { decideFate, retryDelayMs } from "../src/jobs/policy.ts";
 import { type PendingMessage, planNextAnswer } from "../src/messages/plan.ts";
 import { splitForWhatsApp } from "../src/replies/split.ts";
 import { ruleForGraphCode } from "../src/whatsapp/error-codes.ts";
-import Anthropic from "@anthropic-ai/sdk";
 
 describe("splitting a reply for WhatsApp", () => {
   it("leaves a reply of up to 4096 characters whole", () => {
@@ -82,7 +82,9 @@ describe("which errors are retried (law 7)", () => {
     const failure = new RetryableError({ source: "graph", reason: "x" });
     expect(decideFate(failure, { attemptsMade: 0, attemptsStarted: 1, opts: { attempts: 3 } }, settings).action).toBe("retry");
     expect(decideFate(failure, { attemptsMade: 2, attemptsStarted: 3, opts: { attempts: 3 } }, settings).action).toBe("dead_letter");
-    expect(decideFate(new PermanentError({ source: "graph", reason: "x" }), { attemptsMade: 0, attemptsStarted: 1, opts: { attempts: 3 } }, settings).action).toBe("dead_letter");
+    expect(
+      decideFate(new PermanentError({ source: "graph", reason: "x" }), { attemptsMade: 0, attemptsStarted: 1, opts: { attempts: 3 } }, settings).action,
+    ).toBe("dead_letter");
     expect(decideFate(new Error("db down"), { attemptsMade: 0, attemptsStarted: 1, opts: { attempts: 3 } }, settings).action).toBe("retry");
     const throughput = new RetryableError({ source: "graph", code: "130429", reason: "x", throttle: true });
     expect(decideFate(throughput, { attemptsMade: 2, attemptsStarted: 3, opts: { attempts: 3 } }, settings).action).toBe("throttle"); // costs no attempt
@@ -128,7 +130,14 @@ describe("conversation history for Claude", () => {
         { role: "user", text: "price?" },
       ]),
     ).toEqual([
-      { role: "user", content: [{ type: "text", text: '[Earlier in this chat, the business wrote: "Welcome!"]' }, { type: "text", text: "hi" }, { type: "text", text: "anyone?" }] },
+      {
+        role: "user",
+        content: [
+          { type: "text", text: '[Earlier in this chat, the business wrote: "Welcome!"]' },
+          { type: "text", text: "hi" },
+          { type: "text", text: "anyone?" },
+        ],
+      },
       { role: "assistant", content: [{ type: "text", text: "Yes" }] },
       { role: "user", content: [{ type: "text", text: "price?" }] },
     ]);
@@ -160,7 +169,12 @@ describe("planning the next answer, in the order the customer wrote", () => {
     const stop = m({ text: "stop", control: "opt_out" });
     expect(planNextAnswer([stop], { optedOut: true, paused: false }, settings).skips).toEqual([{ id: stop.id, reason: "opted out (repeated)" }]);
     const human = m({ text: "human", control: "handoff" });
-    expect(planNextAnswer([human], { optedOut: false, paused: true }, settings).skips).toEqual([{ id: human.id, reason: "bot paused for a person (repeated request)" }]);
-    expect(planNextAnswer([human], open, settings)).toMatchObject({ answer: { kind: "canned", text: "A person will answer" }, effects: { handoffWamid: human.wamid } });
+    expect(planNextAnswer([human], { optedOut: false, paused: true }, settings).skips).toEqual([
+      { id: human.id, reason: "bot paused for a person (repeated request)" },
+    ]);
+    expect(planNextAnswer([human], open, settings)).toMatchObject({
+      answer: { kind: "canned", text: "A person will answer" },
+      effects: { handoffWamid: human.wamid },
+    });
   });
 });

@@ -19,7 +19,11 @@ const env = { REPLY_DEBOUNCE_MS: "0" };
 
 /** One message as Meta sends it: `phone` and/or `bsuid` say what the customer lets the business see. */
 function message(text: string, who: { phone?: string; bsuid?: string; username?: string }, id = uniqueWamid()) {
-  const contact = { profile: { name: "María", ...(who.username ? { username: who.username } : {}) }, ...(who.phone ? { wa_id: who.phone } : {}), ...(who.bsuid ? { user_id: who.bsuid } : {}) };
+  const contact = {
+    profile: { name: "María", ...(who.username ? { username: who.username } : {}) },
+    ...(who.phone ? { wa_id: who.phone } : {}),
+    ...(who.bsuid ? { user_id: who.bsuid } : {}),
+  };
   const sent = {
     ...(who.phone ? { from: who.phone } : {}),
     ...(who.bsuid ? { from_user_id: who.bsuid } : {}),
@@ -28,7 +32,12 @@ function message(text: string, who: { phone?: string; bsuid?: string; username?:
     type: "text",
     text: { body: text },
   };
-  const value = { messaging_product: "whatsapp", metadata: { display_phone_number: DISPLAY_NUMBER, phone_number_id: PHONE_NUMBER_ID }, contacts: [contact], messages: [sent] };
+  const value = {
+    messaging_product: "whatsapp",
+    metadata: { display_phone_number: DISPLAY_NUMBER, phone_number_id: PHONE_NUMBER_ID },
+    contacts: [contact],
+    messages: [sent],
+  };
   return { body: metaWire(envelope([{ field: "messages", value }])), id };
 }
 
@@ -137,6 +146,10 @@ describe("statuses and staff, for BSUID customers", () => {
 
 /** A status webhook carrying only the BSUID of its recipient, the way Meta sends them for username customers. */
 function status(s: Record<string, unknown>): string {
-  const value = { messaging_product: "whatsapp", metadata: { display_phone_number: DISPLAY_NUMBER, phone_number_id: PHONE_NUMBER_ID }, statuses: [{ timestamp: String(Math.floor(Date.now() / 1000)), ...s }] };
+  const value = {
+    messaging_product: "whatsapp",
+    metadata: { display_phone_number: DISPLAY_NUMBER, phone_number_id: PHONE_NUMBER_ID },
+    statuses: [{ timestamp: String(Math.floor(Date.now() / 1000)), ...s }],
+  };
   return metaWire(envelope([{ field: "messages", value }]));
 }

@@ -115,7 +115,10 @@ describe("POST /webhook: a claim never swallows a message (law 3)", () => {
     const h = await webOnly();
     const { body, wamids } = textWebhook({ text: "hello" });
     const wamid = uniqueWamid();
-    const change = { field: "user_id_update", value: { metadata: { phone_number_id: PHONE_NUMBER_ID }, user_id_update: [{ user_id: { previous: "US.old1", current: "US.new1" } }] } };
+    const change = {
+      field: "user_id_update",
+      value: { metadata: { phone_number_id: PHONE_NUMBER_ID }, user_id_update: [{ user_id: { previous: "US.old1", current: "US.new1" } }] },
+    };
     for (const delivery of [body, statusWebhook({ id: wamid, status: "delivered" }), metaWire(envelope([change]))]) {
       expect((await h.deliver(delivery)).statusCode).toBe(200);
     }

@@ -6,13 +6,7 @@ import { createLogger } from "../src/logger.ts";
 import { inboundJobId, statusJobId } from "../src/queue/queues.ts";
 import { WEBHOOK_BODY_LIMIT } from "../src/webhook/routes.ts";
 import { signMetaBody } from "../src/webhook/signature.ts";
-import {
-  type Harness,
-  type HarnessOptions,
-  startHarness,
-  TEST_APP_SECRET,
-  TEST_VERIFY_TOKEN,
-} from "./support/harness.ts";
+import { type Harness, type HarnessOptions, startHarness, TEST_APP_SECRET, TEST_VERIFY_TOKEN } from "./support/harness.ts";
 import {
   envelope,
   messagesChange,
@@ -95,7 +89,6 @@ const statusItem = (id: string, status: string) => ({
   timestamp: String(Math.floor(Date.now() / 1000)),
   recipient_id: "16505551234",
 });
-
 
 // ---------------------------------------------------------------------------------------------
 // fixtures: Meta wire-format bodies with signatures committed beside them
@@ -235,7 +228,10 @@ describe("POST /webhook: Meta's committed wire-format fixtures (law 1: verified 
     // Each message keeps the phone number id of its own change, and its sender's name.
     expect((await h.queues.inbound.getJob(inboundJobId("wamid.BATCH.A1")))?.data).toMatchObject({ phoneNumberId: "106540352242922", sender: { name: "Ana" } });
     expect((await h.queues.inbound.getJob(inboundJobId("wamid.BATCH.B1")))?.data).toMatchObject({ phoneNumberId: "106540352242922", sender: { name: "Bo" } });
-    expect((await h.queues.inbound.getJob(inboundJobId("wamid.BATCH.C1")))?.data).toMatchObject({ phoneNumberId: "106540352249999", sender: { name: "Chloé" } });
+    expect((await h.queues.inbound.getJob(inboundJobId("wamid.BATCH.C1")))?.data).toMatchObject({
+      phoneNumberId: "106540352249999",
+      sender: { name: "Chloé" },
+    });
     expect((await h.queues.status.getJob(statusJobId("wamid.UNKNOWN.OUT1", "delivered")))?.data).toMatchObject({
       phoneNumberId: "106540352242922",
       status: { id: "wamid.UNKNOWN.OUT1", status: "delivered" },
@@ -424,10 +420,7 @@ describe("POST /webhook: batches are normal (law 9)", () => {
     const status = statusItem(uniqueWamid(), "read");
     const badStatus = { ...statusItem(uniqueWamid(), "exploded") };
     const body = metaWire(
-      envelope(
-        [messagesChange([good1, withoutId as ReturnType<typeof textMessage>, good2]), statusChange([badStatus, status])],
-        [messagesChange([good3])],
-      ),
+      envelope([messagesChange([good1, withoutId as ReturnType<typeof textMessage>, good2]), statusChange([badStatus, status])], [messagesChange([good3])]),
     );
     const res = await h.deliver(body);
     expect(res.statusCode).toBe(200);
@@ -509,7 +502,13 @@ describe("POST /webhook: logs (law 10)", () => {
     const lines: Record<string, unknown>[] = [];
     const sink = new Writable({
       write(chunk: Buffer, _encoding, done) {
-        lines.push(...chunk.toString("utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l) as Record<string, unknown>));
+        lines.push(
+          ...chunk
+            .toString("utf8")
+            .split("\n")
+            .filter(Boolean)
+            .map((l) => JSON.parse(l) as Record<string, unknown>),
+        );
         done();
       },
     });

@@ -19,7 +19,9 @@ const NEW_BSUID = "US.24817305912873645029";
 
 /** A fixture as Meta would send it now (string and integer timestamps both moved to now, or `at`). */
 function fixture(path: string, replace: Record<string, string> = {}, at = Math.floor(Date.now() / 1000)): string {
-  let body = readFileSync(`fixtures/${path}.json`, "utf8").replaceAll('"timestamp":"1764470000"', `"timestamp":"${at}"`).replaceAll('"timestamp":1764470000', `"timestamp":${at}`);
+  let body = readFileSync(`fixtures/${path}.json`, "utf8")
+    .replaceAll('"timestamp":"1764470000"', `"timestamp":"${at}"`)
+    .replaceAll('"timestamp":1764470000', `"timestamp":${at}`);
   for (const [from, to] of Object.entries(replace)) body = body.replaceAll(from, to);
   return body;
 }
@@ -91,10 +93,16 @@ describe("the WhatsApp Business app on the same number (coexistence)", () => {
     // Written from the app 55 s ago: the one-minute pause ends in 5 s.
     expect((await h.deliver(fixture("webhooks/smb-message-echoes", {}, Math.floor(Date.now() / 1000) - 55))).statusCode).toBe(200);
     await eventually(async () => (await h.db.conversation.findFirstOrThrow()).pausedBy === "business app", "the pause");
-    expect(await h.db.reply.findFirstOrThrow({ where: { kind: "human" } })).toMatchObject({ state: "sent", text: expect.stringContaining("Ya le reservé la mesa") });
+    expect(await h.db.reply.findFirstOrThrow({ where: { kind: "human" } })).toMatchObject({
+      state: "sent",
+      text: expect.stringContaining("Ya le reservé la mesa"),
+    });
 
     await h.deliver(textWebhook({ text: "¡Gracias!", from: PHONE }).body);
-    const thanks = await eventually(async () => (await h.db.inboundMessage.findFirst({ where: { text: "¡Gracias!" } }))?.skipReason, "the message to be skipped");
+    const thanks = await eventually(
+      async () => (await h.db.inboundMessage.findFirst({ where: { text: "¡Gracias!" } }))?.skipReason,
+      "the message to be skipped",
+    );
     expect(thanks).toBe("bot paused for a person");
     expect(h.graph.sends).toHaveLength(1); // the echo and the message during the pause: no answer
 
@@ -148,7 +156,10 @@ describe("deletions and edits", () => {
     await stored(h, "wamid.FIXTURE.EARLIER");
     await settle(800);
     expect(h.claude.requests).toHaveLength(0);
-    expect(await h.db.inboundMessage.findUniqueOrThrow({ where: { wamid: "wamid.FIXTURE.EARLIER" } })).toMatchObject({ text: null, skipReason: "deleted by the customer" });
+    expect(await h.db.inboundMessage.findUniqueOrThrow({ where: { wamid: "wamid.FIXTURE.EARLIER" } })).toMatchObject({
+      text: null,
+      skipReason: "deleted by the customer",
+    });
   });
 
   it("deleting an answered message erases its words and sends nothing", async () => {
@@ -203,7 +214,9 @@ describe("Flows, ads and a chat opened", () => {
     await h.deliver(fixture("messages/flow-nfm-reply"));
     await answered(h, 1);
     const seen = h.claude.userText(0);
-    expect(seen).toContain("[Filled in the form: date: 2026-12-05; time: 20:30; party size: 4; name: Lucía Gómez; notes: Mesa en terraza/exterior si es posible]");
+    expect(seen).toContain(
+      "[Filled in the form: date: 2026-12-05; time: 20:30; party size: 4; name: Lucía Gómez; notes: Mesa en terraza/exterior si es posible]",
+    );
     expect(seen).not.toContain("FT-BOOKING");
   });
 
@@ -211,7 +224,9 @@ describe("Flows, ads and a chat opened", () => {
     const h = await harness({ env: { REPLY_DEBOUNCE_MS: "0" } });
     await h.deliver(fixture("messages/ad-referral-text"));
     await answered(h, 1);
-    expect(h.claude.userText(0)).toContain('[Came from an ad: "Escríbenos por WhatsApp" — Croissants recién horneados cada mañana 🥐 (https://fb.me/3cr4Wqqkv)]');
+    expect(h.claude.userText(0)).toContain(
+      '[Came from an ad: "Escríbenos por WhatsApp" — Croissants recién horneados cada mañana 🥐 (https://fb.me/3cr4Wqqkv)]',
+    );
     expect(h.claude.userText(0)).toContain("¿me pueden dar más información?");
   });
 

@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyReply } from "fastify";
-import type { RedisClient } from "../queue/redis.ts";
 import { z } from "zod";
 import type { Db } from "../db/client.ts";
+import type { RedisClient } from "../queue/redis.ts";
 import { authenticate, createSession, endSession, findSession, SESSION_TTL_MS } from "../staff/accounts.ts";
 import { safeEqual } from "../webhook/signature.ts";
 import { PUBLIC_ROUTES } from "./page.ts";
@@ -66,10 +66,7 @@ export function registerStaffAuth(scope: FastifyInstance, deps: StaffAuthDeps): 
   app.decorateRequest("actor", "");
   app.decorateRequest("operator", false);
   const setCookie = (reply: FastifyReply, value: string, maxAgeS: number) =>
-    reply.header(
-      "set-cookie",
-      `${SESSION_COOKIE}=${value}; Path=/admin; HttpOnly; SameSite=Strict; Max-Age=${maxAgeS}${deps.secureCookies ? "; Secure" : ""}`,
-    );
+    reply.header("set-cookie", `${SESSION_COOKIE}=${value}; Path=/admin; HttpOnly; SameSite=Strict; Max-Age=${maxAgeS}${deps.secureCookies ? "; Secure" : ""}`);
 
   app.addHook("onRequest", async (request, reply) => {
     if (isPublicRoute(request.method, request.routeOptions.url)) return;
@@ -118,7 +115,10 @@ export function registerStaffAuth(scope: FastifyInstance, deps: StaffAuthDeps): 
       const [forEmail = 0, forAddress = 0] = await countSignInAttempts(deps, [`email:${encodeURIComponent(email)}:${request.ip}`, `ip:${request.ip}`]);
       if (forEmail > SIGN_IN_LIMIT.perEmailAndAddress || forAddress > SIGN_IN_LIMIT.perAddress) {
         request.log.warn({ event: "staff.sign_in_limited" }, "too many sign-in attempts");
-        return reply.code(429).header("retry-after", String(SIGN_IN_LIMIT.windowMs / 1000)).send({ error: "too many attempts; try again later" });
+        return reply
+          .code(429)
+          .header("retry-after", String(SIGN_IN_LIMIT.windowMs / 1000))
+          .send({ error: "too many attempts; try again later" });
       }
       const staff = await authenticate(deps.db, email, request.body.password);
       if (!staff) {
@@ -197,5 +197,3 @@ async function countSignInAttempts(deps: StaffAuthDeps, counters: string[]): Pro
   // Replies alternate: INCR's count, then PEXPIRE's 0 or 1.
   return replies.filter((_, index) => index % 2 === 0).map(([, count]) => Number(count));
 }
-
-

@@ -104,9 +104,7 @@ function operation({ method, url, schema }: Described) {
     // Either way in: the bearer, or the session cookie (and, for a change, its CSRF token).
     security: isPublicRoute(method, url) ? [] : [{ bearer: [] }, method === "GET" ? { session: [] } : { session: [], csrf: [] }],
     parameters: [...parameters(schema.params, "path"), ...parameters(schema.querystring, "query"), ...parameters(schema.headers, "header")],
-    ...(body
-      ? { requestBody: { required: Array.isArray(body.required) && body.required.length > 0, content: { "application/json": { schema: body } } } }
-      : {}),
+    ...(body ? { requestBody: { required: Array.isArray(body.required) && body.required.length > 0, content: { "application/json": { schema: body } } } } : {}),
     responses: Object.fromEntries(
       Object.entries(schema.response).map(([status, { description: meaning, ...answerSchema }]) => [
         status,

@@ -1,13 +1,13 @@
+import { createBullBoard } from "@bull-board/api";
+import { BullMQAdapter } from "@bull-board/api/bullMQAdapter";
+import { FastifyAdapter } from "@bull-board/fastify";
+import helmet from "@fastify/helmet";
 import type { FastifyInstance, FastifyPluginAsync } from "fastify";
 import { auditConversation, discardDeadLetter, reopenDeadLetter, resendDeadLetter } from "../dlq/dead-letters.ts";
 import { summarizeDeadLetters } from "../dlq/reasons.ts";
 import { getDeadLetter, listDeadLetters } from "../dlq/views.ts";
 import { PAUSED_INDEFINITELY } from "../messages/controls.ts";
-import { scheduleReply, type Queues } from "../queue/queues.ts";
-import helmet from "@fastify/helmet";
-import { createBullBoard } from "@bull-board/api";
-import { BullMQAdapter } from "@bull-board/api/bullMQAdapter";
-import { FastifyAdapter } from "@bull-board/fastify";
+import { type Queues, scheduleReply } from "../queue/queues.ts";
 import { registerStaffAuth, type StaffAuthDeps } from "./auth.ts";
 import { registerIdempotency } from "./idempotency.ts";
 import { describeStaffApi } from "./openapi.ts";

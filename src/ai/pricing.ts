@@ -31,6 +31,9 @@ export function estimateCostUsd(model: string, usage: Usage): number | undefined
   const price = PER_MILLION_TOKENS.get(model.replace(DATED, ""));
   if (!price) return undefined;
   const microDollars =
-    usage.inputTokens * price.input + usage.cacheCreationTokens * price.cacheWrite + usage.cacheReadTokens * price.cacheRead + usage.outputTokens * price.output;
+    usage.inputTokens * price.input +
+    usage.cacheCreationTokens * price.cacheWrite +
+    usage.cacheReadTokens * price.cacheRead +
+    usage.outputTokens * price.output;
   return microDollars / 1_000_000;
 }

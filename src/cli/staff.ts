@@ -1,7 +1,7 @@
 import { existsSync } from "node:fs";
 import { createInterface } from "node:readline";
 import { createDb } from "../db/client.ts";
-import { addStaff, disableStaff, listStaff, parseStaffRole, setStaffRole, StaffInputError } from "../staff/accounts.ts";
+import { addStaff, disableStaff, listStaff, parseStaffRole, StaffInputError, setStaffRole } from "../staff/accounts.ts";
 
 /**
  * npm run staff -- add <email> [--operator]     asks for the password (twice on a terminal; one line from a pipe)

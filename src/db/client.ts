@@ -82,7 +82,14 @@ export function isUniqueViolation(error: unknown): boolean {
 /** Prisma's codes for "the database is not there right now" (unreachable, gone, pool or transaction timed out). */
 const UNAVAILABLE_CODES = new Set(["P1001", "P1002", "P1008", "P1017", "P2024", "P2028"]);
 /** The pg driver adapter's error kinds that mean the same. */
-const UNAVAILABLE_KINDS = new Set(["DatabaseNotReachable", "ConnectionClosed", "SocketTimeout", "TooManyConnections", "TransactionWriteConflict", "TlsConnectionError"]);
+const UNAVAILABLE_KINDS = new Set([
+  "DatabaseNotReachable",
+  "ConnectionClosed",
+  "SocketTimeout",
+  "TooManyConnections",
+  "TransactionWriteConflict",
+  "TlsConnectionError",
+]);
 /**
  * Postgres SQLSTATEs of the same family: connection exceptions (08), the server shutting down
  * or starting (57P01–57P03), out of resources (53), serialisation failures and deadlocks (40).

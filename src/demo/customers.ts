@@ -36,7 +36,8 @@ export const BSUID = /^[A-Z]{2}\.[A-Za-z0-9]{1,128}$/;
 export function newCustomer(input: CustomerInput): Customer {
   const phone = input.phone?.replace(/\D/g, "");
   if (phone !== undefined && !PHONE.test(phone)) throw new DemoInputError("a phone number is 6 to 15 digits");
-  if (input.userId !== undefined && !BSUID.test(input.userId)) throw new DemoInputError('a BSUID is a country code, a dot and up to 128 letters or digits, e.g. "US.13491208655302741918"');
+  if (input.userId !== undefined && !BSUID.test(input.userId))
+    throw new DemoInputError('a BSUID is a country code, a dot and up to 128 letters or digits, e.g. "US.13491208655302741918"');
   if (!phone && !input.userId) throw new DemoInputError("a customer needs a phone number, or a username with a BSUID");
   const key = phone ?? input.userId!;
   const username = input.username?.trim().replace(/^@/, "") || undefined;

@@ -44,9 +44,13 @@ export function demoSettings(env: Record<string, string | undefined>, simulatorU
   refuseForeignGraph(env, simulatorUrl);
   const databaseUrl = withSchema(env.DEMO_DATABASE_URL?.trim() || DEFAULT_DATABASE_URL);
   const schema = new URL(databaseUrl).searchParams.get("schema");
-  if (schema === "public") throw new DemoRefusal("DEMO_DATABASE_URL names the schema \"public\": the demo resets its schema at every start, so give it one of its own (e.g. ?schema=demo).");
+  if (schema === "public")
+    throw new DemoRefusal(
+      'DEMO_DATABASE_URL names the schema "public": the demo resets its schema at every start, so give it one of its own (e.g. ?schema=demo).',
+    );
   const port = env.DEMO_PORT?.trim() ? Number(env.DEMO_PORT) : DEFAULT_PORT;
-  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new DemoRefusal(`DEMO_PORT must be a port number (0 for any free one), got "${env.DEMO_PORT}"`);
+  if (!Number.isInteger(port) || port < 0 || port > 65535)
+    throw new DemoRefusal(`DEMO_PORT must be a port number (0 for any free one), got "${env.DEMO_PORT}"`);
   const prefix = env.DEMO_QUEUE_PREFIX?.trim() || DEFAULT_QUEUE_PREFIX;
   const apiKey = env.ANTHROPIC_API_KEY?.trim();
   return {

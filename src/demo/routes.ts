@@ -3,8 +3,8 @@ import helmet from "@fastify/helmet";
 import type { FastifyInstance, FastifyPluginAsync } from "fastify";
 import { z } from "zod";
 import type { Db } from "../db/client.ts";
-import { faultsUpdate } from "./faults.ts";
 import { BSUID, type Customer, type CustomerMessage, DemoInputError, PHONE } from "./customers.ts";
+import { faultsUpdate } from "./faults.ts";
 import { BUSINESS, type ChatEntry, MENU, type Sandbox } from "./sandbox.ts";
 
 /**
@@ -33,13 +33,27 @@ const messageBody = z
     name: z.string().trim().min(1).max(80).optional(),
     username: z.string().trim().min(1).max(40).optional(),
     text: z.string().trim().min(1).max(4096).optional(),
-    image: z.object({ data: base64, mimeType: z.enum(["image/jpeg", "image/png"]), caption }).strict().optional(),
-    document: z.object({ data: base64, mimeType: z.literal("application/pdf"), filename: z.string().trim().min(1).max(200), caption }).strict().optional(),
-    location: z
-      .object({ latitude: z.number().min(-90).max(90), longitude: z.number().min(-180).max(180), name: z.string().max(100).optional(), address: z.string().max(200).optional() })
+    image: z
+      .object({ data: base64, mimeType: z.enum(["image/jpeg", "image/png"]), caption })
       .strict()
       .optional(),
-    button: z.object({ id: z.string().min(1).max(256), title: z.string().min(1).max(20) }).strict().optional(),
+    document: z
+      .object({ data: base64, mimeType: z.literal("application/pdf"), filename: z.string().trim().min(1).max(200), caption })
+      .strict()
+      .optional(),
+    location: z
+      .object({
+        latitude: z.number().min(-90).max(90),
+        longitude: z.number().min(-180).max(180),
+        name: z.string().max(100).optional(),
+        address: z.string().max(200).optional(),
+      })
+      .strict()
+      .optional(),
+    button: z
+      .object({ id: z.string().min(1).max(256), title: z.string().min(1).max(20) })
+      .strict()
+      .optional(),
     replyTo: z.string().min(1).max(200).optional(),
   })
   .strict()
@@ -151,7 +165,8 @@ export function demoRoutes(deps: DemoRoutesDeps): FastifyPluginAsync {
     app.post("/demo/api/faults", async (request, reply) => {
       const update = faultsUpdate.safeParse(request.body ?? {});
       if (!update.success) return reply.code(400).send({ error: problem(update.error) });
-      if (update.data.claude && deps.claude !== "offline") return reply.code(409).send({ error: "Claude is real in this run (ANTHROPIC_API_KEY is set): only the offline responder can be told to fail" });
+      if (update.data.claude && deps.claude !== "offline")
+        return reply.code(409).send({ error: "Claude is real in this run (ANTHROPIC_API_KEY is set): only the offline responder can be told to fail" });
       return sandbox.setFaults(update.data);
     });
 
@@ -171,7 +186,8 @@ function messageOf(b: z.infer<typeof messageBody>): CustomerMessage {
     return bytes;
   };
   if (b.text !== undefined) return { text: b.text, ...replyTo };
-  if (b.image) return { image: { bytes: file(b.image.data), mimeType: b.image.mimeType, ...(b.image.caption ? { caption: b.image.caption } : {}) }, ...replyTo };
+  if (b.image)
+    return { image: { bytes: file(b.image.data), mimeType: b.image.mimeType, ...(b.image.caption ? { caption: b.image.caption } : {}) }, ...replyTo };
   if (b.document) {
     const d = b.document;
     return { document: { bytes: file(d.data), mimeType: d.mimeType, filename: d.filename, ...(d.caption ? { caption: d.caption } : {}) }, ...replyTo };
@@ -212,7 +228,12 @@ async function shown(db: Db, entries: ChatEntry[]) {
       ...(quoted ? { replyTo: { id: quoted.id, direction: quoted.direction, text: quoted.text } } : {}),
     };
     if (e.direction === "in") {
-      return { ...common, type: e.type, status: e.status, ...(e.media ? { media: { ...e.media, url: `/demo/api/media/${encodeURIComponent(e.media.id)}` } } : {}) };
+      return {
+        ...common,
+        type: e.type,
+        status: e.status,
+        ...(e.media ? { media: { ...e.media, url: `/demo/api/media/${encodeURIComponent(e.media.id)}` } } : {}),
+      };
     }
     const part = byWamid.get(e.id);
     const seqs = part?.reply.parts.map((p) => p.seq) ?? [];

@@ -4,7 +4,7 @@ import { EventLog } from "./event-log.ts";
 import { DUPLICATE_DELAYS_MS, describeFaults, type Faults, NO_FAULTS, sendFault, statusSchedule } from "./faults.ts";
 import { WebhookDeliverer } from "./meta/deliverer.ts";
 import { type GraphEvent, MetaGraph, type TakenSend } from "./meta/graph.ts";
-import { inboundWebhook, messagePayload, type MessageShown } from "./meta/inbound.ts";
+import { inboundWebhook, type MessageShown, messagePayload } from "./meta/inbound.ts";
 
 /**
  * The simulated WhatsApp around the backend: the customers and their phones (the chats as
@@ -86,7 +86,8 @@ export class Sandbox {
     this.graph.statuses = statusSchedule(() => this.faultState.statusesOutOfOrder);
     this.graph.knowsMessage = (wamid) => this.inbound.has(wamid);
     this.graph.plan = (send) => {
-      if (!this.customerOf(send)) return { kind: "refuse", httpStatus: 400, code: 131026, title: "Message undeliverable", details: "No such customer in the demo" };
+      if (!this.customerOf(send))
+        return { kind: "refuse", httpStatus: 400, code: 131026, title: "Message undeliverable", details: "No such customer in the demo" };
       return this.faultState.send ? sendFault(this.faultState.send, options.graphTimeoutMs) : undefined;
     };
     this.graph.onTaken((send) => this.received(send));
@@ -159,7 +160,15 @@ export class Sandbox {
     // A tapped button answers the menu message; a quote names the message it quotes (WHATSAPP.md §3, `context`).
     const replyTo = "button" in message ? MENU.wamid : message.replyTo;
     const quoted = replyTo ? this.chats.get(key)?.find((e) => e.id === replyTo) : undefined;
-    const entry: InEntry = { direction: "in", id: wamid, at: new Date().toISOString(), type: payload.type, ...shown, ...(replyTo ? { replyTo } : {}), status: "sending" };
+    const entry: InEntry = {
+      direction: "in",
+      id: wamid,
+      at: new Date().toISOString(),
+      type: payload.type,
+      ...shown,
+      ...(replyTo ? { replyTo } : {}),
+      status: "sending",
+    };
     this.append(key, entry);
     this.inbound.set(wamid, { chat: key, entry });
     const context = replyTo ? { from: quoted?.direction === "in" ? (customer.phone ?? customer.userId) : BUSINESS.displayPhoneNumber, id: replyTo } : undefined;
@@ -221,7 +230,12 @@ export class Sandbox {
     if (event.kind === "mark_read") {
       const found = this.inbound.get(event.wamid);
       if (found && event.answer === 200) this.markRead(found.chat, found.entry, event.typing);
-      this.log.add({ kind: "read", text: `Read receipt${event.typing ? " + typing indicator" : ""} for ${event.wamid} → ${event.answer}`, ok: event.answer === 200, chat: found?.chat });
+      this.log.add({
+        kind: "read",
+        text: `Read receipt${event.typing ? " + typing indicator" : ""} for ${event.wamid} → ${event.answer}`,
+        ok: event.answer === 200,
+        chat: found?.chat,
+      });
       return;
     }
     if (event.kind === "media") {

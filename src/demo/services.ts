@@ -55,6 +55,8 @@ export async function ensureServices(urls: { databaseUrl: string; redisUrl: stri
   });
   const still = await down();
   if (code !== 0 || still.length > 0) {
-    throw new DemoRefusal(`scripts/services.sh could not start ${(still.length ? still : missing).map((s) => s.name).join(" and ")} (exit code ${code}); see its output above`);
+    throw new DemoRefusal(
+      `scripts/services.sh could not start ${(still.length ? still : missing).map((s) => s.name).join(" and ")} (exit code ${code}); see its output above`,
+    );
   }
 }

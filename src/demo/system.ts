@@ -1,6 +1,5 @@
 import { randomBytes } from "node:crypto";
 import type { AddressInfo } from "node:net";
-import type { RedisClient } from "../queue/redis.ts";
 import pg from "pg";
 import { buildApp } from "../app.ts";
 import { type Config, loadConfig } from "../config.ts";
@@ -10,6 +9,7 @@ import { createMetrics } from "../http/metrics.ts";
 import { startConfiguredWorkers } from "../jobs/workers.ts";
 import { createLogger, type Logger } from "../logger.ts";
 import { closeQueues, createQueues } from "../queue/queues.ts";
+import type { RedisClient } from "../queue/redis.ts";
 import { createFailFastRedis, createWorkerRedis } from "../queue/redis.ts";
 import { addStaff } from "../staff/accounts.ts";
 import { OfflineClaude } from "./anthropic/offline.ts";
@@ -65,7 +65,8 @@ export async function startDemo(options: DemoOptions): Promise<DemoSystem> {
     if (!settings.anthropic) {
       offline = new OfflineClaude(
         () => sandbox.faults.claude ?? undefined,
-        (call) => sandbox.log.add({ kind: "claude", text: `Claude (the offline responder) asked about “${call.asked}” → ${call.answer}`, ok: call.answer === 200 }),
+        (call) =>
+          sandbox.log.add({ kind: "claude", text: `Claude (the offline responder) asked about “${call.asked}” → ${call.answer}`, ok: call.answer === 200 }),
         (error) => sandbox.log.add({ kind: "claude", text: `Offline responder error: ${String(error)}`, ok: false }),
       );
       await offline.start();
@@ -132,7 +133,9 @@ async function holdSandbox(config: Config): Promise<() => Promise<void>> {
   const { rows } = await client.query<{ held: boolean }>("SELECT pg_try_advisory_lock(hashtext($1)) AS held", [`npm run demo: ${schema ?? "public"}`]);
   if (!rows[0]?.held) {
     await client.end();
-    throw new DemoRefusal(`another npm run demo is running on schema "${schema}" of this database; stop it first, or give this one its own (DEMO_DATABASE_URL=…?schema=demo2, DEMO_QUEUE_PREFIX={demo2})`);
+    throw new DemoRefusal(
+      `another npm run demo is running on schema "${schema}" of this database; stop it first, or give this one its own (DEMO_DATABASE_URL=…?schema=demo2, DEMO_QUEUE_PREFIX={demo2})`,
+    );
   }
   client.on("error", () => undefined); // the lock goes with the connection; nothing to do about it mid-demo
   return () => client.end();

@@ -88,9 +88,7 @@ export function countHandoff(deps: Pick<DeadLetterDeps, "metrics">): void {
   deps.metrics.deadLettersCreated.inc({ reason: "handoff" });
 }
 
-export type StaffActionResult =
-  | { ok: true }
-  | { ok: false; status: 404 | 409; error: string; code?: "already_delivered" | "maybe_sent" };
+export type StaffActionResult = { ok: true } | { ok: false; status: 404 | 409; error: string; code?: "already_delivered" | "maybe_sent" };
 
 /**
  * Staff resend: exactly once, however many people press it at once. The open → resent
@@ -111,7 +109,12 @@ export async function resendDeadLetter(
     const reply = letter.reply;
     if (!reply) return { ok: false, status: 409, error: "dead letter has no reply to resend; discard it instead" };
     if (letter.state === "open" && reply.parts.length > 0 && reply.parts.every(delivered)) {
-      return { ok: false, status: 409, code: "already_delivered", error: "Meta took this reply after all (its status came late): the customer has it. Discard the item instead." };
+      return {
+        ok: false,
+        status: 409,
+        code: "already_delivered",
+        error: "Meta took this reply after all (its status came late): the customer has it. Discard the item instead.",
+      };
     }
     const uncertain = reply.parts.some(maybeSent);
     if (letter.state === "open" && uncertain && !input.confirmMaybeSent) {
@@ -133,18 +136,16 @@ export async function resendDeadLetter(
         deadLetterId: id,
         actor: input.actor,
         action: input.regenerate ? "regenerate" : input.text !== undefined ? "resend_edited" : "resend",
-        ...(input.text !== undefined || uncertain ? { detail: { ...(input.text !== undefined ? { text: input.text } : {}), ...(uncertain ? { maybeSentConfirmed: true } : {}) } } : {}),
+        ...(input.text !== undefined || uncertain
+          ? { detail: { ...(input.text !== undefined ? { text: input.text } : {}), ...(uncertain ? { maybeSentConfirmed: true } : {}) } }
+          : {}),
       },
     });
     return { ok: true, conversationId: letter.conversationId };
   });
 }
 
-export async function discardDeadLetter(
-  db: Db,
-  id: string,
-  input: { note?: string | undefined; actor: string },
-): Promise<StaffActionResult> {
+export async function discardDeadLetter(db: Db, id: string, input: { note?: string | undefined; actor: string }): Promise<StaffActionResult> {
   return db.$transaction(async (tx) => {
     const won = await tx.deadLetter.updateMany({
       where: { id, state: "open" },

@@ -83,12 +83,42 @@ const META: Record<string, Words> = {
     text: "Meta restricted how many messages this business number may send, because customers blocked or reported its messages.",
     next: "Send it again later, a few at a time, and tell an operator so they can check the number's quality rating.",
   },
-  "130429": { kind: "meta_limits", title: "Meta's sending limit was reached", text: "The business number sent more messages per second than Meta allows.", next: META_LIMIT_NEXT },
-  "131056": { kind: "meta_limits", title: "Too many messages to this customer", text: "Too many messages went to this customer in a short time; Meta allows about one every 6 seconds.", next: META_LIMIT_NEXT },
-  "80007": { kind: "meta_limits", title: "Meta's account limit was reached", text: "The WhatsApp Business Account made more requests than Meta allows.", next: META_LIMIT_NEXT },
-  "4": { kind: "meta_limits", title: "Meta's app limit was reached", text: "Our app made more requests to Meta than it allows for a while.", next: META_LIMIT_NEXT },
-  "190": { kind: "setup", title: "The WhatsApp access token stopped working", text: "Meta no longer accepts our access token (it expired or was revoked), so nothing can be sent.", next: `${OPERATOR} Every item with this code can then be resent at once.` },
-  "0": { kind: "setup", title: "Meta could not check our access", text: "Meta could not authenticate our app, so nothing can be sent.", next: `${OPERATOR} Every item with this code can then be resent at once.` },
+  "130429": {
+    kind: "meta_limits",
+    title: "Meta's sending limit was reached",
+    text: "The business number sent more messages per second than Meta allows.",
+    next: META_LIMIT_NEXT,
+  },
+  "131056": {
+    kind: "meta_limits",
+    title: "Too many messages to this customer",
+    text: "Too many messages went to this customer in a short time; Meta allows about one every 6 seconds.",
+    next: META_LIMIT_NEXT,
+  },
+  "80007": {
+    kind: "meta_limits",
+    title: "Meta's account limit was reached",
+    text: "The WhatsApp Business Account made more requests than Meta allows.",
+    next: META_LIMIT_NEXT,
+  },
+  "4": {
+    kind: "meta_limits",
+    title: "Meta's app limit was reached",
+    text: "Our app made more requests to Meta than it allows for a while.",
+    next: META_LIMIT_NEXT,
+  },
+  "190": {
+    kind: "setup",
+    title: "The WhatsApp access token stopped working",
+    text: "Meta no longer accepts our access token (it expired or was revoked), so nothing can be sent.",
+    next: `${OPERATOR} Every item with this code can then be resent at once.`,
+  },
+  "0": {
+    kind: "setup",
+    title: "Meta could not check our access",
+    text: "Meta could not authenticate our app, so nothing can be sent.",
+    next: `${OPERATOR} Every item with this code can then be resent at once.`,
+  },
   "131062": {
     kind: "needs_phone",
     title: "Needs the customer's phone number",
@@ -96,17 +126,62 @@ const META: Record<string, Words> = {
     next: "Send your reply as plain text while the window is open, or ask the customer for their phone number; otherwise discard this item with a note.",
   },
   "10": { kind: "setup", title: "Our app lacks a permission", text: "Meta says our app is not allowed to do this.", next: OPERATOR },
-  "100": { kind: "setup", title: "Meta rejected our request", text: "Meta said something in our request was wrong: a fault on our side, not the customer's.", next: OPERATOR },
-  "131008": { kind: "setup", title: "Meta rejected our request", text: "Something required was missing from our request: a fault on our side.", next: OPERATOR },
+  "100": {
+    kind: "setup",
+    title: "Meta rejected our request",
+    text: "Meta said something in our request was wrong: a fault on our side, not the customer's.",
+    next: OPERATOR,
+  },
+  "131008": {
+    kind: "setup",
+    title: "Meta rejected our request",
+    text: "Something required was missing from our request: a fault on our side.",
+    next: OPERATOR,
+  },
   "131009": { kind: "setup", title: "Meta rejected our request", text: "A value in our request was not accepted: a fault on our side.", next: OPERATOR },
-  "133010": { kind: "setup", title: "The business number is not registered", text: "The business number is not registered with WhatsApp's Cloud API.", next: OPERATOR },
-  "368": { kind: "setup", title: "The business number is blocked", text: "Meta temporarily blocked the business number for policy violations.", next: OPERATOR },
+  "133010": {
+    kind: "setup",
+    title: "The business number is not registered",
+    text: "The business number is not registered with WhatsApp's Cloud API.",
+    next: OPERATOR,
+  },
+  "368": {
+    kind: "setup",
+    title: "The business number is blocked",
+    text: "Meta temporarily blocked the business number for policy violations.",
+    next: OPERATOR,
+  },
   "131031": { kind: "setup", title: "The business account is locked", text: "Meta locked the WhatsApp Business Account.", next: OPERATOR },
-  "131051": { kind: "other", title: "WhatsApp does not support this message", text: "The message was of a kind WhatsApp does not support.", next: "Write a plain text reply and send that instead, or discard." },
-  "131052": { kind: "other", title: "The customer's file could not be fetched", text: "Meta could not download the picture, voice note or file the customer sent.", next: "Ask the customer to send it again, or answer without it." },
-  "131053": { kind: "other", title: "Our file was refused", text: "Meta could not process the file we tried to send.", next: "Send a text reply instead, or tell an operator." },
-  "media_info": { kind: "other", title: "The customer's file could not be fetched", text: "Meta gave us no way to download the file the customer sent.", next: "Ask the customer to send it again, or answer without it." },
-  "media_too_large": { kind: "other", title: "The customer's file is too large", text: "The file the customer sent is larger than we accept.", next: "Answer without it, or ask for a smaller file." },
+  "131051": {
+    kind: "other",
+    title: "WhatsApp does not support this message",
+    text: "The message was of a kind WhatsApp does not support.",
+    next: "Write a plain text reply and send that instead, or discard.",
+  },
+  "131052": {
+    kind: "other",
+    title: "The customer's file could not be fetched",
+    text: "Meta could not download the picture, voice note or file the customer sent.",
+    next: "Ask the customer to send it again, or answer without it.",
+  },
+  "131053": {
+    kind: "other",
+    title: "Our file was refused",
+    text: "Meta could not process the file we tried to send.",
+    next: "Send a text reply instead, or tell an operator.",
+  },
+  media_info: {
+    kind: "other",
+    title: "The customer's file could not be fetched",
+    text: "Meta gave us no way to download the file the customer sent.",
+    next: "Ask the customer to send it again, or answer without it.",
+  },
+  media_too_large: {
+    kind: "other",
+    title: "The customer's file is too large",
+    text: "The file the customer sent is larger than we accept.",
+    next: "Answer without it, or ask for a smaller file.",
+  },
 };
 for (const code of ["1", "2", "131000", "131016", "133004", "131057", "unreachable"]) META[code] = META_UNAVAILABLE;
 // Sent, but Meta's answer never came: whether the customer has it is unknown (law 5).
@@ -193,18 +268,24 @@ function explainFailure(failure: ExplainedFailure): Explanation {
       };
     case "window":
       if (code === "template_missing") {
-        return { ...WINDOW_CLOSED, text: "The 24-hour window had closed, and the template set up to send instead is no longer configured for this number.", next: "Tell an operator to set the template up again, or wait for the customer to write, then send this reply." };
+        return {
+          ...WINDOW_CLOSED,
+          text: "The 24-hour window had closed, and the template set up to send instead is no longer configured for this number.",
+          next: "Tell an operator to set the template up again, or wait for the customer to write, then send this reply.",
+        };
       }
       return WINDOW_CLOSED;
     case "anthropic":
       return explainClaude(failure);
     case "internal":
-      return (code && INTERNAL[code]) || {
-        kind: "stuck",
-        title: "Something went wrong on our side",
-        text: `Our system failed while handling this reply: ${failure.reason}`,
-        next: "Send it again; if it fails again, tell an operator.",
-      };
+      return (
+        (code && INTERNAL[code]) || {
+          kind: "stuck",
+          title: "Something went wrong on our side",
+          text: `Our system failed while handling this reply: ${failure.reason}`,
+          next: "Send it again; if it fails again, tell an operator.",
+        }
+      );
     case "graph":
     case "status": {
       const known = code ? META[code] : undefined;
@@ -213,12 +294,27 @@ function explainFailure(failure: ExplainedFailure): Explanation {
       const number = Number(code);
       if (number >= 200 && number <= 299) return META["10"]!;
       if (number >= 132000 && number <= 132016) {
-        return { kind: "setup", title: "The message template has a problem", text: "The template is missing, paused, or does not match what we sent.", next: OPERATOR };
+        return {
+          kind: "setup",
+          title: "The message template has a problem",
+          text: "The template is missing, paused, or does not match what we sent.",
+          next: OPERATOR,
+        };
       }
       if (!code && source === "status") {
-        return { kind: "other", title: "WhatsApp reported the message failed", text: "WhatsApp said the message failed, without saying why.", next: "Send it again once; if it fails again, reach the customer another way." };
+        return {
+          kind: "other",
+          title: "WhatsApp reported the message failed",
+          text: "WhatsApp said the message failed, without saying why.",
+          next: "Send it again once; if it fails again, reach the customer another way.",
+        };
       }
-      return { kind: "other", title: "Meta refused the message", text: `Meta said: ${failure.reason}`, next: "Send it again once; if it fails again, tell an operator." };
+      return {
+        kind: "other",
+        title: "Meta refused the message",
+        text: `Meta said: ${failure.reason}`,
+        next: "Send it again once; if it fails again, tell an operator.",
+      };
     }
     default:
       return { kind: "other", title: "The reply failed", text: failure.reason, next: "Send it again once; if it fails again, tell an operator." };

@@ -1,5 +1,5 @@
-import type { Db } from "../db/client.ts";
 import { contactLabel } from "../contacts/identity.ts";
+import type { Db } from "../db/client.ts";
 import type { Contact, Prisma } from "../generated/prisma/client.ts";
 import { delivered, maybeSent } from "../replies/state.ts";
 import { windowOpen } from "../replies/window.ts";
@@ -168,4 +168,3 @@ export async function getDeadLetter(db: Db, id: string, around = 30) {
     handled: row.state === "open" ? null : { by: row.actedBy, at: row.actedAt, note: row.note },
   };
 }
-

@@ -1,6 +1,6 @@
 import type { FastifyInstance, FastifyPluginAsync } from "fastify";
-import type { RedisClient } from "../queue/redis.ts";
 import type { Db } from "../db/client.ts";
+import type { RedisClient } from "../queue/redis.ts";
 
 export function healthRoutes(deps: { redis: RedisClient; db: Db }): FastifyPluginAsync {
   return async (app: FastifyInstance) => {
@@ -8,8 +8,14 @@ export function healthRoutes(deps: { redis: RedisClient; db: Db }): FastifyPlugi
 
     app.get("/readyz", async (_request, reply) => {
       const [redis, postgres] = await Promise.all([
-        deps.redis.ping().then(() => true, () => false),
-        deps.db.$queryRaw`SELECT 1`.then(() => true, () => false),
+        deps.redis.ping().then(
+          () => true,
+          () => false,
+        ),
+        deps.db.$queryRaw`SELECT 1`.then(
+          () => true,
+          () => false,
+        ),
       ]);
       return reply.code(redis && postgres ? 200 : 503).send({ ok: redis && postgres, redis, postgres });
     });

@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyPluginAsync } from "fastify";
-import { AggregatorRegistry, Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import { AggregatorRegistry, Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
 import type { GeneratedReply } from "../ai/claude.ts";
 import { estimateCostUsd } from "../ai/pricing.ts";
 import type { Db } from "../db/client.ts";

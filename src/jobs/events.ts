@@ -40,7 +40,10 @@ export async function processEvent(deps: EventDeps, event: EventJobData): Promis
     }
     case "user_id": {
       const contact = await changeUserId(deps.db, event);
-      deps.logger.info({ event: contact ? "contact.user_id_changed" : "contact.user_id_unknown", contact: contact?.id }, contact ? "the customer's BSUID changed" : "a BSUID change for a customer we never heard from");
+      deps.logger.info(
+        { event: contact ? "contact.user_id_changed" : "contact.user_id_unknown", contact: contact?.id },
+        contact ? "the customer's BSUID changed" : "a BSUID change for a customer we never heard from",
+      );
       return contact ? "recorded" : "unknown";
     }
   }

@@ -1,12 +1,12 @@
 import { z } from "zod";
 import type { Config } from "../config.ts";
+import { changeUserId, resolveContact } from "../contacts/identity.ts";
 import type { Db } from "../db/client.ts";
 import type { Logger } from "../logger.ts";
 import { type Control, controlOf } from "../messages/controls.ts";
 import { adContext, describeInbound } from "../messages/describe.ts";
-import { changeUserId, resolveContact } from "../contacts/identity.ts";
 import { type InboundRecord, recordDeletion, recordInbound } from "../messages/store.ts";
-import { scheduleReply, senderOf, type InboundJobData, type Queues } from "../queue/queues.ts";
+import { type InboundJobData, type Queues, scheduleReply, senderOf } from "../queue/queues.ts";
 
 export interface InboundDeps {
   db: Db;
@@ -43,7 +43,8 @@ export async function processInbound(deps: InboundDeps, data: InboundJobData): P
     sentAt,
     payload: message,
   });
-  if (!stored.inserted) log.info({ event: "inbound.duplicate_in_db" }, "message already stored; the Redis claim was lost, this is a retry, or it was deleted first");
+  if (!stored.inserted)
+    log.info({ event: "inbound.duplicate_in_db" }, "message already stored; the Redis claim was lost, this is a retry, or it was deleted first");
   if (message.type === "revoke" && asked.refersTo) {
     if (await recordDeletion(deps.db, stored.conversationId, asked.refersTo, sentAt)) {
       log.info({ event: "inbound.deleted_by_customer", deleted: asked.refersTo }, "the customer deleted a message: its text is erased");
@@ -63,7 +64,9 @@ export async function processInbound(deps: InboundDeps, data: InboundJobData): P
   await scheduleReply(deps.queues, stored.conversationId, deps.replyDebounceMs);
 }
 
-const userIdChangeSchema = z.object({ type: z.literal("user_changed_user_id"), user_id: z.string().min(1), previous_user_id: z.string().min(1).optional() }).passthrough();
+const userIdChangeSchema = z
+  .object({ type: z.literal("user_changed_user_id"), user_id: z.string().min(1), previous_user_id: z.string().min(1).optional() })
+  .passthrough();
 
 /** A system message saying the customer's BSUID changed (it follows a new phone number, WHATSAPP.md §9). */
 function userIdChange(message: InboundJobData["message"]): { previous: string; current: string } | undefined {

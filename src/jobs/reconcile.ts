@@ -1,14 +1,23 @@
 import { randomUUID } from "node:crypto";
 import type { Job } from "bullmq";
-import type { RedisClient } from "../queue/redis.ts";
 import type { Db } from "../db/client.ts";
 import { type DeadLetterDeps, recordDeadLetter } from "../dlq/dead-letters.ts";
 import type { Logger } from "../logger.ts";
-import { markAccepted, storeDraft } from "../replies/state.ts";
 import { recordInbound } from "../messages/store.ts";
+import {
+  type EventJobData,
+  hasLiveReplyJob,
+  type InboundJobData,
+  type Queues,
+  type ReplyJobData,
+  type StatusJobData,
+  scheduleReply,
+  senderOf,
+} from "../queue/queues.ts";
+import type { RedisClient } from "../queue/redis.ts";
+import { markAccepted, storeDraft } from "../replies/state.ts";
 import { wellFormed } from "./inbound.ts";
 import { deadLetterFailedDelivery } from "./status.ts";
-import { type EventJobData, hasLiveReplyJob, type InboundJobData, type Queues, type ReplyJobData, scheduleReply, senderOf, type StatusJobData } from "../queue/queues.ts";
 
 /**
  * The reconciler proves law 6: nothing ends where no one looks. At start-up and every
@@ -142,7 +151,14 @@ async function settleFailedReplyJob(deps: ReconcileDeps, job: Job<ReplyJobData>)
   await scheduleReply(deps.queues, conversationId, 0);
   await job.remove();
   deps.logger.warn(
-    { event: "reconcile.failed_job_redriven", queue: "reply", conversation: conversationId, job: job.id, failedReason: job.failedReason, draftKept: draft !== undefined },
+    {
+      event: "reconcile.failed_job_redriven",
+      queue: "reply",
+      conversation: conversationId,
+      job: job.id,
+      failedReason: job.failedReason,
+      draftKept: draft !== undefined,
+    },
     "failed reply job: conversation driven again",
   );
 }
@@ -199,7 +215,10 @@ async function settleFailedStatusJob(deps: ReconcileDeps, job: Job<StatusJobData
   }
   if (status.status === "failed") {
     const letter = await deadLetterFailedDelivery(deps, status);
-    log.error({ event: "reconcile.dead_lettered", queue: "status", deadLetter: letter?.id, failedReason: job.failedReason }, "failed-delivery status could not be processed; its reply dead-lettered");
+    log.error(
+      { event: "reconcile.dead_lettered", queue: "status", deadLetter: letter?.id, failedReason: job.failedReason },
+      "failed-delivery status could not be processed; its reply dead-lettered",
+    );
   } else {
     log.error({ event: "reconcile.status_dropped", failedReason: job.failedReason }, "status job failed twice; dropped");
   }

@@ -8,21 +8,21 @@ import { countHandoff, openHandoffItem, recordDeadLetter } from "../dlq/dead-let
 import { FencedOut, PermanentError, Postpone, RetryableError } from "../errors.ts";
 import { countClaudeCall, type Metrics } from "../http/metrics.ts";
 import type { Logger } from "../logger.ts";
-import { scheduleReply, type Queues, type ReplyJobData } from "../queue/queues.ts";
+import { type Queues, type ReplyJobData, scheduleReply } from "../queue/queues.ts";
 import { conversationTurns, readHistory } from "../replies/history.ts";
 import {
   type Begun,
   beginReply,
   type ConversationView,
   type Lease,
-  type Outbox,
-  type Planned,
-  type ReplyView,
   markAccepted,
   markRefused,
   markReplySent,
   markSending,
+  type Outbox,
+  type Planned,
   partNow,
+  type ReplyView,
   storeDraft,
   unsentParts,
 } from "../replies/state.ts";
@@ -188,7 +188,9 @@ function showTyping(deps: ReplyDeps, conversation: ConversationView, wamid: stri
 
 /** The one Claude call for these messages (law 4). */
 async function generate(deps: ReplyDeps, conversation: ConversationView, reply: ReplyView, planned: Planned | undefined, log: Logger): Promise<GeneratedReply> {
-  const { messages, history } = planned?.history ? { messages: planned.messages, history: planned.history } : await readHistory(deps.db, reply, deps.historyMessages);
+  const { messages, history } = planned?.history
+    ? { messages: planned.messages, history: planned.history }
+    : await readHistory(deps.db, reply, deps.historyMessages);
   const turns = await conversationTurns(deps, messages, history);
   if (turns.length === 0) throw new Error(`reply ${reply.id} has no messages to answer`);
   const asked = { phoneNumberId: conversation.phoneNumberId, model: deps.claude.model };
@@ -251,7 +253,8 @@ async function sendParts(deps: ReplyDeps, lease: Lease, conversation: Conversati
       throw new FencedOut(`the send lease of part ${part.id} lapsed before the request went out`);
     }
     // Law 5's unavoidable window: we started this send before and never learned its outcome.
-    if (part.sendState === "sending") log.warn({ event: "reply.resend_unconfirmed", part: part.id }, "no status came for an earlier send of this part; sending it again");
+    if (part.sendState === "sending")
+      log.warn({ event: "reply.resend_unconfirmed", part: part.id }, "no status came for an earlier send of this part; sending it again");
     let wamid: string;
     try {
       ({ wamid } = template

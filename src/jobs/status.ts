@@ -40,7 +40,10 @@ export async function processStatus(deps: StatusDeps, data: StatusJobData): Prom
   // Counted once, as the status moves to failed: a redelivered webhook is stale by now.
   deps.metrics.graphErrors.inc({ code: status.errors?.[0] ? String(status.errors[0].code) : "none", via: "status" });
   const letter = await deadLetterFailedDelivery(deps, status, part.replyId);
-  log.error({ event: "reply.dead_lettered", deadLetter: letter?.id, joined: letter ? !letter.created : undefined, code: status.errors?.[0]?.code }, "delivery failed; reply dead-lettered");
+  log.error(
+    { event: "reply.dead_lettered", deadLetter: letter?.id, joined: letter ? !letter.created : undefined, code: status.errors?.[0]?.code },
+    "delivery failed; reply dead-lettered",
+  );
   return "dead_lettered";
 }
 
@@ -50,7 +53,10 @@ export async function deadLetterFailedDelivery(deps: DeadLetterDeps, status: Sta
   const ours = status.biz_opaque_callback_data;
   const part = replyId
     ? { replyId }
-    : await db.outboundMessage.findFirst({ where: { OR: [{ wamid: status.id }, ...(ours && UUID.test(ours) ? [{ id: ours }] : [])] }, select: { replyId: true } });
+    : await db.outboundMessage.findFirst({
+        where: { OR: [{ wamid: status.id }, ...(ours && UUID.test(ours) ? [{ id: ours }] : [])] },
+        select: { replyId: true },
+      });
   if (!part) return null;
   const error = status.errors?.[0];
   const rule = error ? ruleForGraphCode(error.code, undefined) : undefined;

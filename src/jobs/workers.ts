@@ -1,16 +1,25 @@
 import { DelayedError, type Job, type Queue, Worker } from "bullmq";
-import type { RedisClient } from "../queue/redis.ts";
 import { ClaudeClient } from "../ai/claude.ts";
 import type { Config } from "../config.ts";
 import type { Db } from "../db/client.ts";
 import type { Metrics } from "../http/metrics.ts";
 import type { Logger } from "../logger.ts";
+import {
+  closeQueues,
+  createQueues,
+  type EventJobData,
+  type InboundJobData,
+  oldestReadySince,
+  QUEUE_NAMES,
+  type ReplyJobData,
+  type StatusJobData,
+} from "../queue/queues.ts";
+import type { RedisClient } from "../queue/redis.ts";
 import type { Tracing } from "../tracing/tracing.ts";
-import { closeQueues, createQueues, type EventJobData, QUEUE_NAMES, type InboundJobData, oldestReadySince, type ReplyJobData, type StatusJobData } from "../queue/queues.ts";
 import { GraphClient } from "../whatsapp/graph-client.ts";
 import { processEvent } from "./events.ts";
-import { processInbound, type InboundDeps } from "./inbound.ts";
-import { decideFate, retryDelayMs, type RetryDelaySettings } from "./policy.ts";
+import { type InboundDeps, processInbound } from "./inbound.ts";
+import { decideFate, type RetryDelaySettings, retryDelayMs } from "./policy.ts";
 import { reconcile } from "./reconcile.ts";
 import { processReply, type ReplyDeps } from "./reply.ts";
 import { processStatus } from "./status.ts";
@@ -125,7 +134,11 @@ export function startWorkers(deps: WorkerDeps): Workers {
     };
 
   const kinds: WorkerKind[] = [
-    { queue: QUEUE_NAMES.inbound, concurrency: deps.concurrency.inbound, process: guarded("inbound", (job: Job<InboundJobData>) => processInbound(deps, job.data)) },
+    {
+      queue: QUEUE_NAMES.inbound,
+      concurrency: deps.concurrency.inbound,
+      process: guarded("inbound", (job: Job<InboundJobData>) => processInbound(deps, job.data)),
+    },
     {
       // Replies wait on Claude for seconds: many run at once, one per conversation (law 8).
       queue: QUEUE_NAMES.reply,
@@ -139,7 +152,11 @@ export function startWorkers(deps: WorkerDeps): Workers {
       // processReply) only for workers with a limiter; this one is far above any real rate.
       limiter: { max: 10_000, duration: 1000 },
     },
-    { queue: QUEUE_NAMES.status, concurrency: deps.concurrency.inbound, process: guarded("status", (job: Job<StatusJobData>) => processStatus(deps, job.data)) },
+    {
+      queue: QUEUE_NAMES.status,
+      concurrency: deps.concurrency.inbound,
+      process: guarded("status", (job: Job<StatusJobData>) => processStatus(deps, job.data)),
+    },
     { queue: QUEUE_NAMES.events, concurrency: deps.concurrency.inbound, process: guarded("events", (job: Job<EventJobData>) => processEvent(deps, job.data)) },
     {
       queue: QUEUE_NAMES.reconcile,
@@ -258,8 +275,7 @@ function watchFetching(
 function startSweeps(deps: Pick<WorkerDeps, "queues" | "reconcile" | "logger">): void {
   const { reconcile: queue } = deps.queues;
   const keep = { removeOnComplete: { count: 100 }, removeOnFail: { count: 100 } };
-  Promise.all([
-    queue.add("sweep", {}, keep),
-    queue.upsertJobScheduler("sweep", { every: deps.reconcile.intervalMs }, { name: "sweep", opts: keep }),
-  ]).catch((error: unknown) => deps.logger.warn({ event: "reconcile.schedule_failed", err: error }, "could not schedule the reconciler; the next start-up will"));
+  Promise.all([queue.add("sweep", {}, keep), queue.upsertJobScheduler("sweep", { every: deps.reconcile.intervalMs }, { name: "sweep", opts: keep })]).catch(
+    (error: unknown) => deps.logger.warn({ event: "reconcile.schedule_failed", err: error }, "could not schedule the reconciler; the next start-up will"),
+  );
 }

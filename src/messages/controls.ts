@@ -13,7 +13,11 @@ export interface ControlKeywords {
 /** A control is a whole message equal to a keyword (ignoring case, spaces and end punctuation). */
 export function controlOf(text: string | undefined, keywords: ControlKeywords): Control | undefined {
   if (!text) return undefined;
-  const word = text.trim().replace(/[.!?¡¿]+$/u, "").trim().toLocaleLowerCase();
+  const word = text
+    .trim()
+    .replace(/[.!?¡¿]+$/u, "")
+    .trim()
+    .toLocaleLowerCase();
   if (keywords.optOutKeywords.includes(word)) return "opt_out";
   if (keywords.optInKeywords.includes(word)) return "opt_in";
   if (keywords.handoffKeywords.includes(word)) return "handoff";

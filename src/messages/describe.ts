@@ -6,10 +6,7 @@ import type { InboundMessagePayload } from "../webhook/payload.ts";
  * a configured answer that costs no Claude call, or no answer with a logged reason.
  */
 
-export type InboundOutcome =
-  | { kind: "answer"; text: string }
-  | { kind: "canned"; text: string; reason: string }
-  | { kind: "skip"; reason: string };
+export type InboundOutcome = { kind: "answer"; text: string } | { kind: "canned"; text: string; reason: string } | { kind: "skip"; reason: string };
 
 export interface DescribeSettings {
   /** Said to a voice note or video, which the bot cannot read; empty = no reply. */
@@ -55,9 +52,7 @@ const contactCard = z.object({
 const order = z.object({
   catalog_id: z.string().optional(),
   text: z.string().optional(),
-  product_items: z.array(
-    z.object({ product_retailer_id: z.string(), quantity: z.coerce.number(), item_price: z.coerce.number(), currency: z.string() }),
-  ),
+  product_items: z.array(z.object({ product_retailer_id: z.string(), quantity: z.coerce.number(), item_price: z.coerce.number(), currency: z.string() })),
 });
 const visual = z.object({ id: z.string(), caption: z.string().optional(), mime_type: z.string().optional(), filename: z.string().optional() });
 
@@ -149,8 +144,9 @@ export function describeInbound(message: InboundMessagePayload, settings: Descri
       return say(settings.mediaReply, `${message.type}: the bot reads text, images and PDFs`);
     case "unsupported":
       // Older webhooks announce an edit this way, without the edited words (WHATSAPP.md §11).
-      if ((raw.unsupported as { type?: unknown } | undefined)?.type === "edit") return { kind: "skip", reason: "an edit without its new text (older webhook shape)" };
-      return fallback(settings, "message type \"unsupported\"");
+      if ((raw.unsupported as { type?: unknown } | undefined)?.type === "edit")
+        return { kind: "skip", reason: "an edit without its new text (older webhook shape)" };
+      return fallback(settings, 'message type "unsupported"');
     default:
       return fallback(settings, `message type "${message.type}"`);
   }

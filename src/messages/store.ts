@@ -1,6 +1,6 @@
+import { resolveContact } from "../contacts/identity.ts";
 import type { Db } from "../db/client.ts";
 import { isUniqueViolation, Prisma } from "../db/client.ts";
-import { resolveContact } from "../contacts/identity.ts";
 import type { Sender } from "../webhook/payload.ts";
 
 /**
@@ -52,7 +52,9 @@ export async function recordInbound(db: Db, who: { sender: Sender } | { contactI
   }
   if (recorded.inserted) return recorded;
   // Stored before: its own reason counts (a deletion stored first left a tombstone).
-  const [earlier] = await db.$queryRaw<{ skipReason: string | null }[]>`SELECT skip_reason AS "skipReason" FROM inbound_messages WHERE wamid = ${message.wamid}`;
+  const [earlier] = await db.$queryRaw<
+    { skipReason: string | null }[]
+  >`SELECT skip_reason AS "skipReason" FROM inbound_messages WHERE wamid = ${message.wamid}`;
   return { ...recorded, skipReason: earlier?.skipReason ?? null };
 }
 

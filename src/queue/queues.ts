@@ -1,10 +1,10 @@
 import { createHash } from "node:crypto";
-import { Job, Queue, type JobsOptions, type Telemetry } from "bullmq";
+import { Job, type JobsOptions, Queue, type Telemetry } from "bullmq";
 import calculateSlot from "cluster-key-slot";
 import { Cluster, type Redis } from "ioredis";
-import type { RedisClient } from "./redis.ts";
 import type { GeneratedReply } from "../ai/claude.ts";
 import type { BusinessEvent, InboundItem, Sender, StatusItem, WebhookItem } from "../webhook/payload.ts";
+import type { RedisClient } from "./redis.ts";
 
 /** The job catalog: queue names, job payloads, and how each job is added. */
 
@@ -233,11 +233,7 @@ const replyDeduplicationId = (conversationId: string) => `conv.${conversationId}
  * while one is active takes the last add's options, trace included: BullMQ's keepLastIfActive.)
  */
 export async function scheduleReply(queues: Queues, conversationId: string, delayMs: number): Promise<void> {
-  await queues.reply.add(
-    "reply",
-    { conversationId },
-    { delay: delayMs, deduplication: { id: replyDeduplicationId(conversationId), keepLastIfActive: true } },
-  );
+  await queues.reply.add("reply", { conversationId }, { delay: delayMs, deduplication: { id: replyDeduplicationId(conversationId), keepLastIfActive: true } });
 }
 
 /** Whether the conversation has a reply job that will run (waiting, delayed or active), for the reconciler. */

@@ -1,4 +1,4 @@
-import { Cluster, Redis, type ClusterOptions, type RedisOptions } from "ioredis";
+import { Cluster, type ClusterOptions, Redis, type RedisOptions } from "ioredis";
 import type { RedisTarget, RedisTls } from "../config.ts";
 
 /** A connection to Redis in any of its topologies; BullMQ and our commands take either. */

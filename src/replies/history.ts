@@ -51,7 +51,11 @@ export function historyColumns(conversationId: string, newest: Prisma.Sql, notAn
 }
 
 /** For a run that did not plan the reply (a retry): its messages and their history, in one statement. */
-export async function readHistory(db: Db, reply: { id: string; conversationId: string }, limit: number): Promise<{ messages: QuestionMessage[]; history: HistoryRows }> {
+export async function readHistory(
+  db: Db,
+  reply: { id: string; conversationId: string },
+  limit: number,
+): Promise<{ messages: QuestionMessage[]; history: HistoryRows }> {
   const [row] = await db.$queryRaw<(HistoryJson & { messages: QuestionMessage[] | null })[]>`
     WITH answering AS (SELECT text, payload, sent_at, arrival, created_at FROM inbound_messages WHERE reply_id = ${reply.id}::uuid)
     SELECT (SELECT jsonb_agg(jsonb_build_object('text', text, 'payload', payload) ORDER BY sent_at, arrival NULLS FIRST, created_at) FROM answering) AS messages,

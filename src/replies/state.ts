@@ -217,7 +217,10 @@ async function bindAnswer(db: Db | Tx, lease: Lease, plan: Plan, pending: Waitin
   const newest = new Date(Math.max(0, ...pending.filter((m) => ids.includes(m.id)).map((m) => m.createdAt.getTime())));
   const optedOut = plan.effects.optedOut ?? null;
   const handoff = plan.effects.handoffWamid !== undefined;
-  const history = answer?.kind === "ai" ? historyColumns(lease.conversationId, Prisma.sql`${newest}::timestamptz`, Prisma.sql`NOT (id = ANY(${ids}::uuid[]))`, historyMessages) : Prisma.sql`NULL AS earlier, NULL AS replies`;
+  const history =
+    answer?.kind === "ai"
+      ? historyColumns(lease.conversationId, Prisma.sql`${newest}::timestamptz`, Prisma.sql`NOT (id = ANY(${ids}::uuid[]))`, historyMessages)
+      : Prisma.sql`NULL AS earlier, NULL AS replies`;
   const [row] = await db.$queryRaw<{ held: boolean; made: ReplyJson | null; earlier: HistoryJson["earlier"]; replies: HistoryJson["replies"] }[]>`
     WITH fenced AS (
       SELECT id FROM conversations WHERE id = ${lease.conversationId}::uuid AND reply_fence = ${lease.fence} FOR UPDATE
@@ -312,7 +315,12 @@ const quoteOf = (replyId: string) => Prisma.sql`(
  * generating takes it. Returns the conversation's latest inbound time, for the 24-hour window,
  * and the outbox (undefined when the reply was no longer generating).
  */
-export async function storeDraft(db: Db, lease: Lease | null, replyId: string, draft: GeneratedReply): Promise<{ lastInboundAt: Date | null; outbox: Outbox | undefined }> {
+export async function storeDraft(
+  db: Db,
+  lease: Lease | null,
+  replyId: string,
+  draft: GeneratedReply,
+): Promise<{ lastInboundAt: Date | null; outbox: Outbox | undefined }> {
   const held = lease
     ? Prisma.sql`SELECT last_inbound_at FROM conversations WHERE id = ${lease.conversationId}::uuid AND reply_fence = ${lease.fence} FOR SHARE`
     : Prisma.sql`SELECT c.last_inbound_at FROM conversations c JOIN replies r ON r.conversation_id = c.id WHERE r.id = ${replyId}::uuid`;

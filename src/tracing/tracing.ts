@@ -1,7 +1,7 @@
 import {
   type Attributes,
-  context,
   type Context,
+  context,
   INVALID_SPAN_CONTEXT,
   ProxyTracerProvider,
   ROOT_CONTEXT,
@@ -9,9 +9,9 @@ import {
   type SpanOptions,
   SpanStatusCode,
   type TextMapPropagator,
-  trace,
   type Tracer,
   type TracerProvider,
+  trace,
 } from "@opentelemetry/api";
 import type { Telemetry } from "bullmq";
 

@@ -233,7 +233,16 @@ function walkEvents(field: "smb_message_echoes" | "user_preferences" | "user_id_
     if (field === "user_preferences") {
       const p = preferenceSchema.safeParse(raw);
       if (!p.success) return { kind: "ignored", reason: "user preference without a user, category, value or timestamp", where: here };
-      return { kind: "event", event: { type: "preferences", sender: named(p.data.wa_id, p.data.user_id), category: p.data.category, value: p.data.value, timestamp: p.data.timestamp } };
+      return {
+        kind: "event",
+        event: {
+          type: "preferences",
+          sender: named(p.data.wa_id, p.data.user_id),
+          category: p.data.category,
+          value: p.data.value,
+          timestamp: p.data.timestamp,
+        },
+      };
     }
     const u = userIdUpdateSchema.safeParse(raw);
     if (!u.success) return { kind: "ignored", reason: "user id update without previous and current ids", where: here };

@@ -1,10 +1,10 @@
 import { SpanKind, type Tracer } from "@opentelemetry/api";
 import { type FastifyInstance, type FastifyPluginAsync, type FastifyReply, type FastifyRequest, LogController } from "fastify";
-import type { RedisClient } from "../queue/redis.ts";
 import type { Metrics } from "../http/metrics.ts";
-import { inSpan } from "../tracing/tracing.ts";
 import { type Durability, type EnqueueOutcome, jobOf, type Queues } from "../queue/queues.ts";
-import { walkWebhook, type WebhookItem } from "./payload.ts";
+import type { RedisClient } from "../queue/redis.ts";
+import { inSpan } from "../tracing/tracing.ts";
+import { type WebhookItem, walkWebhook } from "./payload.ts";
 import { safeEqual, verifyMetaSignature } from "./signature.ts";
 
 export interface WebhookDeps {

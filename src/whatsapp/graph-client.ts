@@ -89,7 +89,13 @@ export class GraphClient {
   }
 
   /** An approved template: the only thing Meta delivers once the 24-hour window has closed. */
-  async sendTemplate(input: { phoneNumberId: string; to: Recipient; name: string; language: string; bizOpaqueCallbackData: string }): Promise<{ wamid: string }> {
+  async sendTemplate(input: {
+    phoneNumberId: string;
+    to: Recipient;
+    name: string;
+    language: string;
+    bizOpaqueCallbackData: string;
+  }): Promise<{ wamid: string }> {
     return this.sent("template", input.phoneNumberId, input.bizOpaqueCallbackData, {
       messaging_product: "whatsapp",
       recipient_type: "individual",
@@ -174,7 +180,13 @@ export class GraphClient {
     } catch (error) {
       // The answer broke off: whatever it said, Meta may have acted on the request.
       throw this.counted(
-        new RetryableError({ source: "graph", code: "answer_lost", reason: `Meta's answer (HTTP ${response.statusCode}) broke off before it was read`, ambiguous: true, cause: error }),
+        new RetryableError({
+          source: "graph",
+          code: "answer_lost",
+          reason: `Meta's answer (HTTP ${response.statusCode}) broke off before it was read`,
+          ambiguous: true,
+          cause: error,
+        }),
       );
     }
     const body = safeJson(text);
@@ -268,7 +280,13 @@ function acceptedWamid(body: unknown): { wamid: string } {
   if (!parsed.success) {
     // Meta answered 2xx, so the message was probably taken, but we cannot tell which wamid it
     // has: a maybe-sent part, reconciled by its status webhook (law 5).
-    throw new RetryableError({ source: "graph", code: "unreadable_answer", reason: "Meta accepted the send but its answer carried no message id", detail: { body }, ambiguous: true });
+    throw new RetryableError({
+      source: "graph",
+      code: "unreadable_answer",
+      reason: "Meta accepted the send but its answer carried no message id",
+      detail: { body },
+      ambiguous: true,
+    });
   }
   return { wamid: parsed.data.messages[0]!.id };
 }

@@ -1,4 +1,4 @@
-import { type ClaudeAnswer, type ClaudeRequest, MessagesApiServer, anthropicError, blocksOf } from "../../src/demo/anthropic/messages-api.ts";
+import { anthropicError, blocksOf, type ClaudeAnswer, type ClaudeRequest, MessagesApiServer } from "../../src/demo/anthropic/messages-api.ts";
 
 /**
  * A local stand-in for Anthropic's Messages API, on the protocol the demo's offline responder

@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { graphError } from "../../src/demo/meta/wire.ts";
 import { PROXY_502_PAGE } from "../../src/demo/meta/graph.ts";
-import { LocalServer, sendJson as json } from "./local-server.ts";
+import { graphError } from "../../src/demo/meta/wire.ts";
+import { sendJson as json, LocalServer } from "./local-server.ts";
 
 // Shared with the simulated Meta (src/demo/meta/): one error body, one edge-proxy page.
 export { graphError, PROXY_502_PAGE };
@@ -169,10 +169,14 @@ export class FakeGraph {
       return;
     }
     const wamid = `wamid.OUT${++this.counter}`;
-    return json(res, 200, answer?.body ?? {
-      messaging_product: "whatsapp",
-      contacts: [{ input: body.to, wa_id: body.to }],
-      messages: [{ id: wamid }],
-    });
+    return json(
+      res,
+      200,
+      answer?.body ?? {
+        messaging_product: "whatsapp",
+        contacts: [{ input: body.to, wa_id: body.to }],
+        messages: [{ id: wamid }],
+      },
+    );
   }
 }

@@ -1,5 +1,6 @@
 import { randomBytes } from "node:crypto";
 import type { FastifyInstance, LightMyRequestResponse } from "fastify";
+import type { Redis } from "ioredis";
 import pg from "pg";
 import pino from "pino";
 import { buildApp } from "../../src/app.ts";
@@ -8,11 +9,10 @@ import { createDb, type Db } from "../../src/db/client.ts";
 import { migrate } from "../../src/db/migrate.ts";
 import { createMetrics, type Metrics } from "../../src/http/metrics.ts";
 import { startConfiguredWorkers, type Workers } from "../../src/jobs/workers.ts";
+import type { Logger } from "../../src/logger.ts";
 import { closeQueues, createQueues, type Queues } from "../../src/queue/queues.ts";
-import type { Redis } from "ioredis";
 import { createFailFastRedis, createWorkerRedis } from "../../src/queue/redis.ts";
 import { signMetaBody } from "../../src/webhook/signature.ts";
-import type { Logger } from "../../src/logger.ts";
 import { FakeAnthropic } from "./fake-anthropic.ts";
 import { FakeGraph } from "./fake-graph.ts";
 
@@ -139,10 +139,12 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
       }
     },
     async stopWorkers() {
-      await Promise.all(running.map(async (r) => {
-        await r.workers.close(5000);
-        await r.connection.quit().catch(() => undefined);
-      }));
+      await Promise.all(
+        running.map(async (r) => {
+          await r.workers.close(5000);
+          await r.connection.quit().catch(() => undefined);
+        }),
+      );
       running = [];
     },
     deliver(body, headers = {}) {

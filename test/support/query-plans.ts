@@ -106,7 +106,16 @@ export async function explainStatements(
 
     const planned: PlannedStatement[] = [];
     for (const [sql, entry] of distinct) {
-      const result: PlannedStatement = { sql, jobs: [...entry.jobs], count: entry.count, tables: [], cost: 0, seqScans: [], plan: "", values: entry.executions[0]?.values };
+      const result: PlannedStatement = {
+        sql,
+        jobs: [...entry.jobs],
+        count: entry.count,
+        tables: [],
+        cost: 0,
+        seqScans: [],
+        plan: "",
+        values: entry.executions[0]?.values,
+      };
       const tables = new Set<string>();
       const scanned = new Map<string, number>();
       let shownPlanScans = false;
@@ -169,7 +178,9 @@ async function planText(client: pg.Client, execution: RecordedStatement): Promis
 export function describeFailures(report: PlanReport): string {
   return report.failing
     .map((p, i) => {
-      const what = p.error ? `could not be planned: ${p.error}` : `Seq Scan on ${p.seqScans.map((s) => `${s.table} (${s.rows.toLocaleString("en-US")} rows)`).join(", ")}`;
+      const what = p.error
+        ? `could not be planned: ${p.error}`
+        : `Seq Scan on ${p.seqScans.map((s) => `${s.table} (${s.rows.toLocaleString("en-US")} rows)`).join(", ")}`;
       return [
         `${i + 1}. ${what}`,
         `   issued ${p.count}× by ${p.jobs.join(", ")}`,

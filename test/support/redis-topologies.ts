@@ -110,15 +110,22 @@ export class PrivateRedisCluster implements ReplicatedRedis {
       await mkdir(data);
       servers.push(
         new Server(port, [
-          "--port", String(port),
-          "--cluster-enabled", "yes",
-          "--cluster-port", String(bus),
-          "--cluster-config-file", join(data, "nodes.conf"),
+          "--port",
+          String(port),
+          "--cluster-enabled",
+          "yes",
+          "--cluster-port",
+          String(bus),
+          "--cluster-config-file",
+          join(data, "nodes.conf"),
           // A dead master is failed over after a second or two (production uses 15 s; the point is the same).
-          "--cluster-node-timeout", "1000",
+          "--cluster-node-timeout",
+          "1000",
           // Any replica may take over, however long it was disconnected: the test kills at will.
-          "--cluster-replica-validity-factor", "0",
-          "--dir", data,
+          "--cluster-replica-validity-factor",
+          "0",
+          "--dir",
+          data,
           ...PRODUCTION_LIKE,
         ]),
       );
@@ -173,7 +180,10 @@ export class PrivateRedisCluster implements ReplicatedRedis {
 
   async replicaOf(master: Server): Promise<Server> {
     const layout = await cli(master.port, "CLUSTER", "NODES");
-    const id = layout.split("\n").find((line) => line.includes("myself"))?.split(" ")[0];
+    const id = layout
+      .split("\n")
+      .find((line) => line.includes("myself"))
+      ?.split(" ")[0];
     const replica = layout.split("\n").find((line) => line.split(" ")[3] === id);
     const port = Number(replica?.split(" ")[1]?.split(":")[1]?.split("@")[0]);
     const server = this.servers.find((s) => s.port === port);
@@ -224,7 +234,8 @@ export class PrivateRedisSentinels implements ReplicatedRedis {
         [
           `port ${port}`,
           "bind 127.0.0.1",
-          `dir ${dir}`, `logfile ${dir}/s${port}.log`,
+          `dir ${dir}`,
+          `logfile ${dir}/s${port}.log`,
           `sentinel monitor ${SENTINEL_MASTER_NAME} 127.0.0.1 ${masterPort} 2`,
           `sentinel down-after-milliseconds ${SENTINEL_MASTER_NAME} 1000`,
           `sentinel failover-timeout ${SENTINEL_MASTER_NAME} 2000`,

@@ -73,22 +73,31 @@ export class StatementRecorder {
 
   private install(): void {
     const recorder = this;
-    this.patch(pg.Client.prototype, "query", (query) =>
-      function (this: pg.Client, ...args: unknown[]) {
-        if (recorder.recording) recorder.note(args);
-        return query.apply(this, args);
-      },
+    this.patch(
+      pg.Client.prototype,
+      "query",
+      (query) =>
+        function (this: pg.Client, ...args: unknown[]) {
+          if (recorder.recording) recorder.note(args);
+          return query.apply(this, args);
+        },
     );
-    this.patch(pg.Pool.prototype, "connect", (connect) =>
-      function (this: pg.Pool, ...args: unknown[]) {
-        const [callback] = args;
-        return connect.apply(this, typeof callback === "function" ? [AsyncResource.bind(callback as (...a: unknown[]) => unknown)] : args);
-      },
+    this.patch(
+      pg.Pool.prototype,
+      "connect",
+      (connect) =>
+        function (this: pg.Pool, ...args: unknown[]) {
+          const [callback] = args;
+          return connect.apply(this, typeof callback === "function" ? [AsyncResource.bind(callback as (...a: unknown[]) => unknown)] : args);
+        },
     );
-    this.patch(Worker.prototype, "callProcessJob", (callProcessJob) =>
-      function (this: Worker, ...args: unknown[]) {
-        return currentJob.run(this.name, () => callProcessJob.apply(this, args));
-      },
+    this.patch(
+      Worker.prototype,
+      "callProcessJob",
+      (callProcessJob) =>
+        function (this: Worker, ...args: unknown[]) {
+          return currentJob.run(this.name, () => callProcessJob.apply(this, args));
+        },
     );
   }
 

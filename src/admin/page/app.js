@@ -93,7 +93,8 @@ function route() {
 }
 
 const go = (hash) => {
-  if (location.hash === hash) route(); // no hashchange to wait for
+  if (location.hash === hash)
+    route(); // no hashchange to wait for
   else location.hash = hash;
 };
 

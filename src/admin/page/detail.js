@@ -60,7 +60,11 @@ function render(data, { fresh }) {
   const contact = data.conversation.contact;
   $("#detail-title").textContent = contact.name || contact.label;
   document.title = `${contact.name || contact.label} · Support queue`;
-  $("#detail-sub").textContent = [contact.name ? contact.label : null, `came in ${ago(data.createdAt)}`, `business number id ${data.conversation.phoneNumberId}`]
+  $("#detail-sub").textContent = [
+    contact.name ? contact.label : null,
+    `came in ${ago(data.createdAt)}`,
+    `business number id ${data.conversation.phoneNumberId}`,
+  ]
     .filter(Boolean)
     .join(" · ");
   renderPager(data.id);
@@ -70,7 +74,15 @@ function render(data, { fresh }) {
   renderDraft(data, fresh);
   renderActions(data);
   $("#actions").replaceChildren(
-    ...data.actions.map((action) => h("li", {}, h("time", { datetime: action.at }, fullDate(action.at)), ` ${action.actor}: ${ACTION_WORDS[action.action] ?? action.action}`, action.detail?.note ? ` (“${action.detail.note}”)` : "")),
+    ...data.actions.map((action) =>
+      h(
+        "li",
+        {},
+        h("time", { datetime: action.at }, fullDate(action.at)),
+        ` ${action.actor}: ${ACTION_WORDS[action.action] ?? action.action}`,
+        action.detail?.note ? ` (“${action.detail.note}”)` : "",
+      ),
+    ),
   );
   if (data.actions.length === 0) $("#actions").replaceChildren(h("li", {}, "Nothing yet."));
 }
@@ -117,7 +129,12 @@ function renderNotes(data) {
   $("#paused-note").hidden = !paused;
   if (paused) {
     const indefinitely = new Date(paused).getFullYear() > 9000;
-    const by = data.conversation.pausedBy === "business app" ? " (a person answered from the WhatsApp Business app)" : data.conversation.pausedBy ? ` (by ${data.conversation.pausedBy})` : "";
+    const by =
+      data.conversation.pausedBy === "business app"
+        ? " (a person answered from the WhatsApp Business app)"
+        : data.conversation.pausedBy
+          ? ` (by ${data.conversation.pausedBy})`
+          : "";
     $("#paused-note").textContent = indefinitely
       ? `The bot is paused for this conversation until someone resumes it${by}.`
       : `The bot is paused for this conversation until ${new Date(paused).toLocaleString()}${by}; it resumes by itself then.`;
@@ -126,13 +143,15 @@ function renderNotes(data) {
   $("#handled-note").hidden = data.state === "open";
   if (handled) {
     const what = data.state === "resent" ? "sent again" : "discarded";
-    $("#handled-note").textContent = `This item was ${what}${handled.by ? ` by ${handled.by}` : ""}${handled.at ? ` at ${fullDate(handled.at)}` : ""}${handled.note ? `, with the note “${handled.note}”` : ""}. Nothing more to do here.`;
+    $("#handled-note").textContent =
+      `This item was ${what}${handled.by ? ` by ${handled.by}` : ""}${handled.at ? ` at ${fullDate(handled.at)}` : ""}${handled.note ? `, with the note “${handled.note}”` : ""}. Nothing more to do here.`;
   }
 }
 
 /** A delivery tick as WhatsApp shows it, with words for screen readers and a hover title. */
 function ticks(entry, failedReply) {
-  const tick = (glyph, words, kind) => h("span", { class: `tick tick-${kind}`, title: words }, h("span", { "aria-hidden": "true" }, glyph), h("span", { class: "sr-only" }, words));
+  const tick = (glyph, words, kind) =>
+    h("span", { class: `tick tick-${kind}`, title: words }, h("span", { "aria-hidden": "true" }, glyph), h("span", { class: "sr-only" }, words));
   if (entry.status === "read") return tick("✓✓", "Read", "read");
   if (entry.status === "delivered") return tick("✓✓", "Delivered", "delivered");
   if (entry.status === "failed") return tick("!", "Not delivered", "failed");
@@ -239,8 +258,12 @@ export async function act(action) {
   const current = detail.current;
   if (!current) return undefined;
   const resending = action === "send-edited" || action === "send-draft" || action === "regenerate";
-  if (resending && !current.conversation.windowOpen
-      && !confirm("The 24-hour window has closed: WhatsApp will most likely refuse free text until the customer writes again. Send anyway?")) return undefined;
+  if (
+    resending &&
+    !current.conversation.windowOpen &&
+    !confirm("The 24-hour window has closed: WhatsApp will most likely refuse free text until the customer writes again. Send anyway?")
+  )
+    return undefined;
   if (action === "regenerate" && !confirm("Regenerating calls Claude again (it costs money). Continue?")) return undefined;
   if (action === "send-edited" && !$("#draft").value.trim()) {
     $("#result").textContent = "Write the reply first: the box is empty.";
@@ -248,9 +271,8 @@ export async function act(action) {
     return undefined;
   }
   // Law 5: a reply that may already have arrived is sent again only when the person says so.
-  const confirmMaybeSent = resending && current.reply?.maybeSent
-    ? confirm("This reply may already have arrived (Meta never answered its last send). Send it again anyway?")
-    : false;
+  const confirmMaybeSent =
+    resending && current.reply?.maybeSent ? confirm("This reply may already have arrived (Meta never answered its last send). Send it again anyway?") : false;
   if (resending && current.reply?.maybeSent && !confirmMaybeSent) return undefined;
   const key = crypto.randomUUID(); // one key per intended action: a double click replays, never repeats
   const id = current.id;

@@ -45,7 +45,8 @@ function renderReasons(summary) {
     );
   const chips = [chip("", "All", summary.total)];
   for (const reason of summary.reasons) chips.push(chip(reason.kind, reason.label, reason.count, reason.oldestAt));
-  if (queue.reason && !summary.reasons.some((r) => r.kind === queue.reason)) chips.push(chip(queue.reason, $(`[data-reason="${queue.reason}"] .chip-label`)?.textContent ?? queue.reason, 0));
+  if (queue.reason && !summary.reasons.some((r) => r.kind === queue.reason))
+    chips.push(chip(queue.reason, $(`[data-reason="${queue.reason}"] .chip-label`)?.textContent ?? queue.reason, 0));
   const focused = document.activeElement?.dataset?.reason;
   $("#reasons").replaceChildren(...chips);
   if (focused !== undefined) $(`#reasons [data-reason="${focused}"]`)?.focus();
@@ -71,8 +72,15 @@ function card(item) {
     h(
       "a",
       { href: `#/item/${item.id}`, class: `item kind-${why.kind}`, dataset: { deadLetterId: item.id } },
-      h("span", { class: "item-top" },
-        h("span", { class: "item-who" }, h("strong", {}, contact.name || contact.label), contact.name ? h("span", { class: "item-label" }, contact.label) : null),
+      h(
+        "span",
+        { class: "item-top" },
+        h(
+          "span",
+          { class: "item-who" },
+          h("strong", {}, contact.name || contact.label),
+          contact.name ? h("span", { class: "item-label" }, contact.label) : null,
+        ),
         h("time", { class: "item-age", datetime: item.createdAt, title: fullDate(item.createdAt) }, ago(item.createdAt)),
       ),
       h("span", { class: "item-why" }, why.title),
@@ -141,7 +149,8 @@ export function wireQueue() {
       return;
     }
     const { status, data } = await api("POST", "/admin/dlq/bulk-retry", { code }, crypto.randomUUID());
-    $("#queue-status").textContent = status < 300 ? `Resending ${data.resent} item(s), spaced out; ${data.skipped} left as they were.` : `Not done: ${data.error ?? "unknown error"}`;
+    $("#queue-status").textContent =
+      status < 300 ? `Resending ${data.resent} item(s), spaced out; ${data.skipped} left as they were.` : `Not done: ${data.error ?? "unknown error"}`;
     loadQueue();
   });
 }

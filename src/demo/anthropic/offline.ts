@@ -87,7 +87,8 @@ export function offlineReply(request: ClaudeRequest): string {
   if (/\blong\b|story|everything|detail/.test(topic)) lines.push(longAnswer());
   else if (/hour|open|close|sunday|monday|weekend/.test(topic)) lines.push("The demo shop is open Monday to Saturday, 9:00 to 18:00, and closed on Sundays.");
   else if (/price|cost|how much|cheap|expensive/.test(topic)) lines.push("Everything in the demo shop costs 42 demo coins.");
-  else if (/order|deliver|track|ship|parcel/.test(topic)) lines.push("Orders leave the demo warehouse within two working days; yours (a made-up one) is on its way.");
+  else if (/order|deliver|track|ship|parcel/.test(topic))
+    lines.push("Orders leave the demo warehouse within two working days; yours (a made-up one) is on its way.");
   else if (media.length === 0 && !place) {
     lines.push(
       'I am the demo\'s offline responder, not Claude (start the demo with ANTHROPIC_API_KEY for Claude). Ask about opening hours, prices or delivery, send a photo, a PDF or a location, or write "long" to see a long reply split into WhatsApp-sized parts.',

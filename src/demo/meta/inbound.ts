@@ -18,7 +18,10 @@ export interface MessageShown {
 }
 
 /** The message's own part of the webhook, and what the customer's phone shows of it. */
-export function messagePayload(message: CustomerMessage, storeMedia: (bytes: Buffer, mimeType: string) => string): { payload: MessagePayload; shown: MessageShown } {
+export function messagePayload(
+  message: CustomerMessage,
+  storeMedia: (bytes: Buffer, mimeType: string) => string,
+): { payload: MessagePayload; shown: MessageShown } {
   if ("text" in message) return { payload: { type: "text", text: { body: message.text } }, shown: { text: message.text } };
   if ("image" in message || "document" in message) {
     const file = "image" in message ? message.image : message.document;
@@ -56,7 +59,11 @@ export function messagePayload(message: CustomerMessage, storeMedia: (bytes: Buf
 }
 
 /** The POST body Meta delivers for one message of `customer` to `number`. */
-export function inboundWebhook(number: BusinessNumber, customer: Customer, message: { id: string; context?: { from: string; id: string } } & MessagePayload): string {
+export function inboundWebhook(
+  number: BusinessNumber,
+  customer: Customer,
+  message: { id: string; context?: { from: string; id: string } } & MessagePayload,
+): string {
   const contact = {
     profile: { name: customer.name, ...(customer.username ? { username: customer.username } : {}) },
     ...(customer.phone ? { wa_id: customer.phone } : {}),

@@ -24,7 +24,7 @@ function el(tag, className, text) {
   return node;
 }
 
-const labelOf = (c) => c.phone ? `+${c.phone}` : `@${c.username ?? "?"} · ${c.userId}`;
+const labelOf = (c) => (c.phone ? `+${c.phone}` : `@${c.username ?? "?"} · ${c.userId}`);
 const time = (iso) => new Date(iso).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
 
 // Ticks as WhatsApp draws them: a clock before Meta has it, one tick sent, two delivered, two blue read.
@@ -150,7 +150,7 @@ async function send(message) {
   const who = c.phone ? { from: c.phone } : { userId: c.userId };
   const quote = state.quote && !message.button ? { replyTo: state.quote } : {};
   const { status, data } = await api("POST", "/demo/api/messages", { ...who, ...message, ...quote });
-  $("#composer-error").textContent = status === 202 ? "" : data.error ?? `not sent (${status})`;
+  $("#composer-error").textContent = status === 202 ? "" : (data.error ?? `not sent (${status})`);
   if (status !== 202) return false;
   state.quote = null;
   $("#quote-preview").hidden = true;
@@ -175,9 +175,10 @@ async function sendFile(file) {
   }
   const data = await readFile(file);
   const caption = $("#text").value.trim();
-  const media = file.type === "application/pdf"
-    ? { document: { data, mimeType: file.type, filename: file.name, ...(caption ? { caption } : {}) } }
-    : { image: { data, mimeType: file.type, ...(caption ? { caption } : {}) } };
+  const media =
+    file.type === "application/pdf"
+      ? { document: { data, mimeType: file.type, filename: file.name, ...(caption ? { caption } : {}) } }
+      : { image: { data, mimeType: file.type, ...(caption ? { caption } : {}) } };
   if (await send(media)) $("#text").value = "";
 }
 
@@ -235,11 +236,12 @@ async function addCustomer(event) {
   event.preventDefault();
   const form = event.target;
   const kind = form.elements.kind.value;
-  const body = kind === "phone"
-    ? { name: form.elements.name.value, phone: form.elements.phone.value }
-    : { username: form.elements.username.value, userId: form.elements.userId.value };
+  const body =
+    kind === "phone"
+      ? { name: form.elements.name.value, phone: form.elements.phone.value }
+      : { username: form.elements.username.value, userId: form.elements.userId.value };
   const { status, data } = await api("POST", "/demo/api/customers", body);
-  form.querySelector(".error").textContent = status === 201 ? "" : data.error ?? `not added (${status})`;
+  form.querySelector(".error").textContent = status === 201 ? "" : (data.error ?? `not added (${status})`);
   if (status !== 201) return;
   form.reset();
   form.elements.userId.value = randomBsuid();
@@ -257,7 +259,8 @@ async function start() {
   state.info = data;
   $("#chat-title").textContent = data.business.name;
   $("#staff-note").textContent = `Staff page: sign in as ${data.staff.email} with the password printed in the terminal.`;
-  $("#about").textContent = `Meta is simulated on this machine; nothing reaches WhatsApp. Claude: ${data.claude === "offline" ? "the offline responder (start with ANTHROPIC_API_KEY for the real Claude)" : "the real Claude"}.`;
+  $("#about").textContent =
+    `Meta is simulated on this machine; nothing reaches WhatsApp. Claude: ${data.claude === "offline" ? "the offline responder (start with ANTHROPIC_API_KEY for the real Claude)" : "the real Claude"}.`;
   if (data.claude !== "offline") {
     for (const input of document.querySelectorAll("#claude-faults input")) input.disabled = true;
     $("#claude-note").textContent = "Claude is real in this run: it cannot be told to fail.";
@@ -287,7 +290,11 @@ document.addEventListener("DOMContentLoaded", () => {
   $("#location-form").addEventListener("submit", async (event) => {
     event.preventDefault();
     const f = event.target.elements;
-    const location = { latitude: Number(f.latitude.value), longitude: Number(f.longitude.value), ...(f.name.value.trim() ? { name: f.name.value.trim() } : {}) };
+    const location = {
+      latitude: Number(f.latitude.value),
+      longitude: Number(f.longitude.value),
+      ...(f.name.value.trim() ? { name: f.name.value.trim() } : {}),
+    };
     if (await send({ location })) $("#location-form").hidden = true;
   });
   $("#quote-cancel").addEventListener("click", () => {
