@@ -3,7 +3,7 @@ import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { RoleProcess } from "../chaos/processes.ts";
-import { loadConfig } from "../src/config.ts";
+import { loadConfig } from "../src/config/config.ts";
 import type { RecordedRequest } from "../test/support/fake-graph.ts";
 import { type Harness, startHarness } from "../test/support/harness.ts";
 import { seedHistory } from "../test/support/seed-history.ts";

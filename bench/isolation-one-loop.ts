@@ -1,5 +1,5 @@
 import { buildApp, buildMetricsApp } from "../src/app.ts";
-import { loadConfig } from "../src/config.ts";
+import { loadConfig } from "../src/config/config.ts";
 import { createDb } from "../src/db/client.ts";
 import { createMetrics } from "../src/http/metrics.ts";
 import { startConfiguredWorkers } from "../src/jobs/workers.ts";

@@ -4,7 +4,7 @@ import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { sleep } from "../bench/stats.ts";
-import { ENV_VARIABLES } from "../src/config.ts";
+import { ENV_VARIABLES } from "../src/config/env.ts";
 
 /**
  * The system's real processes, started the way operators start them (`src/main.ts <role>`

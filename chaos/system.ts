@@ -1,7 +1,8 @@
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import { sleep } from "../bench/stats.ts";
-import { loadConfig, type RedisTarget } from "../src/config.ts";
+import { loadConfig } from "../src/config/config.ts";
+import type { RedisTarget } from "../src/config/redis.ts";
 import { WebhookDeliverer } from "../src/demo/meta/deliverer.ts";
 import { MetaGraph } from "../src/demo/meta/graph.ts";
 import { FakeAnthropic } from "../test/support/fake-anthropic.ts";

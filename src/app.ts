@@ -1,6 +1,6 @@
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from "fastify";
 import { adminRoutes } from "./admin/routes.ts";
-import type { Config } from "./config.ts";
+import type { Config } from "./config/config.ts";
 import type { Db } from "./db/client.ts";
 import { healthRoutes } from "./http/health.ts";
 import { type Metrics, type MetricsSnapshot, metricsRoutes } from "./http/metrics.ts";

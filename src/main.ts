@@ -3,7 +3,7 @@ import { existsSync, readdirSync, writeFileSync } from "node:fs";
 import { setPriority } from "node:os";
 import { fileURLToPath } from "node:url";
 import { buildApp, buildMetricsApp } from "./app.ts";
-import { type Config, ConfigError, loadConfig } from "./config.ts";
+import { type Config, ConfigError, loadConfig } from "./config/config.ts";
 import { createDb, type Db } from "./db/client.ts";
 import { migrate } from "./db/migrate.ts";
 import { createMetrics, type Metrics } from "./http/metrics.ts";

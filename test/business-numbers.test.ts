@@ -2,7 +2,7 @@ import { mkdtemp, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { type ConfigError, loadConfig } from "../src/config.ts";
+import { type ConfigError, loadConfig } from "../src/config/config.ts";
 import { eventually, type Harness, startHarness, testEnv } from "./support/harness.ts";
 import { envelope, messagesChange, metaWire, textMessage, textWebhook } from "./support/webhook-bodies.ts";
 

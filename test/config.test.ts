@@ -1,7 +1,8 @@
 import { spawnSync } from "node:child_process";
 import { readFile } from "node:fs/promises";
 import { describe, expect, it } from "vitest";
-import { ConfigError, ENV_VARIABLES, loadConfig } from "../src/config.ts";
+import { ConfigError, loadConfig } from "../src/config/config.ts";
+import { ENV_VARIABLES } from "../src/config/env.ts";
 import { testEnv } from "./support/harness.ts";
 
 function problemsOf(env: Record<string, string | undefined>): string[] {

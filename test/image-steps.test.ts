@@ -9,7 +9,7 @@ import { promisify } from "node:util";
 import { Redis } from "ioredis";
 import { afterAll, describe, expect, it } from "vitest";
 import { parse } from "yaml";
-import { ENV_VARIABLES } from "../src/config.ts";
+import { ENV_VARIABLES } from "../src/config/env.ts";
 import { signMetaBody } from "../src/webhook/signature.ts";
 import { dockerignore, parseDockerfile, type Stage } from "./support/dockerfile.ts";
 import { FakeAnthropic } from "./support/fake-anthropic.ts";

@@ -2,7 +2,7 @@ import type { Queue } from "bullmq";
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildApp } from "../src/app.ts";
-import { loadConfig } from "../src/config.ts";
+import { loadConfig } from "../src/config/config.ts";
 import { createDb } from "../src/db/client.ts";
 import { createMetrics } from "../src/http/metrics.ts";
 import { closeQueues, createQueues, inboundJobId } from "../src/queue/queues.ts";

@@ -10,7 +10,7 @@ import { COMMON_ENV } from "../chaos/scenarios.ts";
 import { settle } from "../chaos/settle.ts";
 import { ChaosSystem, QUEUE_PREFIX } from "../chaos/system.ts";
 import { buildApp } from "../src/app.ts";
-import { loadConfig } from "../src/config.ts";
+import { loadConfig } from "../src/config/config.ts";
 import { createDb, type Db } from "../src/db/client.ts";
 import { createMetrics } from "../src/http/metrics.ts";
 import { closeQueues, createQueues, inboundJobId, type Queues } from "../src/queue/queues.ts";

@@ -2,7 +2,7 @@ import type { ChildProcess } from "node:child_process";
 import { EventEmitter } from "node:events";
 import pino from "pino";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { loadConfig } from "../src/config.ts";
+import { loadConfig } from "../src/config/config.ts";
 import { createMetrics } from "../src/http/metrics.ts";
 import { superviseWorkerChild, type ToWorkerChild } from "../src/process/worker-child.ts";
 import { testEnv } from "./support/harness.ts";

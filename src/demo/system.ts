@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import type { AddressInfo } from "node:net";
 import pg from "pg";
 import { buildApp } from "../app.ts";
-import { type Config, loadConfig } from "../config.ts";
+import { type Config, loadConfig } from "../config/config.ts";
 import { createDb, type Db, parseDatabaseUrl } from "../db/client.ts";
 import { migrate } from "../db/migrate.ts";
 import { createMetrics } from "../http/metrics.ts";

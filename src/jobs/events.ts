@@ -1,4 +1,4 @@
-import type { Config } from "../config.ts";
+import type { Config } from "../config/config.ts";
 import { changeUserId, conversationWith, resolveContact } from "../contacts/identity.ts";
 import type { Db } from "../db/client.ts";
 import type { Logger } from "../logger.ts";

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import type { Config } from "../config.ts";
+import type { Config } from "../config/config.ts";
 import { changeUserId, resolveContact } from "../contacts/identity.ts";
 import type { Db } from "../db/client.ts";
 import type { Logger } from "../logger.ts";

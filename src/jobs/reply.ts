@@ -2,7 +2,7 @@ import { randomUUID } from "node:crypto";
 import { performance } from "node:perf_hooks";
 import { type Job, RateLimitError } from "bullmq";
 import type { ClaudeClient, GeneratedReply } from "../ai/claude.ts";
-import type { Config } from "../config.ts";
+import type { Config } from "../config/config.ts";
 import type { Db } from "../db/client.ts";
 import { countHandoff, openHandoffItem, recordDeadLetter } from "../dlq/dead-letters.ts";
 import { FencedOut, PermanentError, Postpone, RetryableError } from "../errors.ts";

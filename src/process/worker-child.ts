@@ -1,6 +1,6 @@
 import type { ChildProcess } from "node:child_process";
 import { Counter, Gauge } from "prom-client";
-import type { Config } from "../config.ts";
+import type { Config } from "../config/config.ts";
 import type { Metrics, MetricsSnapshot } from "../http/metrics.ts";
 import type { Logger } from "../logger.ts";
 

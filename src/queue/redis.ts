@@ -1,5 +1,5 @@
 import { Cluster, type ClusterOptions, Redis, type RedisOptions } from "ioredis";
-import type { RedisTarget, RedisTls } from "../config.ts";
+import type { RedisTarget, RedisTls } from "../config/redis.ts";
 
 /** A connection to Redis in any of its topologies; BullMQ and our commands take either. */
 export type RedisClient = Redis | Cluster;

@@ -1,4 +1,5 @@
-import type { Config, NumberSettings } from "../config.ts";
+import type { Config } from "../config/config.ts";
+import type { NumberSettings } from "../config/numbers.ts";
 import type { Db } from "../db/client.ts";
 import { PermanentError } from "../errors.ts";
 import type { Logger } from "../logger.ts";

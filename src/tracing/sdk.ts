@@ -2,7 +2,7 @@ import { W3CTraceContextPropagator } from "@opentelemetry/core";
 import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
 import { resourceFromAttributes } from "@opentelemetry/resources";
 import { BatchSpanProcessor, NodeTracerProvider } from "@opentelemetry/sdk-trace-node";
-import type { Config } from "../config.ts";
+import type { Config } from "../config/config.ts";
 import { bullmqTelemetry, type Tracing } from "./tracing.ts";
 
 export interface StartedTracing {

@@ -4,7 +4,7 @@ import type { Redis } from "ioredis";
 import pg from "pg";
 import pino from "pino";
 import { buildApp } from "../../src/app.ts";
-import { type Config, loadConfig } from "../../src/config.ts";
+import { type Config, loadConfig } from "../../src/config/config.ts";
 import { createDb, type Db } from "../../src/db/client.ts";
 import { migrate } from "../../src/db/migrate.ts";
 import { createMetrics, type Metrics } from "../../src/http/metrics.ts";

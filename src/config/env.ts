@@ -1,0 +1,112 @@
+import { z } from "zod";
+import { hostPorts, int, keywords, optionalHttpUrl, optionalInt, otlpHeaders, required, sayOrNothing, trustProxy, url } from "./values.ts";
+
+/** Every variable the process reads, with its parser and default (src/config/values.ts). */
+export const envSchema = z.object({
+  PORT: int("PORT", 3000, 0, 65535),
+  HOST: z.string().optional().default("0.0.0.0"),
+  TRUST_PROXY: trustProxy,
+  METRICS_PORT: int("METRICS_PORT", 9464, 0, 65535),
+  METRICS_HOST: z.string().trim().optional(),
+  METRICS_TOKEN: z
+    .string()
+    .trim()
+    .optional()
+    .transform((v) => v || undefined)
+    .refine((v) => v === undefined || v.length >= 16, { error: "METRICS_TOKEN must be at least 16 characters" }),
+  WHATSAPP_VERIFY_TOKEN: required("WHATSAPP_VERIFY_TOKEN"),
+  WHATSAPP_APP_SECRET: required("WHATSAPP_APP_SECRET"),
+  WHATSAPP_ACCESS_TOKEN: required("WHATSAPP_ACCESS_TOKEN"),
+  GRAPH_API_BASE_URL: url("GRAPH_API_BASE_URL", "https://graph.facebook.com"),
+  GRAPH_API_VERSION: z
+    .string()
+    .optional()
+    .default("v24.0")
+    .refine((v) => /^v\d+\.\d+$/.test(v), { error: 'GRAPH_API_VERSION must look like "v24.0"' }),
+  GRAPH_TIMEOUT_MS: int("GRAPH_TIMEOUT_MS", 15_000, 100, 120_000),
+  SEND_RECONCILE_WAIT_MS: int("SEND_RECONCILE_WAIT_MS", 15_000, 0, 3_600_000),
+  ANTHROPIC_API_KEY: required("ANTHROPIC_API_KEY"),
+  ANTHROPIC_BASE_URL: url("ANTHROPIC_BASE_URL", "https://api.anthropic.com"),
+  ANTHROPIC_MODEL: z.string().optional().default("claude-haiku-4-5"),
+  ANTHROPIC_MAX_TOKENS: int("ANTHROPIC_MAX_TOKENS", 1024, 1, 64_000),
+  ANTHROPIC_TIMEOUT_MS: int("ANTHROPIC_TIMEOUT_MS", 60_000, 100, 600_000),
+  SYSTEM_PROMPT: z.string().optional(),
+  SYSTEM_PROMPT_FILE: z.string().optional(),
+  PHONE_NUMBERS_FILE: z.string().optional(),
+  HISTORY_MESSAGES: int("HISTORY_MESSAGES", 20, 0, 200),
+  HISTORY_TOKEN_BUDGET: int("HISTORY_TOKEN_BUDGET", 4000, 0, 150_000),
+  REDIS_URL: url("REDIS_URL", "redis://127.0.0.1:6379").refine((v) => /^rediss?:/.test(v), {
+    error: "REDIS_URL must start with redis:// or rediss://",
+  }),
+  REDIS_CLUSTER_NODES: hostPorts("REDIS_CLUSTER_NODES"),
+  REDIS_SENTINELS: hostPorts("REDIS_SENTINELS"),
+  REDIS_SENTINEL_NAME: z.string().trim().optional(),
+  REDIS_USERNAME: z.string().optional(),
+  REDIS_PASSWORD: z.string().optional(),
+  REDIS_SENTINEL_PASSWORD: z.string().optional(),
+  REDIS_TLS: z
+    .enum(["true", "false"], { error: 'REDIS_TLS must be "true" or "false"' })
+    .optional()
+    .transform((v) => v === "true"),
+  REDIS_TLS_CA: z.string().trim().optional(),
+  REDIS_WAIT_REPLICAS: optionalInt("REDIS_WAIT_REPLICAS", 0, 16),
+  // Below the web connection's 2 s command timeout (src/queue/redis.ts): a WAIT holds that connection.
+  REDIS_WAIT_TIMEOUT_MS: int("REDIS_WAIT_TIMEOUT_MS", 500, 1, 1500),
+  QUEUE_PREFIX: z
+    .string()
+    .optional()
+    .default("{wa}")
+    .refine((v) => /^\{[^{}]+\}$/.test(v), { error: 'QUEUE_PREFIX must be a Redis hash tag such as "{wa}"' }),
+  DATABASE_POOL_SIZE: int("DATABASE_POOL_SIZE", 30, 1, 1000),
+  DATABASE_URL: required("DATABASE_URL").refine((v) => /^postgres(ql)?:\/\//.test(v), {
+    error: "DATABASE_URL must be a postgres:// connection string",
+  }),
+  ADMIN_TOKEN: required("ADMIN_TOKEN").refine((v) => v.length >= 16, {
+    error: "ADMIN_TOKEN must be at least 16 characters",
+  }),
+  ADMIN_SECURE_COOKIES: z
+    .enum(["true", "false"], { error: 'ADMIN_SECURE_COOKIES must be "true" or "false"' })
+    .optional()
+    .default("true")
+    .transform((v) => v === "true"),
+  LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).optional().default("info"),
+  REPLY_DEBOUNCE_MS: int("REPLY_DEBOUNCE_MS", 1500, 0, 60_000),
+  REPLY_CONCURRENCY: int("REPLY_CONCURRENCY", 50, 1, 1000),
+  INBOUND_CONCURRENCY: int("INBOUND_CONCURRENCY", 4, 1, 1000),
+  JOB_ATTEMPTS: int("JOB_ATTEMPTS", 8, 1, 100),
+  RETRY_BASE_DELAY_MS: int("RETRY_BASE_DELAY_MS", 2000, 1, 3_600_000),
+  RETRY_MAX_DELAY_MS: int("RETRY_MAX_DELAY_MS", 300_000, 1, 86_400_000),
+  JOB_LOCK_MS: int("JOB_LOCK_MS", 30_000, 500, 600_000),
+  RECONCILE_INTERVAL_MS: int("RECONCILE_INTERVAL_MS", 60_000, 100, 86_400_000),
+  RECONCILE_AFTER_MS: int("RECONCILE_AFTER_MS", 120_000, 0, 7 * 86_400_000),
+  SHUTDOWN_TIMEOUT_MS: int("SHUTDOWN_TIMEOUT_MS", 25_000, 0, 600_000),
+  MEDIA_REPLY: sayOrNothing("Thanks! I can read text, images and PDFs, but not voice notes or videos. Could you write your question?"),
+  DOCUMENT_REPLY: sayOrNothing("I can read PDFs and images, but not this kind of file. Could you send it as a PDF, or write the question?"),
+  MEDIA_MAX_BYTES: int("MEDIA_MAX_BYTES", 5 * 1024 * 1024, 1024, 32 * 1024 * 1024),
+  FALLBACK_REPLY: sayOrNothing("Sorry, I can't open this kind of message. Could you write it as text?"),
+  WELCOME_REPLY: sayOrNothing(""),
+  OPT_OUT_KEYWORDS: keywords("stop,unsubscribe,parar,sair,baja,cancelar"),
+  OPT_IN_KEYWORDS: keywords("start,unstop,iniciar,voltar,alta"),
+  OPT_OUT_REPLY: sayOrNothing("You won't get more automatic replies. Send START to turn them back on."),
+  OPT_IN_REPLY: sayOrNothing("Welcome back! Automatic replies are on again."),
+  HANDOFF_KEYWORDS: keywords("human,agent,person,humano,atendente,agente,persona"),
+  HANDOFF_REPLY: sayOrNothing("Got it: a person from our team will answer you here."),
+  HUMAN_REPLY_PAUSE_MINUTES: int("HUMAN_REPLY_PAUSE_MINUTES", 30, 0, 7 * 24 * 60),
+  OTEL_EXPORTER_OTLP_ENDPOINT: optionalHttpUrl("OTEL_EXPORTER_OTLP_ENDPOINT"),
+  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: optionalHttpUrl("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+  OTEL_EXPORTER_OTLP_HEADERS: otlpHeaders,
+  OTEL_SERVICE_NAME: z
+    .string()
+    .trim()
+    .optional()
+    .transform((v) => v || undefined),
+  OTEL_SDK_DISABLED: z
+    .enum(["true", "false", ""], { error: 'OTEL_SDK_DISABLED must be "true" or "false"' })
+    .optional()
+    .transform((v) => v === "true"),
+});
+
+/** Every variable the configuration reads, for keeping .env.example in step. */
+export const ENV_VARIABLES: readonly string[] = Object.keys(envSchema.shape);
+
+export type Env = z.output<typeof envSchema>;

@@ -1,0 +1,56 @@
+import { readFileSync } from "node:fs";
+import { dirname, resolve } from "node:path";
+import { z } from "zod";
+
+/** Per business number (`phone_number_id`): its own system prompt, and a template for when the window has closed. */
+const numberSettingsSchema = z
+  .object({
+    systemPrompt: z.string().trim().min(1).optional(),
+    systemPromptFile: z.string().min(1).optional(),
+    windowClosedTemplate: z
+      .object({ name: z.string().min(1), language: z.string().min(2) })
+      .strict()
+      .optional(),
+  })
+  .strict();
+const numbersFileSchema = z.record(z.string(), numberSettingsSchema);
+
+export interface NumberSettings {
+  readonly systemPrompt?: string;
+  readonly windowClosedTemplate?: { readonly name: string; readonly language: string };
+}
+
+export function loadNumbers(path: string, problems: string[]): ReadonlyMap<string, NumberSettings> {
+  const numbers = new Map<string, NumberSettings>();
+  let raw: unknown;
+  try {
+    raw = JSON.parse(readFileSync(path, "utf8"));
+  } catch (error) {
+    problems.push(`PHONE_NUMBERS_FILE cannot be read as JSON: ${(error as Error).message}`);
+    return numbers;
+  }
+  const parsed = numbersFileSchema.safeParse(raw);
+  if (!parsed.success) {
+    for (const issue of parsed.error.issues) problems.push(`PHONE_NUMBERS_FILE ${issue.path.join(".") || "(root)"}: ${issue.message}`);
+    return numbers;
+  }
+  for (const [id, settings] of Object.entries(parsed.data)) {
+    if (!/^\d+$/.test(id)) {
+      problems.push(`PHONE_NUMBERS_FILE ${id}: keys must be phone_number_id digits`);
+      continue;
+    }
+    let systemPrompt = settings.systemPrompt;
+    if (settings.systemPromptFile) {
+      try {
+        systemPrompt = readFileSync(resolve(dirname(path), settings.systemPromptFile), "utf8").trim();
+      } catch (error) {
+        problems.push(`PHONE_NUMBERS_FILE ${id}.systemPromptFile cannot be read: ${(error as Error).message}`);
+      }
+    }
+    numbers.set(id, {
+      ...(systemPrompt ? { systemPrompt } : {}),
+      ...(settings.windowClosedTemplate ? { windowClosedTemplate: settings.windowClosedTemplate } : {}),
+    });
+  }
+  return numbers;
+}
