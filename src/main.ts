@@ -1,6 +1,4 @@
-import { type ChildProcess, fork } from "node:child_process";
-import { existsSync, readdirSync, writeFileSync } from "node:fs";
-import { setPriority } from "node:os";
+import { existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { buildApp, buildMetricsApp } from "./app.ts";
 import { type Config, ConfigError, loadConfig } from "./config/config.ts";
@@ -9,6 +7,7 @@ import { migrate } from "./db/migrate.ts";
 import { createMetrics, type Metrics } from "./http/metrics.ts";
 import { startConfiguredWorkers } from "./jobs/workers.ts";
 import { createLogger, type Logger } from "./logger.ts";
+import { forkWorkerChild, WORKER_CHILD_FLAG, WORKER_CHILD_NICENESS, yieldTheCpu } from "./process/scheduling.ts";
 import { answerParent, SHUTDOWN_GRACE_MS, superviseWorkerChild } from "./process/worker-child.ts";
 import { closeQueues, createQueues } from "./queue/queues.ts";
 import { createFailFastRedis, createWorkerRedis, redisPersistenceWarnings } from "./queue/redis.ts";
@@ -23,16 +22,6 @@ import type { Tracing } from "./tracing/tracing.ts";
  */
 
 type Role = "all" | "web" | "worker" | "migrate";
-
-/** How `all` starts its worker child (this file again); not for operators. */
-const WORKER_CHILD_FLAG = "--worker-child";
-
-/**
- * The worker child's CPU priority: the lowest. When the CPU is short, the web's acks (and
- * Redis and Postgres, which they wait on) come first; the jobs still get every cycle the web
- * does not use, and a job is seconds of work where an ack is milliseconds.
- */
-const WORKER_CHILD_NICENESS = 19;
 
 async function main(): Promise<void> {
   const role = (process.argv[2] ?? "all") as Role;
@@ -101,7 +90,7 @@ async function runAll(config: Config, logger: Logger): Promise<void> {
   const web = connectWeb(config, logger, tracing);
   const metrics = createMetrics({ defaultMetrics: true });
   metrics.registry.setDefaultLabels({ role: "web" });
-  const worker = superviseWorkerChild({ fork: forkWorkerChild, config, logger, metrics });
+  const worker = superviseWorkerChild({ fork: () => forkWorkerChild(fileURLToPath(import.meta.url)), config, logger, metrics });
   const otherProcesses = () => worker.collectMetrics();
   const app = buildApp({ config, logger, redis: web.redis, queues: web.queues, db: web.db, metrics, otherProcesses, tracing });
   const metricsApp = config.metrics.port !== 0 ? buildMetricsApp({ logger, queues: web.queues, db: web.db, metrics, otherProcesses }) : undefined;
@@ -118,28 +107,6 @@ async function runAll(config: Config, logger: Logger): Promise<void> {
     await flushTraces(traces, logger);
     return drained;
   });
-}
-
-function forkWorkerChild(): ChildProcess {
-  // execArgv carries the TypeScript loader (tsx's own --require/--import flags under the tsx
-  // CLI, or --import tsx), so the child runs this same file; stdout and stderr are inherited,
-  // so its log lines never pass through the web's event loop; "advanced" serialisation keeps
-  // the Config's Map.
-  const child = fork(fileURLToPath(import.meta.url), ["worker", WORKER_CHILD_FLAG], {
-    execArgv: process.execArgv,
-    serialization: "advanced",
-    stdio: "inherit",
-    // A session of its own, so a scheduling group of its own (lowerAutogroup). The parent still
-    // owns the signals: the child drains on its word, or when the IPC channel closes.
-    detached: true,
-  });
-  // Lowered from the start, so its start-up (loading and compiling the sources) yields too and
-  // the threads it makes inherit it; the child lowers the threads that came before this itself.
-  if (child.pid !== undefined) {
-    lowerPriority(child.pid, WORKER_CHILD_NICENESS);
-    lowerAutogroup(child.pid, WORKER_CHILD_NICENESS);
-  }
-  return child;
 }
 
 /**
@@ -178,40 +145,6 @@ function runWorkerChild(): void {
   // so the child waits for its word.
   for (const signal of ["SIGINT", "SIGTERM"] as const) {
     process.on(signal, () => logger?.info({ event: "shutdown.deferred", signal }, "the parent stops the worker after the web"));
-  }
-}
-
-/**
- * Lowers this process's CPU priority. Linux keeps a niceness per thread: every thread that
- * exists now (V8's helpers) is lowered, and threads made later (libuv's pool) inherit it.
- */
-function yieldTheCpu(niceness: number): void {
-  const threads = existsSync("/proc/self/task") ? readdirSync("/proc/self/task").map(Number) : [0];
-  for (const thread of threads) lowerPriority(thread, niceness);
-}
-
-function lowerPriority(pidOrThread: number, niceness: number): void {
-  try {
-    setPriority(pidOrThread, niceness);
-  } catch (error) {
-    // One that ended meanwhile has nothing left to lower; anything else is worth a line.
-    if ((error as { info?: { code?: string } }).info?.code !== "ESRCH") console.error("could not lower the worker's CPU priority:", error);
-  }
-}
-
-/**
- * Where Linux's autogroup is on (the default on many distributions, outside containers), the
- * CPU is shared between sessions first and a thread's niceness counts only within its session:
- * a worker child in the web's session at niceness 19 still spends the web's share, and a
- * webhook woken behind it waits for the session's next turn. In a session of its own (the fork
- * is detached), its group gets the same niceness. No autogroup (no such file): the threads'
- * niceness is all there is.
- */
-function lowerAutogroup(pid: number, niceness: number): void {
-  try {
-    writeFileSync(`/proc/${pid}/autogroup`, String(niceness));
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== "ENOENT") console.error("could not lower the worker's scheduling group:", error);
   }
 }
 
