@@ -1,9 +1,9 @@
 import { buildApp, buildMetricsApp } from "../src/app.ts";
 import { loadConfig } from "../src/config/config.ts";
 import { createDb } from "../src/db/client.ts";
-import { createMetrics } from "../src/http/metrics.ts";
 import { startConfiguredWorkers } from "../src/jobs/workers.ts";
 import { createLogger } from "../src/logger.ts";
+import { createMetrics } from "../src/metrics/metrics.ts";
 import { closeQueues, createQueues } from "../src/queue/queues.ts";
 import { createFailFastRedis, createWorkerRedis } from "../src/queue/redis.ts";
 

@@ -2,7 +2,7 @@ import pino from "pino";
 import { describe, expect, it } from "vitest";
 import { estimateCostUsd } from "../src/ai/pricing.ts";
 import { buildMetricsApp } from "../src/app.ts";
-import { createMetrics, mergeMetrics } from "../src/http/metrics.ts";
+import { createMetrics, mergeMetrics } from "../src/metrics/metrics.ts";
 import { anthropicError } from "./support/fake-anthropic.ts";
 import { graphError } from "./support/fake-graph.ts";
 import { eventually, type Harness, type HarnessOptions } from "./support/harness.ts";

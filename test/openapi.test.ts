@@ -6,7 +6,7 @@ import type { LightMyRequestResponse } from "fastify";
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildApp } from "../src/app.ts";
-import { createMetrics } from "../src/http/metrics.ts";
+import { createMetrics } from "../src/metrics/metrics.ts";
 import { addStaff } from "../src/staff/accounts.ts";
 import { graphError } from "./support/fake-graph.ts";
 import { eventually, type Harness, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildApp, buildMetricsApp } from "../src/app.ts";
 import { loadConfig } from "../src/config/config.ts";
 import { createDb } from "../src/db/client.ts";
-import { createMetrics } from "../src/http/metrics.ts";
+import { createMetrics } from "../src/metrics/metrics.ts";
 import { redisPersistenceWarnings } from "../src/queue/redis.ts";
 import { graphError } from "./support/fake-graph.ts";
 import { eventually, type Harness, startHarness } from "./support/harness.ts";

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildApp } from "../src/app.ts";
 import { loadConfig } from "../src/config/config.ts";
 import { createDb } from "../src/db/client.ts";
-import { createMetrics } from "../src/http/metrics.ts";
+import { createMetrics } from "../src/metrics/metrics.ts";
 import { closeQueues, createQueues, inboundJobId } from "../src/queue/queues.ts";
 import { createFailFastRedis } from "../src/queue/redis.ts";
 import { signMetaBody } from "../src/webhook/signature.ts";

@@ -12,7 +12,7 @@ import { ChaosSystem, QUEUE_PREFIX } from "../chaos/system.ts";
 import { buildApp } from "../src/app.ts";
 import { loadConfig } from "../src/config/config.ts";
 import { createDb, type Db } from "../src/db/client.ts";
-import { createMetrics } from "../src/http/metrics.ts";
+import { createMetrics } from "../src/metrics/metrics.ts";
 import { closeQueues, createQueues, inboundJobId, type Queues } from "../src/queue/queues.ts";
 import { createFailFastRedis, type RedisClient } from "../src/queue/redis.ts";
 import { signMetaBody } from "../src/webhook/signature.ts";

@@ -2,7 +2,7 @@ import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildApp } from "../src/app.ts";
 import { loadConfig } from "../src/config/config.ts";
-import { createMetrics } from "../src/http/metrics.ts";
+import { createMetrics } from "../src/metrics/metrics.ts";
 import { addStaff } from "../src/staff/accounts.ts";
 import { type Harness, startHarness } from "./support/harness.ts";
 

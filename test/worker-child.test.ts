@@ -3,7 +3,7 @@ import { EventEmitter } from "node:events";
 import pino from "pino";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { loadConfig } from "../src/config/config.ts";
-import { createMetrics } from "../src/http/metrics.ts";
+import { createMetrics } from "../src/metrics/metrics.ts";
 import { superviseWorkerChild, type ToWorkerChild } from "../src/process/worker-child.ts";
 import { testEnv } from "./support/harness.ts";
 

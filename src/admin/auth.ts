@@ -1,9 +1,9 @@
 import type { FastifyInstance, FastifyReply } from "fastify";
 import { z } from "zod";
+import { safeEqual } from "../crypto/safe-equal.ts";
 import type { Db } from "../db/client.ts";
 import type { RedisClient } from "../queue/redis.ts";
 import { authenticate, createSession, endSession, findSession, SESSION_TTL_MS } from "../staff/accounts.ts";
-import { safeEqual } from "../webhook/signature.ts";
 import { PUBLIC_ROUTES } from "./page.ts";
 import { answer, problem, publicRoute, requestPart, staffRoute, type ZodParts } from "./schema.ts";
 

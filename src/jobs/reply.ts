@@ -6,8 +6,8 @@ import type { Config } from "../config/config.ts";
 import type { Db } from "../db/client.ts";
 import { countHandoff, openHandoffItem, recordDeadLetter } from "../dlq/dead-letters.ts";
 import { FencedOut, PermanentError, Postpone, RetryableError } from "../errors.ts";
-import { countClaudeCall, type Metrics } from "../http/metrics.ts";
 import type { Logger } from "../logger.ts";
+import { countClaudeCall, type Metrics } from "../metrics/metrics.ts";
 import { type Queues, type ReplyJobData, scheduleReply } from "../queue/queues.ts";
 import { conversationTurns, readHistory } from "../replies/history.ts";
 import {

@@ -2,8 +2,8 @@ import { DelayedError, type Job, type Queue, Worker } from "bullmq";
 import { ClaudeClient } from "../ai/claude.ts";
 import type { Config } from "../config/config.ts";
 import type { Db } from "../db/client.ts";
-import type { Metrics } from "../http/metrics.ts";
 import type { Logger } from "../logger.ts";
+import type { Metrics } from "../metrics/metrics.ts";
 import {
   closeQueues,
   createQueues,

@@ -1,8 +1,8 @@
 import type { ChildProcess } from "node:child_process";
 import { Counter, Gauge } from "prom-client";
 import type { Config } from "../config/config.ts";
-import type { Metrics, MetricsSnapshot } from "../http/metrics.ts";
 import type { Logger } from "../logger.ts";
+import type { Metrics, MetricsSnapshot } from "../metrics/metrics.ts";
 
 /**
  * The worker child of `npm start` (role `all`): the web keeps its event loop to itself and

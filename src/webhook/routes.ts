@@ -1,11 +1,12 @@
 import { SpanKind, type Tracer } from "@opentelemetry/api";
 import { type FastifyInstance, type FastifyPluginAsync, type FastifyReply, type FastifyRequest, LogController } from "fastify";
-import type { Metrics } from "../http/metrics.ts";
+import { safeEqual } from "../crypto/safe-equal.ts";
+import type { Metrics } from "../metrics/metrics.ts";
 import { type Durability, type EnqueueOutcome, jobOf, type Queues } from "../queue/queues.ts";
 import type { RedisClient } from "../queue/redis.ts";
 import { inSpan } from "../tracing/tracing.ts";
 import { type WebhookItem, walkWebhook } from "./payload.ts";
-import { safeEqual, verifyMetaSignature } from "./signature.ts";
+import { verifyMetaSignature } from "./signature.ts";
 
 export interface WebhookDeps {
   /** The connection the queues use: its state says at once whether an enqueue can succeed. */

@@ -16,10 +16,3 @@ export function verifyMetaSignature(raw: Buffer, header: string | undefined, app
 export function signMetaBody(raw: Buffer | string, appSecret: string): string {
   return `sha256=${createHmac("sha256", appSecret).update(raw).digest("hex")}`;
 }
-
-/** Constant-time string comparison that does not leak the expected length through timing. */
-export function safeEqual(given: string, expected: string): boolean {
-  const a = createHmac("sha256", "compare").update(given).digest();
-  const b = createHmac("sha256", "compare").update(expected).digest();
-  return timingSafeEqual(a, b);
-}

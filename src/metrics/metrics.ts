@@ -2,9 +2,9 @@ import type { FastifyInstance, FastifyPluginAsync } from "fastify";
 import { AggregatorRegistry, Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
 import type { GeneratedReply } from "../ai/claude.ts";
 import { estimateCostUsd } from "../ai/pricing.ts";
+import { safeEqual } from "../crypto/safe-equal.ts";
 import type { Db } from "../db/client.ts";
 import { oldestReadySince, type Queues } from "../queue/queues.ts";
-import { safeEqual } from "../webhook/signature.ts";
 
 /**
  * Prometheus metrics. One registry per process (tests make one per system under test). Every
