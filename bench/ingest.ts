@@ -4,10 +4,10 @@ import Fastify, { type FastifyInstance } from "fastify";
 import { Redis } from "ioredis";
 import pino from "pino";
 import { createLogger } from "../src/logger.ts";
-import { closeQueues, createQueues, jobOf, type Queues } from "../src/queue/queues.ts";
-import { type InboundItem, walkWebhook } from "../src/webhook/payload.ts";
+import { closeQueues, createQueues, type Queues, webhookJobOf } from "../src/queue/queues.ts";
 import { WEBHOOK_BODY_LIMIT } from "../src/webhook/routes.ts";
 import { signMetaBody, verifyMetaSignature } from "../src/webhook/signature.ts";
+import { type InboundItem, jobFor, walkWebhook } from "../src/webhook/walk.ts";
 import { startHarness, TEST_REDIS_URL } from "../test/support/harness.ts";
 import { textWebhook } from "../test/support/webhook-bodies.ts";
 import { LoadGenerator, type LoadResult } from "./load.ts";
@@ -263,7 +263,7 @@ async function redisOnlyLoop(
       const item: InboundItem = { ...template, message: { ...template.message, id } };
       const start = performance.now();
       if (start >= closesAt) return;
-      const job = jobOf(queues, item, Date.now(), { replicas: 0, timeoutMs: 0 });
+      const job = webhookJobOf(queues, jobFor(item, Date.now()), { replicas: 0, timeoutMs: 0 });
       const outcome = await job.enqueue().then(
         () => "200",
         () => "error",

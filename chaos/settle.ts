@@ -1,6 +1,6 @@
 import { Queue } from "bullmq";
 import { sleep } from "../bench/stats.ts";
-import { QUEUE_NAMES } from "../src/queue/queues.ts";
+import { QUEUE_NAMES } from "../src/queue/catalog.ts";
 import { createFailFastRedis } from "../src/queue/redis.ts";
 import { type ChaosSystem, QUEUE_PREFIX } from "./system.ts";
 import { allResolved, type Tally, tally } from "./tally.ts";

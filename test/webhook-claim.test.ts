@@ -1,6 +1,7 @@
 import { type Job, type Queue, Worker } from "bullmq";
 import { afterEach, describe, expect, it } from "vitest";
-import { inboundJobId, QUEUE_NAMES, statusJobId, WEBHOOK_DEDUP_TTL_MS } from "../src/queue/queues.ts";
+import { QUEUE_NAMES } from "../src/queue/catalog.ts";
+import { inboundJobId, statusJobId, WEBHOOK_DEDUP_TTL_MS } from "../src/queue/queues.ts";
 import { createWorkerRedis } from "../src/queue/redis.ts";
 import { eventually, type Harness, startHarness, TEST_REDIS_URL } from "./support/harness.ts";
 import { envelope, messagesChange, metaWire, PHONE_NUMBER_ID, statusWebhook, textMessage, textWebhook, uniqueWamid } from "./support/webhook-bodies.ts";

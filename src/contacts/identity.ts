@@ -1,7 +1,7 @@
 import type { Db } from "../db/client.ts";
 import { isUniqueViolation } from "../db/client.ts";
 import type { Contact, Prisma } from "../generated/prisma/client.ts";
-import type { Sender } from "../webhook/payload.ts";
+import type { Sender } from "../whatsapp/webhook-payload.ts";
 
 /**
  * Who a customer is: one person to one business portfolio (WHATSAPP.md §9). Meta names them

@@ -3,9 +3,9 @@ import { changeUserId, conversationWith, resolveContact } from "../contacts/iden
 import type { Db } from "../db/client.ts";
 import type { Logger } from "../logger.ts";
 import { describeInbound } from "../messages/describe.ts";
-import type { EventJobData } from "../queue/queues.ts";
+import type { EventJobData } from "../queue/catalog.ts";
 import { recordBusinessReply } from "../replies/state.ts";
-import type { InboundMessagePayload } from "../webhook/payload.ts";
+import type { InboundMessagePayload } from "../whatsapp/webhook-payload.ts";
 
 export interface EventDeps {
   db: Db;

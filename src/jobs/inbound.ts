@@ -6,7 +6,8 @@ import type { Logger } from "../logger.ts";
 import { type Control, controlOf } from "../messages/controls.ts";
 import { adContext, describeInbound } from "../messages/describe.ts";
 import { type InboundRecord, recordDeletion, recordInbound } from "../messages/store.ts";
-import { type InboundJobData, type Queues, scheduleReply, senderOf } from "../queue/queues.ts";
+import { type InboundJobData, senderOf } from "../queue/catalog.ts";
+import { type Queues, scheduleReply } from "../queue/queues.ts";
 
 export interface InboundDeps {
   db: Db;

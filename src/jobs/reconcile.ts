@@ -4,16 +4,8 @@ import type { Db } from "../db/client.ts";
 import { type DeadLetterDeps, recordDeadLetter } from "../dlq/dead-letters.ts";
 import type { Logger } from "../logger.ts";
 import { recordInbound } from "../messages/store.ts";
-import {
-  type EventJobData,
-  hasLiveReplyJob,
-  type InboundJobData,
-  type Queues,
-  type ReplyJobData,
-  type StatusJobData,
-  scheduleReply,
-  senderOf,
-} from "../queue/queues.ts";
+import { type EventJobData, type InboundJobData, type ReplyJobData, type StatusJobData, senderOf } from "../queue/catalog.ts";
+import { hasLiveReplyJob, type Queues, scheduleReply } from "../queue/queues.ts";
 import type { RedisClient } from "../queue/redis.ts";
 import { markAccepted, storeDraft } from "../replies/state.ts";
 import { wellFormed } from "./inbound.ts";

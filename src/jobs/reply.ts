@@ -8,7 +8,8 @@ import { countHandoff, openHandoffItem, recordDeadLetter } from "../dlq/dead-let
 import { FencedOut, PermanentError, Postpone, RetryableError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
 import { countClaudeCall, type Metrics } from "../metrics/metrics.ts";
-import { type Queues, type ReplyJobData, scheduleReply } from "../queue/queues.ts";
+import type { ReplyJobData } from "../queue/catalog.ts";
+import { type Queues, scheduleReply } from "../queue/queues.ts";
 import { conversationTurns, readHistory } from "../replies/history.ts";
 import {
   type Begun,

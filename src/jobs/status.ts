@@ -1,7 +1,7 @@
 import type { Db } from "../db/client.ts";
 import { type DeadLetterDeps, recordDeadLetter } from "../dlq/dead-letters.ts";
 import type { Logger } from "../logger.ts";
-import type { StatusJobData } from "../queue/queues.ts";
+import type { StatusJobData } from "../queue/catalog.ts";
 import { markAccepted, recordStatus } from "../replies/state.ts";
 import { ruleForGraphCode } from "../whatsapp/error-codes.ts";
 import type { GraphErrorsCount } from "../whatsapp/graph-client.ts";

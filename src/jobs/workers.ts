@@ -4,16 +4,8 @@ import type { Config } from "../config/config.ts";
 import type { Db } from "../db/client.ts";
 import type { Logger } from "../logger.ts";
 import type { Metrics } from "../metrics/metrics.ts";
-import {
-  closeQueues,
-  createQueues,
-  type EventJobData,
-  type InboundJobData,
-  oldestReadySince,
-  QUEUE_NAMES,
-  type ReplyJobData,
-  type StatusJobData,
-} from "../queue/queues.ts";
+import { type EventJobData, type InboundJobData, QUEUE_NAMES, type ReplyJobData, type StatusJobData } from "../queue/catalog.ts";
+import { closeQueues, createQueues, oldestReadySince } from "../queue/queues.ts";
 import type { RedisClient } from "../queue/redis.ts";
 import type { Tracing } from "../tracing/tracing.ts";
 import { GraphClient } from "../whatsapp/graph-client.ts";

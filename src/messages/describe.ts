@@ -1,5 +1,5 @@
 import { z } from "zod";
-import type { InboundMessagePayload } from "../webhook/payload.ts";
+import type { InboundMessagePayload } from "../whatsapp/webhook-payload.ts";
 
 /**
  * Every inbound message type gets a deliberate outcome (law 6): words for Claude to answer,

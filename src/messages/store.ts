@@ -1,7 +1,7 @@
 import { resolveContact } from "../contacts/identity.ts";
 import type { Db } from "../db/client.ts";
 import { isUniqueViolation, Prisma } from "../db/client.ts";
-import type { Sender } from "../webhook/payload.ts";
+import type { Sender } from "../whatsapp/webhook-payload.ts";
 
 /**
  * An inbound message's home: the one statement that stores it, with its contact and its

@@ -2,39 +2,10 @@ import { createHash } from "node:crypto";
 import { Job, type JobsOptions, Queue, type Telemetry } from "bullmq";
 import calculateSlot from "cluster-key-slot";
 import { Cluster, type Redis } from "ioredis";
-import type { GeneratedReply } from "../ai/claude.ts";
-import type { BusinessEvent, InboundItem, Sender, StatusItem, WebhookItem } from "../webhook/payload.ts";
+import { type BusinessEvent, type EventJobData, type InboundJobData, QUEUE_NAMES, type ReplyJobData, type StatusJobData, type WebhookJob } from "./catalog.ts";
 import type { RedisClient } from "./redis.ts";
 
-/** The job catalog: queue names, job payloads, and how each job is added. */
-
-export const QUEUE_NAMES = { inbound: "inbound", reply: "reply", status: "status", events: "events", reconcile: "reconcile" } as const;
-
-export type InboundJobData = Omit<InboundItem, "kind" | "position" | "sender"> & {
-  /** Absent on jobs queued before BSUIDs were read: their sender is `message.from` and `contactName`. */
-  sender?: Sender;
-  contactName?: string;
-  /**
-   * When the webhook received it, in microseconds, plus its position in the delivery: the
-   * order of a burst within one of Meta's one-second timestamps (absent on older jobs).
-   */
-  arrival?: number;
-};
-export type StatusJobData = Omit<StatusItem, "kind">;
-export type EventJobData = BusinessEvent;
-export interface ReplyJobData {
-  conversationId: string;
-  /**
-   * Claude's answer, kept in the job itself when Postgres could not take it: paid for once,
-   * stored when the database is back, never asked for again (law 4).
-   */
-  draft?: KeptDraft;
-  /** Parts Meta took (part id → wamid) while Postgres could not record it: recorded first when it can (law 5). */
-  accepted?: Record<string, string>;
-}
-
-/** Claude's answer for one reply, as the job keeps it. */
-export type KeptDraft = GeneratedReply & { replyId: string };
+/** The queues, and how each job is added: the webhook's items (in the same script as their claim) and the reply job of a conversation. */
 
 export interface Queues {
   inbound: Queue<InboundJobData>;
@@ -90,11 +61,6 @@ function stableId(kind: string, ...parts: string[]): string {
   return `${kind}.${hash.digest("hex").slice(0, 40)}`;
 }
 
-/** Who wrote a queued message, for jobs of either shape. */
-export function senderOf(data: InboundJobData): Sender {
-  return data.sender ?? { waId: data.message.from, name: data.contactName };
-}
-
 /** The job id derives from the wamid, so enqueueing the same message twice is harmless (law 3). */
 export const inboundJobId = (wamid: string) => stableId("in", wamid);
 export const statusJobId = (wamid: string, status: string) => stableId("st", wamid, status);
@@ -105,8 +71,6 @@ const eventJobId = (event: BusinessEvent) =>
     : event.type === "preferences"
       ? stableId("pr", event.sender.userId ?? "", event.sender.waId ?? "", event.category, event.value, String(event.timestamp))
       : stableId("id", event.previous, event.current);
-
-type QueuedItem = Exclude<WebhookItem, { kind: "ignored" }>;
 
 /**
  * How long a webhook item stays a known duplicate once its job is queued. Meta redelivers an
@@ -194,23 +158,20 @@ function assertReplicated(acknowledged: number, durability: Durability): void {
   if (!(acknowledged >= durability.replicas)) throw new NotReplicatedError(acknowledged, durability);
 }
 
-/** The job a webhook item becomes: its id and how to add it. */
-export function jobOf(queues: Queues, item: QueuedItem, receivedAtMs: number, durability: Durability): { id: string; enqueue: () => Promise<EnqueueOutcome> } {
-  switch (item.kind) {
-    case "message": {
-      const { kind: _kind, position, ...rest } = item;
-      const id = inboundJobId(item.message.id);
-      const data: InboundJobData = { ...rest, arrival: receivedAtMs * 1000 + position };
-      return { id, enqueue: () => addOnce(queues.inbound, "inbound", data, id, durability) };
+/** A webhook item's job: its id and how to add it (in the same script as its claim). */
+export function webhookJobOf(queues: Queues, job: WebhookJob, durability: Durability): { id: string; enqueue: () => Promise<EnqueueOutcome> } {
+  switch (job.queue) {
+    case "inbound": {
+      const id = inboundJobId(job.data.message.id);
+      return { id, enqueue: () => addOnce(queues.inbound, "inbound", job.data, id, durability) };
     }
     case "status": {
-      const { kind: _kind, ...data } = item;
-      const id = statusJobId(item.status.id, item.status.status);
-      return { id, enqueue: () => addOnce(queues.status, "status", data, id, durability) };
+      const id = statusJobId(job.data.status.id, job.data.status.status);
+      return { id, enqueue: () => addOnce(queues.status, "status", job.data, id, durability) };
     }
-    case "event": {
-      const id = eventJobId(item.event);
-      return { id, enqueue: () => addOnce(queues.events, item.event.type, item.event, id, durability) };
+    case "events": {
+      const id = eventJobId(job.data);
+      return { id, enqueue: () => addOnce(queues.events, job.data.type, job.data, id, durability) };
     }
   }
 }

@@ -2,11 +2,11 @@ import { SpanKind, type Tracer } from "@opentelemetry/api";
 import { type FastifyInstance, type FastifyPluginAsync, type FastifyReply, type FastifyRequest, LogController } from "fastify";
 import { safeEqual } from "../crypto/safe-equal.ts";
 import type { Metrics } from "../metrics/metrics.ts";
-import { type Durability, type EnqueueOutcome, jobOf, type Queues } from "../queue/queues.ts";
+import { type Durability, type EnqueueOutcome, type Queues, webhookJobOf } from "../queue/queues.ts";
 import type { RedisClient } from "../queue/redis.ts";
 import { inSpan } from "../tracing/tracing.ts";
-import { type WebhookItem, walkWebhook } from "./payload.ts";
 import { verifyMetaSignature } from "./signature.ts";
+import { jobFor, type WebhookItem, walkWebhook } from "./walk.ts";
 
 export interface WebhookDeps {
   /** The connection the queues use: its state says at once whether an enqueue can succeed. */
@@ -129,7 +129,7 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
             request.log.info({ event: "webhook.ignored", reason: item.reason, where: item.where }, "item ignored");
             return;
           }
-          const job = jobOf(deps.queues, item, receivedAt, deps.durability);
+          const job = webhookJobOf(deps.queues, jobFor(item, receivedAt), deps.durability);
           const outcome = await (notReady ? Promise.reject(notReady) : job.enqueue()).catch((error: unknown) => {
             itemCounter[item.kind].failed.inc();
             throw error;

@@ -1,100 +1,29 @@
-import { z } from "zod";
+import type { z } from "zod";
+import type { BusinessEvent, InboundJobData, StatusJobData, WebhookJob } from "../queue/catalog.ts";
+import {
+  changeSchema,
+  contactSchema,
+  echoSchema,
+  entrySchema,
+  envelopeSchema,
+  inboundMessageSchema,
+  preferenceSchema,
+  type Sender,
+  statusSchema,
+  userIdUpdateSchema,
+  valueSchema,
+} from "../whatsapp/webhook-payload.ts";
 
 /**
- * Meta's webhook body (WHATSAPP.md §3). Schemas are lenient where Meta adds fields, strict
- * where we depend on one; each item is parsed on its own so one bad item never sinks the
- * others (law 9).
+ * Every entry × change × item of a delivery (law 9), each parsed on its own so one bad item
+ * never sinks the others, into the jobs it becomes (src/queue/catalog.ts) or a reason to
+ * ignore it.
  */
 
-export const metaErrorSchema = z
-  .object({
-    code: z.coerce.number(),
-    title: z.string().optional(),
-    message: z.string().optional(),
-    error_data: z.object({ details: z.string().optional() }).passthrough().optional(),
-    href: z.string().optional(),
-  })
-  .passthrough();
-export type MetaError = z.infer<typeof metaErrorSchema>;
+/** A customer's message: its inbound job's data, and its place among the messages of this delivery (Meta lists them in the order they were written). */
+export type InboundItem = { kind: "message"; position: number; sender: Sender } & Omit<InboundJobData, "sender" | "contactName" | "arrival">;
 
-/**
- * Since 31 March 2026 a customer may be known by a business-scoped user id (BSUID) only:
- * `from` (the phone) comes only when it may be shared, `from_user_id` always (WHATSAPP.md §9).
- */
-export const inboundMessageSchema = z
-  .object({
-    id: z.string().min(1),
-    from: z.string().min(1).optional(),
-    from_user_id: z.string().min(1).optional(),
-    from_parent_user_id: z.string().min(1).optional(),
-    timestamp: z.string().regex(/^\d+$/),
-    type: z.string().min(1),
-    text: z.object({ body: z.string() }).optional(),
-  })
-  .passthrough()
-  .refine((m) => m.from !== undefined || m.from_user_id !== undefined);
-export type InboundMessagePayload = z.infer<typeof inboundMessageSchema>;
-
-export const statusSchema = z
-  .object({
-    id: z.string().min(1),
-    status: z.enum(["sent", "delivered", "read", "failed", "played"]),
-    timestamp: z.string().regex(/^\d+$/),
-    recipient_id: z.string().optional(),
-    recipient_user_id: z.string().optional(),
-    biz_opaque_callback_data: z.string().optional(),
-    errors: z.array(metaErrorSchema).optional(),
-  })
-  .passthrough();
-export type StatusPayload = z.infer<typeof statusSchema>;
-
-const contactSchema = z
-  .object({
-    wa_id: z.string().optional(),
-    user_id: z.string().optional(),
-    parent_user_id: z.string().optional(),
-    profile: z.object({ name: z.string().optional(), username: z.string().optional() }).passthrough().optional(),
-  })
-  .passthrough();
-
-/** Who wrote: every identifier Meta gave for the customer (a phone, a BSUID, or both) and how they show. */
-export interface Sender {
-  waId?: string | undefined;
-  userId?: string | undefined;
-  parentUserId?: string | undefined;
-  name?: string | undefined;
-  username?: string | undefined;
-}
-
-const valueSchema = z
-  .object({
-    metadata: z.object({ phone_number_id: z.string().min(1), display_phone_number: z.string().optional() }),
-    contacts: z.array(z.unknown()).optional(),
-    messages: z.array(z.unknown()).optional(),
-    statuses: z.array(z.unknown()).optional(),
-    errors: z.array(z.unknown()).optional(),
-  })
-  .passthrough();
-
-// Built once: zod compiles a schema on its first parse, which costs far more than parsing.
-const envelopeSchema = z.object({ object: z.string(), entry: z.array(z.unknown()) });
-const entrySchema = z.object({ changes: z.array(z.unknown()) });
-const changeSchema = z.object({ field: z.string(), value: z.unknown() });
-
-export interface InboundItem {
-  kind: "message";
-  /** Its place among the messages of this delivery: Meta lists them in the order they were written. */
-  position: number;
-  phoneNumberId: string;
-  sender: Sender;
-  message: InboundMessagePayload;
-}
-
-export interface StatusItem {
-  kind: "status";
-  phoneNumberId: string;
-  status: StatusPayload;
-}
+export type StatusItem = { kind: "status" } & StatusJobData;
 
 /** Something in the body we deliberately do not act on, with the reason for the log (law 6). */
 export interface IgnoredItem {
@@ -103,48 +32,30 @@ export interface IgnoredItem {
   where: string;
 }
 
-/**
- * What the business side tells us beside the customers' messages: a message a person sent
- * from the WhatsApp Business app on the same number (coexistence, WHATSAPP.md §10), a
- * customer's marketing preference, a BSUID that changed.
- */
-export type BusinessEvent =
-  | { type: "echo"; phoneNumberId: string; echo: EchoPayload; recipient: Sender }
-  | { type: "preferences"; sender: Sender; category: string; value: string; timestamp: number }
-  | { type: "user_id"; previous: string; current: string };
-
 export interface EventItem {
   kind: "event";
   event: BusinessEvent;
 }
 
 export type WebhookItem = InboundItem | StatusItem | EventItem | IgnoredItem;
+/** An item that becomes a job. */
+export type QueuedItem = Exclude<WebhookItem, { kind: "ignored" }>;
 
-/** `message_echoes[]`: `from` is the business, `to` / `to_user_id` the customer (WHATSAPP.md §10). */
-export const echoSchema = z
-  .object({
-    id: z.string().min(1),
-    to: z.string().min(1).optional(),
-    to_user_id: z.string().min(1).optional(),
-    timestamp: z.string().regex(/^\d+$/),
-    type: z.string().min(1),
-    text: z.object({ body: z.string() }).optional(),
-  })
-  .passthrough()
-  .refine((m) => m.to !== undefined || m.to_user_id !== undefined);
-export type EchoPayload = z.infer<typeof echoSchema>;
-
-const preferenceSchema = z
-  .object({
-    wa_id: z.string().optional(),
-    user_id: z.string().optional(),
-    category: z.string(),
-    value: z.string(),
-    timestamp: z.coerce.number(),
-  })
-  .passthrough()
-  .refine((p) => p.wa_id !== undefined || p.user_id !== undefined);
-const userIdUpdateSchema = z.object({ user_id: z.object({ previous: z.string().min(1), current: z.string().min(1) }) }).passthrough();
+/** The job an item becomes; a message's arrival is when the delivery was received (ms), in µs, plus its place in it. */
+export function jobFor(item: QueuedItem, receivedAtMs: number): WebhookJob {
+  switch (item.kind) {
+    case "message": {
+      const { kind: _kind, position, ...rest } = item;
+      return { queue: "inbound", data: { ...rest, arrival: receivedAtMs * 1000 + position } };
+    }
+    case "status": {
+      const { kind: _kind, ...data } = item;
+      return { queue: "status", data };
+    }
+    case "event":
+      return { queue: "events", data: item.event };
+  }
+}
 
 /**
  * Fields a WhatsApp Business Account can subscribe to that carry nothing for the replies:
