@@ -81,6 +81,28 @@ export class FencedOut extends Error {
 /** Anything unexpected (a bug, a database outage) is retried: it may pass, and nothing is lost. */
 export function asFailure(error: unknown): Failure {
   if (error instanceof RetryableError || error instanceof PermanentError) return error;
-  const message = error instanceof Error ? error.message : String(error);
-  return new RetryableError({ source: "internal", reason: message, cause: error });
+  return new RetryableError({ source: "internal", reason: describeError(error), cause: error });
+}
+
+/**
+ * An error's message as it may be stored and shown (a dead letter's reason, BullMQ's
+ * failedReason, a log line): Prisma's messages quote the whole call, arguments and all, and a
+ * message's text or a customer's phone number is among them (law 10). Only their last line,
+ * which says what was wrong, is kept.
+ */
+export function describeError(error: unknown): string {
+  if (!(error instanceof Error)) return String(error);
+  if (!error.name.startsWith("PrismaClient")) return error.message;
+  const said = error.message
+    .split("\n")
+    .map((line) => line.trim())
+    .filter(Boolean)
+    .at(-1);
+  return `${error.name}: ${said ?? "(no message)"}`;
+}
+
+/** An error as BullMQ may keep it (failedReason, stacktrace): described as above, the original kept only as its cause. */
+export function forTheQueue(error: unknown): unknown {
+  if (!(error instanceof Error) || !error.name.startsWith("PrismaClient")) return error;
+  return new Error(describeError(error), { cause: error });
 }

@@ -3,11 +3,12 @@ import { BullMQAdapter } from "@bull-board/api/bullMQAdapter";
 import { FastifyAdapter } from "@bull-board/fastify";
 import helmet from "@fastify/helmet";
 import type { FastifyInstance, FastifyPluginAsync } from "fastify";
-import { auditConversation, discardDeadLetter, reopenDeadLetter, resendDeadLetter } from "../dlq/dead-letters.ts";
 import { summarizeDeadLetters } from "../dlq/reasons.ts";
 import { getDeadLetter, listDeadLetters } from "../dlq/views.ts";
 import { PAUSED_INDEFINITELY } from "../messages/controls.ts";
 import { type Queues, scheduleReply } from "../queue/queues.ts";
+import { pauseConversation, resumeConversation } from "../replies/state/conversations.ts";
+import { discardDeadLetter, reopenAfterFailedQueue, resendDeadLetter } from "../replies/state/dead-letters.ts";
 import { registerStaffAuth, type StaffAuthDeps } from "./auth.ts";
 import { registerIdempotency } from "./idempotency.ts";
 import { describeStaffApi } from "./openapi.ts";
@@ -104,13 +105,12 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
       input: { text?: string | undefined; regenerate?: boolean; confirmMaybeSent?: boolean | undefined; actor: string },
       delayMs = 0,
     ) => {
-      const result = await resendDeadLetter(deps.db, id, input);
+      const result = await resendDeadLetter(deps.db, id, input, new Date());
       if (!result.ok) return result;
       try {
         await scheduleReply(deps.queues, result.conversationId!, delayMs);
       } catch {
-        const letter = await deps.db.deadLetter.findUnique({ where: { id } });
-        await reopenDeadLetter(deps.db, id, letter?.replyId ?? undefined);
+        await reopenAfterFailedQueue(deps.db, id, new Date());
         return { ok: false as const, status: 503 as const, error: "queue unavailable; the item is still open" };
       }
       return result;
@@ -218,7 +218,7 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
       },
       async (request, reply) => {
         const { id } = request.params;
-        const result = await discardDeadLetter(deps.db, id, { note: request.body.note, actor: request.actor });
+        const result = await discardDeadLetter(deps.db, id, { note: request.body.note, actor: request.actor }, new Date());
         if (!result.ok) return reply.code(result.status).send({ error: result.error });
         request.log.info({ event: "dlq.discarded", deadLetter: id }, "dead letter discarded");
         return reply.code(200).send({ ok: true, state: "discarded" });
@@ -242,9 +242,8 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
       async (request, reply) => {
         const { id } = request.params;
         const until = request.body.minutes ? new Date(Date.now() + request.body.minutes * 60_000) : PAUSED_INDEFINITELY;
-        const paused = await deps.db.conversation.updateMany({ where: { id }, data: { pausedUntil: until, pausedBy: request.actor } });
-        if (paused.count === 0) return reply.code(404).send({ error: "conversation not found" });
-        await auditConversation(deps.db, id, request.actor, "pause_bot", { until: until === PAUSED_INDEFINITELY ? null : until });
+        const paused = await pauseConversation(deps.db, { conversationId: id, until, actor: request.actor }, new Date());
+        if (!paused.ok) return reply.code(404).send({ error: "conversation not found" });
         request.log.info({ event: "conversation.paused", conversation: id, until }, "bot paused for a person");
         return { ok: true, pausedUntil: until === PAUSED_INDEFINITELY ? null : until, indefinitely: until === PAUSED_INDEFINITELY };
       },
@@ -263,9 +262,8 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
       },
       async (request, reply) => {
         const { id } = request.params;
-        const resumed = await deps.db.conversation.updateMany({ where: { id }, data: { pausedUntil: null, pausedBy: null } });
-        if (resumed.count === 0) return reply.code(404).send({ error: "conversation not found" });
-        await auditConversation(deps.db, id, request.actor, "resume_bot");
+        const resumed = await resumeConversation(deps.db, { conversationId: id, actor: request.actor }, new Date());
+        if (!resumed.ok) return reply.code(404).send({ error: "conversation not found" });
         request.log.info({ event: "conversation.resumed", conversation: id }, "bot resumed");
         return { ok: true };
       },

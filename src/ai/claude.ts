@@ -165,6 +165,8 @@ export function classifyAnthropicError(error: unknown): RetryableError | Permane
       source: "anthropic",
       code: timedOut ? "timeout" : "network",
       reason: timedOut ? "Claude did not answer in time" : "Could not reach the Anthropic API",
+      // A call that timed out reached Anthropic, which may have written (and billed) an answer we never read.
+      ambiguous: timedOut,
       cause: error,
     });
   }

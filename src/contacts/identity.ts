@@ -1,6 +1,7 @@
 import type { Db } from "../db/client.ts";
 import { isUniqueViolation } from "../db/client.ts";
 import type { Contact, Prisma } from "../generated/prisma/client.ts";
+import { moveConversations } from "../replies/state/conversations.ts";
 import type { Sender } from "../whatsapp/webhook-payload.ts";
 
 /**
@@ -59,32 +60,12 @@ export async function changeUserId(db: Db, change: { previous: string; current: 
 }
 
 /**
- * Folds `gone` into `keep`: its conversations become keep's, and where keep already has a
- * conversation with the same business number, its messages, replies and dead letters move
- * into that one, so the history reads as one. `gone`'s identifiers are handed over.
+ * Folds `gone` into `keep`: its conversations become keep's, merged into keep's own where both
+ * have one with the same business number (src/replies/state/conversations.ts,
+ * moveConversations). `gone`'s identifiers are handed over.
  */
 async function mergeContacts(tx: Tx, keep: Contact, gone: Contact): Promise<Contact> {
-  for (const conversation of await tx.conversation.findMany({ where: { contactId: gone.id } })) {
-    const twin = await tx.conversation.findUnique({ where: { phoneNumberId_contactId: { phoneNumberId: conversation.phoneNumberId, contactId: keep.id } } });
-    if (!twin) {
-      await tx.conversation.update({ where: { id: conversation.id }, data: { contactId: keep.id } });
-      continue;
-    }
-    const into = { conversationId: twin.id };
-    await tx.inboundMessage.updateMany({ where: { conversationId: conversation.id }, data: into });
-    await tx.reply.updateMany({ where: { conversationId: conversation.id }, data: into });
-    await tx.deadLetter.updateMany({ where: { conversationId: conversation.id }, data: into });
-    const later = (a: Date | null, b: Date | null) => (a && b ? (a > b ? a : b) : (a ?? b));
-    await tx.conversation.update({
-      where: { id: twin.id },
-      data: {
-        lastInboundAt: later(twin.lastInboundAt, conversation.lastInboundAt),
-        optedOutAt: twin.optedOutAt ?? conversation.optedOutAt,
-        pausedUntil: later(twin.pausedUntil, conversation.pausedUntil),
-      },
-    });
-    await tx.conversation.delete({ where: { id: conversation.id } });
-  }
+  await moveConversations(tx, { contactId: gone.id }, { contactId: keep.id });
   await tx.contact.delete({ where: { id: gone.id } });
   return tx.contact.update({
     where: { id: keep.id },

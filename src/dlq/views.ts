@@ -1,7 +1,7 @@
 import { contactLabel } from "../contacts/identity.ts";
 import type { Db } from "../db/client.ts";
 import type { Contact, Prisma } from "../generated/prisma/client.ts";
-import { delivered, maybeSent } from "../replies/state.ts";
+import { delivered, maybeSent } from "../replies/state/parts.ts";
 import { windowOpen } from "../replies/window.ts";
 import { explain, type ReasonKind } from "./explain.ts";
 import { reasonWhere } from "./reasons.ts";
@@ -9,7 +9,7 @@ import { reasonWhere } from "./reasons.ts";
 /**
  * What staff read of the dead-letter queue: the list, and one item with everything needed to
  * decide. Every item comes with its explanation in plain words (explain.ts). The changes (record,
- * resend, discard) are in dead-letters.ts.
+ * resend, discard) are transitions of src/replies/state/dead-letters.ts.
  */
 
 export interface DeadLetterFilter {

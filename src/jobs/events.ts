@@ -4,7 +4,8 @@ import type { Db } from "../db/client.ts";
 import type { Logger } from "../logger.ts";
 import { describeInbound } from "../messages/describe.ts";
 import type { EventJobData } from "../queue/catalog.ts";
-import { recordBusinessReply } from "../replies/state.ts";
+import { pauseForPerson } from "../replies/state/conversations.ts";
+import { recordBusinessReply } from "../replies/state/replies.ts";
 import type { InboundMessagePayload } from "../whatsapp/webhook-payload.ts";
 
 export interface EventDeps {
@@ -64,11 +65,7 @@ async function recordEcho(deps: EventDeps, event: Extract<EventJobData, { type: 
   const minutes = deps.conversation.humanReplyPauseMinutes;
   if (minutes > 0) {
     // A person is talking to the customer: the bot keeps out for a while, then comes back by itself.
-    const until = new Date(at.getTime() + minutes * 60_000);
-    await deps.db.conversation.updateMany({
-      where: { id: conversation.id, OR: [{ pausedUntil: null }, { pausedUntil: { lt: until } }] },
-      data: { pausedUntil: until, pausedBy: "business app" },
-    });
+    await pauseForPerson(deps.db, conversation.id, new Date(at.getTime() + minutes * 60_000), "business app", new Date());
   }
   log.info({ event: "echo.recorded", conversation: conversation.id, pausedMinutes: minutes }, "a person answered from the WhatsApp Business app");
   return "recorded";

@@ -2,12 +2,15 @@ import { z } from "zod";
 import type { Config } from "../config/config.ts";
 import { changeUserId, resolveContact } from "../contacts/identity.ts";
 import type { Db } from "../db/client.ts";
+import { countDeadLetter, type DeadLetterDeps } from "../dlq/dead-letters.ts";
 import type { Logger } from "../logger.ts";
 import { type Control, controlOf } from "../messages/controls.ts";
 import { adContext, describeInbound } from "../messages/describe.ts";
-import { type InboundRecord, recordDeletion, recordInbound } from "../messages/store.ts";
-import { type InboundJobData, senderOf } from "../queue/catalog.ts";
+import { type InboundRecord, recordInbound } from "../messages/store.ts";
+import { type InboundJobData, senderOf, storableCopy } from "../queue/catalog.ts";
 import { type Queues, scheduleReply } from "../queue/queues.ts";
+import { deadLetterMessage } from "../replies/state/dead-letters.ts";
+import { applyEdit, recordDeletion } from "../replies/state/messages.ts";
 
 export interface InboundDeps {
   db: Db;
@@ -27,15 +30,14 @@ export interface InboundDeps {
  * A text message is one statement (src/messages/store.ts).
  */
 export async function processInbound(deps: InboundDeps, data: InboundJobData): Promise<void> {
-  const { phoneNumberId } = data;
-  const message = wellFormed(data.message);
+  const { phoneNumberId, message } = data;
   const log = deps.logger.child({ wamid: message.id });
   const sentAt = new Date(Number(message.timestamp) * 1000);
   const sender = senderOf(data);
 
   // An edit changes the customer's own earlier message: it needs to know who they are first.
   const contactId = message.type === "edit" ? (await resolveContact(deps.db, sender)).id : undefined;
-  const asked = await whatItAsks(deps, message, contactId === undefined ? undefined : { contactId, phoneNumberId });
+  const asked = await whatItAsks(deps, data, contactId === undefined ? undefined : { contactId, phoneNumberId });
   const stored = await recordInbound(deps.db, contactId === undefined ? { sender } : { contactId }, phoneNumberId, {
     wamid: message.id,
     type: message.type,
@@ -47,7 +49,7 @@ export async function processInbound(deps: InboundDeps, data: InboundJobData): P
   if (!stored.inserted)
     log.info({ event: "inbound.duplicate_in_db" }, "message already stored; the Redis claim was lost, this is a retry, or it was deleted first");
   if (message.type === "revoke" && asked.refersTo) {
-    if (await recordDeletion(deps.db, stored.conversationId, asked.refersTo, sentAt)) {
+    if (await recordDeletion(deps.db, stored.conversationId, asked.refersTo, sentAt, new Date())) {
       log.info({ event: "inbound.deleted_by_customer", deleted: asked.refersTo }, "the customer deleted a message: its text is erased");
     }
   }
@@ -89,7 +91,8 @@ type Asked = Pick<InboundRecord, "text" | "cannedText" | "skipReason" | "refersT
  * edited words and answers once; an edit of an answered message is a message of its own,
  * saying what changed.
  */
-async function whatItAsks(deps: InboundDeps, message: InboundJobData["message"], owner: EditOwner | undefined): Promise<Asked> {
+async function whatItAsks(deps: InboundDeps, data: InboundJobData, owner: EditOwner | undefined): Promise<Asked> {
+  const { message } = data;
   const raw = message as Record<string, unknown>;
   const nothing = { cannedText: null, control: null, refersTo: null };
   if (message.type === "revoke") {
@@ -101,7 +104,7 @@ async function whatItAsks(deps: InboundDeps, message: InboundJobData["message"],
   const ad = adContext(raw);
   const text = described.kind === "answer" ? (ad ? `${ad}\n${described.text}` : described.text) : (message.text?.body ?? null);
   return {
-    text: await withQuote(deps.db, message, text),
+    text: await withQuote(deps.db, data, text),
     cannedText: described.kind === "canned" ? described.text : null,
     control: message.type === "text" ? (controlOf(message.text?.body, deps.conversation) ?? null) : null,
     skipReason: described.kind === "skip" ? described.reason : null,
@@ -122,35 +125,76 @@ async function whatAnEditAsks(deps: InboundDeps, message: InboundJobData["messag
   const edited = describeInbound({ ...edit.data.message, id: message.id, timestamp: message.timestamp } as InboundJobData["message"], deps.conversation);
   const base = { cannedText: null, control: null, refersTo: originalId };
   if (edited.kind !== "answer") return { ...base, text: null, skipReason: `an edit into something the bot does not read (${edit.data.message.type})` };
-  const applied = await deps.db.inboundMessage.updateMany({
-    where: { wamid: originalId, conversation: owner, replyId: null, skipReason: null },
-    data: { text: edited.text },
-  });
-  if (applied.count > 0) return { ...base, text: edited.text, skipReason: "edit applied to the message before it was answered" };
+  if (await applyEdit(deps.db, { wamid: originalId, ...owner, text: edited.text })) {
+    return { ...base, text: edited.text, skipReason: "edit applied to the message before it was answered" };
+  }
   const original = await deps.db.inboundMessage.findFirst({ where: { wamid: originalId, conversation: owner }, select: { text: true } });
   const before = original?.text ? ` "${original.text.slice(0, 300)}"` : "";
   return { ...base, text: `[Edited their earlier message${before}. It now says:]\n${edited.text}`, skipReason: null };
 }
 
-const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
-
 /**
- * Postgres's text and jsonb refuse a lone UTF-16 surrogate, which only a hostile body carries
- * (JSON allows "\ud800"): it is stored as U+FFFD, or the message could never be stored at all.
- * The job id was derived from the original (src/queue/queues.ts), so queues keep such ids apart.
+ * A reply to a specific message keeps that context for Claude (WHATSAPP.md §3, `context`): the
+ * quoted message is looked up in this customer's conversation with this business number only,
+ * never in another customer's.
  */
-export function wellFormed<T>(value: T): T {
-  return JSON.parse(JSON.stringify(value, (_key, v: unknown) => (typeof v === "string" ? v.replace(LONE_SURROGATE, "\ufffd") : v))) as T;
+async function withQuote(db: Db, data: InboundJobData, text: string | null): Promise<string | null> {
+  const quotedId = (data.message as { context?: { id?: unknown } }).context?.id;
+  if (!text || typeof quotedId !== "string") return text;
+  const sender = senderOf(data);
+  const [quoted] = await db.$queryRaw<{ text: string; ours: boolean }[]>`
+    WITH mine AS (
+      SELECT c.id FROM conversations c JOIN contacts ct ON ct.id = c.contact_id
+      WHERE c.phone_number_id = ${data.phoneNumberId} AND (ct.wa_id = ${sender.waId ?? null} OR ct.user_id = ${sender.userId ?? null})
+    )
+    SELECT m.text, false AS ours FROM inbound_messages m WHERE m.wamid = ${quotedId} AND m.conversation_id IN (SELECT id FROM mine) AND m.text IS NOT NULL
+    UNION ALL
+    SELECT p.text, true FROM outbound_messages p JOIN replies r ON r.id = p.reply_id WHERE p.wamid = ${quotedId} AND r.conversation_id IN (SELECT id FROM mine)
+    LIMIT 1`;
+  return quoted ? `[Replying to ${quoted.ours ? "your" : "their earlier"} message: "${quoted.text.slice(0, 300)}"]\n${text}` : text;
 }
 
-/** A reply to a specific message keeps that context for Claude (WHATSAPP.md §3, `context`). */
-async function withQuote(db: Db, message: InboundJobData["message"], text: string | null): Promise<string | null> {
-  const quotedId = (message as { context?: { id?: unknown } }).context?.id;
-  if (!text || typeof quotedId !== "string") return text;
-  const [theirs, ours] = await Promise.all([
-    db.inboundMessage.findUnique({ where: { wamid: quotedId }, select: { text: true } }),
-    db.outboundMessage.findUnique({ where: { wamid: quotedId }, select: { text: true } }),
-  ]);
-  const quoted = theirs?.text ?? ours?.text;
-  return quoted ? `[Replying to ${ours ? "your" : "their earlier"} message: "${quoted.slice(0, 300)}"]\n${text}` : text;
+/** What an inbound job must still name for its message to be kept when the rest of its data is wrong. */
+const identifiable = z.object({
+  phoneNumberId: z.string().regex(/^\d+$/),
+  sender: z.object({ waId: z.string().min(1).optional(), userId: z.string().min(1).optional(), name: z.string().optional() }).optional(),
+  message: z
+    .object({ id: z.string().min(1), from: z.string().min(1).optional(), type: z.string().optional(), text: z.object({ body: z.string() }).optional() })
+    .passthrough(),
+});
+
+/**
+ * An inbound job whose data can never be processed (src/queue/catalog.ts, readJob, says why):
+ * when it still names the business number, the customer and the message, the message is kept
+ * as a dead letter with the reason, for staff to answer (law 6); otherwise the caller's log
+ * line is all that remains of it.
+ */
+export async function keepUnreadableMessage(deps: DeadLetterDeps, data: unknown, reason: string): Promise<void> {
+  const found = identifiable.safeParse(storableCopy(data).value);
+  if (!found.success) return;
+  const { phoneNumberId, message } = found.data;
+  const sender = { waId: found.data.sender?.waId ?? message.from, userId: found.data.sender?.userId, name: found.data.sender?.name };
+  if (!sender.waId && !sender.userId) return;
+  const now = new Date();
+  const stored = await recordInbound(deps.db, { sender }, phoneNumberId, {
+    wamid: message.id,
+    type: message.type ?? "unreadable",
+    text: message.text?.body ?? null,
+    cannedText: null,
+    control: null,
+    skipReason: null,
+    refersTo: null,
+    arrival: null,
+    sentAt: now,
+    payload: message,
+  });
+  if (!stored.messageId) return; // stored before: answered, or dead-lettered, already
+  const failure = {
+    source: "internal" as const,
+    code: "invalid_job",
+    reason: `The message could not be read (${reason}); it is kept here for staff to answer.`,
+    detail: undefined,
+  };
+  const letter = await deadLetterMessage(deps.db, { conversationId: stored.conversationId, messageId: stored.messageId }, failure, now);
+  if (letter?.created) countDeadLetter(deps, failure);
 }

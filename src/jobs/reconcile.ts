@@ -1,14 +1,18 @@
 import { randomUUID } from "node:crypto";
 import type { Job } from "bullmq";
 import type { Db } from "../db/client.ts";
-import { type DeadLetterDeps, recordDeadLetter } from "../dlq/dead-letters.ts";
+import { countDeadLetter, type DeadLetterDeps } from "../dlq/dead-letters.ts";
+import { forTheQueue } from "../errors.ts";
 import type { Logger } from "../logger.ts";
 import { recordInbound } from "../messages/store.ts";
-import { type EventJobData, type InboundJobData, type ReplyJobData, type StatusJobData, senderOf } from "../queue/catalog.ts";
+import { type EventJobData, type InboundJobData, type ReplyJobData, readJob, type StatusJobData, senderOf } from "../queue/catalog.ts";
 import { hasLiveReplyJob, type Queues, scheduleReply } from "../queue/queues.ts";
 import type { RedisClient } from "../queue/redis.ts";
-import { markAccepted, storeDraft } from "../replies/state.ts";
-import { wellFormed } from "./inbound.ts";
+import { deadLetterConversation } from "../replies/state/dead-letters.ts";
+import { findPartOfStatus, markAccepted } from "../replies/state/parts.ts";
+import { storeDraft } from "../replies/state/replies.ts";
+import { keepUnreadableMessage } from "./inbound.ts";
+import { isInfrastructureFailure } from "./policy.ts";
 import { deadLetterFailedDelivery } from "./status.ts";
 
 /**
@@ -42,16 +46,37 @@ export interface SweepResult {
   redriven: number;
   deadLettered: number;
   failedJobs: number;
+  /** Items whose handling threw: each logged (reconcile.item_failed) and skipped, the sweep going on. */
+  skipped: number;
 }
 
-export async function reconcile(deps: ReconcileDeps): Promise<SweepResult> {
-  const result: SweepResult = { redriven: 0, deadLettered: 0, failedJobs: 0 };
+export async function reconcile(deps: ReconcileDeps, now = new Date()): Promise<SweepResult> {
+  const result: SweepResult = { redriven: 0, deadLettered: 0, failedJobs: 0, skipped: 0 };
   await settleFailedJobs(deps, result);
-  await settleStuckConversations(deps, result);
-  if (result.redriven + result.deadLettered + result.failedJobs > 0) {
+  await settleStuckConversations(deps, result, now);
+  if (result.redriven + result.deadLettered + result.failedJobs + result.skipped > 0) {
     deps.logger.warn({ event: "reconcile.swept", ...result }, "reconciler drove or dead-lettered work nobody was doing");
   }
   return result;
+}
+
+/**
+ * One item of the sweep, on its own: one that throws is logged with what it was and skipped,
+ * and the sweep goes on to the next (a poison job must not keep every later one, and every
+ * stuck conversation, from being driven again). Postgres or Redis being away is not the item's
+ * fault: that ends the sweep, which runs again at the next interval.
+ */
+async function isolated(deps: ReconcileDeps, result: SweepResult, item: Record<string, unknown>, handle: () => Promise<void>): Promise<void> {
+  try {
+    await handle();
+  } catch (error) {
+    if (isInfrastructureFailure(error)) throw error;
+    result.skipped++;
+    deps.logger.error(
+      { event: "reconcile.item_failed", ...item, err: forTheQueue(error) },
+      "could not settle this item; the sweep goes on, and the next one tries it again",
+    );
+  }
 }
 
 /** True the first time for `what`, false while its mark lives: "driven again, once". */
@@ -59,28 +84,34 @@ async function firstTime(deps: ReconcileDeps, what: string): Promise<boolean> {
   return (await deps.redis.set(`${deps.prefix}:reconciled:${what}`, "1", "PX", markTtlMs(deps.afterMs), "NX")) === "OK";
 }
 
-async function settleStuckConversations(deps: ReconcileDeps, result: SweepResult): Promise<void> {
+async function settleStuckConversations(deps: ReconcileDeps, result: SweepResult, now: Date): Promise<void> {
+  const before = new Date(now.getTime() - deps.afterMs);
+  // Oldest first: what has waited longest is looked at first when there is more than a batch.
   const stuck = await deps.db.$queryRaw<{ conversationId: string }[]>`
-    SELECT conversation_id AS "conversationId" FROM inbound_messages
-    WHERE reply_id IS NULL AND skip_reason IS NULL AND created_at < now() - (${deps.afterMs}::double precision * interval '1 millisecond')
-    UNION
-    SELECT conversation_id FROM replies
-    WHERE state IN ('generating', 'ready') AND updated_at < now() - (${deps.afterMs}::double precision * interval '1 millisecond')
-    LIMIT ${BATCH}`;
+    SELECT "conversationId" FROM (
+      SELECT conversation_id AS "conversationId", min(created_at) AS since FROM inbound_messages
+      WHERE reply_id IS NULL AND skip_reason IS NULL AND created_at < ${before}::timestamptz GROUP BY conversation_id
+      UNION ALL
+      SELECT conversation_id, min(updated_at) FROM replies
+      WHERE state IN ('generating', 'ready') AND updated_at < ${before}::timestamptz GROUP BY conversation_id
+    ) s
+    GROUP BY "conversationId" ORDER BY min(since) LIMIT ${BATCH}`;
   for (const { conversationId } of stuck) {
-    if (await hasLiveReplyJob(deps.queues, conversationId)) continue; // someone is on it
-    const log = deps.logger.child({ conversation: conversationId });
-    if (await firstTime(deps, `conv.${conversationId}`)) {
-      await scheduleReply(deps.queues, conversationId, 0);
-      log.warn({ event: "reconcile.redriven" }, "unanswered work had no reply job; driven again");
-      result.redriven++;
-      continue;
-    }
-    result.deadLettered += await deadLetterConversation(deps, conversationId, {
-      code: "stuck",
-      reason: "The reply was never completed: it was driven again and stalled again. Review the conversation and resend or discard.",
+    await isolated(deps, result, { conversation: conversationId }, async () => {
+      if (await hasLiveReplyJob(deps.queues, conversationId)) return; // someone is on it
+      const log = deps.logger.child({ conversation: conversationId });
+      if (await firstTime(deps, `conv.${conversationId}`)) {
+        await scheduleReply(deps.queues, conversationId, 0);
+        log.warn({ event: "reconcile.redriven" }, "unanswered work had no reply job; driven again");
+        result.redriven++;
+        return;
+      }
+      result.deadLettered += await giveUp(deps, conversationId, {
+        code: "stuck",
+        reason: "The reply was never completed: it was driven again and stalled again. Review the conversation and resend or discard.",
+      });
+      log.error({ event: "reconcile.dead_lettered" }, "unanswered work stalled twice; dead-lettered");
     });
-    log.error({ event: "reconcile.dead_lettered" }, "unanswered work stalled twice; dead-lettered");
   }
 }
 
@@ -88,46 +119,31 @@ async function settleStuckConversations(deps: ReconcileDeps, result: SweepResult
  * Dead-letters what a conversation left unfinished: its unfinished replies, and its unanswered
  * messages bound to one new reply (without a draft: staff write it, or regenerate).
  */
-async function deadLetterConversation(
+async function giveUp(
   deps: DeadLetterDeps,
   conversationId: string,
   why: { code: string; reason: string; detail?: Record<string, unknown> | undefined },
 ): Promise<number> {
-  const { db } = deps;
   const failure = { source: "internal" as const, code: why.code, reason: why.reason, detail: why.detail };
-  const unfinished = await db.reply.findMany({ where: { conversationId, state: { in: ["generating", "ready"] } }, select: { id: true } });
-  const orphan = await db.$transaction(async (tx) => {
-    const messages = await tx.inboundMessage.findMany({ where: { conversationId, replyId: null, skipReason: null }, select: { id: true } });
-    if (messages.length === 0) return null;
-    const reply = await tx.reply.create({ data: { conversationId, state: "dead" } });
-    await tx.inboundMessage.updateMany({ where: { id: { in: messages.map((m) => m.id) }, replyId: null }, data: { replyId: reply.id } });
-    return reply.id;
-  });
-  const replyIds = [...unfinished.map((r) => r.id), ...(orphan ? [orphan] : [])];
-  for (const replyId of replyIds) {
-    await recordDeadLetter(deps, { conversationId, replyId, failure, attempts: 0, dedupKey: `reconcile.${replyId}.${randomUUID()}` });
-  }
-  return replyIds.length;
+  const letters = await deadLetterConversation(deps.db, conversationId, failure, `reconcile.${randomUUID()}`, new Date());
+  for (const letter of letters) if (letter.created) countDeadLetter(deps, failure);
+  return letters.length;
 }
 
 async function settleFailedJobs(deps: ReconcileDeps, result: SweepResult): Promise<void> {
-  const { inbound, reply, status } = deps.queues;
-  for (const job of await reply.getFailed(0, BATCH - 1)) {
-    await settleFailedReplyJob(deps, job);
-    result.failedJobs++;
-  }
-  for (const job of await inbound.getFailed(0, BATCH - 1)) {
-    await settleFailedInboundJob(deps, job, result);
-    result.failedJobs++;
-  }
-  for (const job of await status.getFailed(0, BATCH - 1)) {
-    await settleFailedStatusJob(deps, job);
-    result.failedJobs++;
-  }
-  for (const job of await deps.queues.events.getFailed(0, BATCH - 1)) {
-    await settleFailedEventJob(deps, job);
-    result.failedJobs++;
-  }
+  const { inbound, reply, status, events } = deps.queues;
+  const each = async <T>(queue: string, jobs: Job<T>[], settle: (job: Job<T>) => Promise<void>) => {
+    for (const job of jobs) {
+      await isolated(deps, result, { queue, job: job.id }, async () => {
+        await settle(job);
+        result.failedJobs++;
+      });
+    }
+  };
+  await each("reply", await reply.getFailed(0, BATCH - 1), (job) => settleFailedReplyJob(deps, job));
+  await each("inbound", await inbound.getFailed(0, BATCH - 1), (job) => settleFailedInboundJob(deps, job, result));
+  await each("status", await status.getFailed(0, BATCH - 1), (job) => settleFailedStatusJob(deps, job));
+  await each<EventJobData>("events", await events.getFailed(0, BATCH - 1), (job) => settleFailedEventJob(deps, job));
 }
 
 /**
@@ -137,28 +153,41 @@ async function settleFailedJobs(deps: ReconcileDeps, result: SweepResult): Promi
  * paid for (law 4).
  */
 async function settleFailedReplyJob(deps: ReconcileDeps, job: Job<ReplyJobData>): Promise<void> {
-  const { conversationId, draft, accepted } = job.data;
-  for (const [partId, wamid] of Object.entries(accepted ?? {})) await markAccepted(deps.db, partId, wamid);
-  if (draft) await storeDraft(deps.db, null, draft.replyId, draft);
-  await scheduleReply(deps.queues, conversationId, 0);
+  const read = readJob("reply", job.data, job.timestamp);
+  if (read.ok) {
+    const { draft, accepted } = read.data;
+    for (const [partId, wamid] of Object.entries(accepted ?? {})) await markAccepted(deps.db, partId, wamid, new Date());
+    if (draft) await storeDraft(deps.db, null, draft.replyId, draft, new Date());
+    await scheduleReply(deps.queues, read.data.conversationId, 0);
+  }
   await job.remove();
   deps.logger.warn(
     {
       event: "reconcile.failed_job_redriven",
       queue: "reply",
-      conversation: conversationId,
+      conversation: read.ok ? read.data.conversationId : undefined,
       job: job.id,
       failedReason: job.failedReason,
-      draftKept: draft !== undefined,
+      draftKept: read.ok && read.data.draft !== undefined,
     },
     "failed reply job: conversation driven again",
   );
 }
 
 async function settleFailedInboundJob(deps: ReconcileDeps, job: Job<InboundJobData>, result: SweepResult): Promise<void> {
-  const { phoneNumberId } = job.data;
-  const message = wellFormed(job.data.message);
-  const log = deps.logger.child({ wamid: message.id, job: job.id });
+  const read = readJob("inbound", job.data, job.timestamp);
+  const log = deps.logger.child({ job: job.id });
+  if (!read.ok) {
+    // Its worker would settle it at once (workers.ts): do the same here.
+    await keepUnreadableMessage(deps, job.data, read.reason);
+    await job.remove();
+    log.error(
+      { event: "reconcile.dead_lettered", queue: "inbound", reason: read.reason },
+      "failed inbound job's data can never be processed; message kept for staff",
+    );
+    return;
+  }
+  const { phoneNumberId, message } = read.data;
   const stored = await deps.db.inboundMessage.findUnique({ where: { wamid: message.id }, select: { conversationId: true } });
   if (stored) {
     // Stored: the stuck-work sweep sees to its answer.
@@ -172,7 +201,7 @@ async function settleFailedInboundJob(deps: ReconcileDeps, job: Job<InboundJobDa
     return;
   }
   // It failed twice over: keep the message itself as a dead letter, for staff to answer.
-  const kept = await recordInbound(deps.db, { sender: senderOf(job.data) }, phoneNumberId, {
+  const kept = await recordInbound(deps.db, { sender: senderOf(read.data) }, phoneNumberId, {
     wamid: message.id,
     type: message.type,
     text: message.text?.body ?? null,
@@ -184,7 +213,7 @@ async function settleFailedInboundJob(deps: ReconcileDeps, job: Job<InboundJobDa
     sentAt: new Date(Number(message.timestamp) * 1000),
     payload: message,
   });
-  result.deadLettered += await deadLetterConversation(deps, kept.conversationId, {
+  result.deadLettered += await giveUp(deps, kept.conversationId, {
     code: "inbound_failed",
     reason: "The message could not be processed, even when tried again; it is kept here for staff to answer.",
     detail: { failedReason: job.failedReason },
@@ -198,15 +227,17 @@ async function settleFailedInboundJob(deps: ReconcileDeps, job: Job<InboundJobDa
  * but a "failed" one means a reply never arrived, so its reply becomes a dead letter.
  */
 async function settleFailedStatusJob(deps: ReconcileDeps, job: Job<StatusJobData>): Promise<void> {
-  const { status } = job.data;
-  const log = deps.logger.child({ wamid: status.id, status: status.status, job: job.id });
-  if (await firstTime(deps, `job.${job.id}`)) {
+  const read = readJob("status", job.data, job.timestamp);
+  const log = deps.logger.child({ job: job.id });
+  if (read.ok && (await firstTime(deps, `job.${job.id}`))) {
     await job.retry("failed", { resetAttemptsMade: true });
     log.warn({ event: "reconcile.failed_job_redriven", queue: "status", failedReason: job.failedReason }, "failed status job driven again");
     return;
   }
-  if (status.status === "failed") {
-    const letter = await deadLetterFailedDelivery(deps, status);
+  const status = read.ok ? read.data.status : undefined;
+  const part = status?.status === "failed" ? await findPartOfStatus(deps.db, status.id, status.biz_opaque_callback_data) : null;
+  if (status && part) {
+    const letter = await deadLetterFailedDelivery(deps, status, part.replyId);
     log.error(
       { event: "reconcile.dead_lettered", queue: "status", deadLetter: letter?.id, failedReason: job.failedReason },
       "failed-delivery status could not be processed; its reply dead-lettered",
@@ -226,5 +257,6 @@ async function settleFailedEventJob(deps: ReconcileDeps, job: Job<EventJobData>)
     return;
   }
   await job.remove();
-  log.error({ event: "reconcile.event_dropped", failedReason: job.failedReason, data: job.data }, "event job failed twice; dropped");
+  // Its data stays out of the log: an echo carries a message's words and a customer's number.
+  log.error({ event: "reconcile.event_dropped", failedReason: job.failedReason }, "event job failed twice; dropped");
 }

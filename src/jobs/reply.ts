@@ -4,29 +4,18 @@ import { type Job, RateLimitError } from "bullmq";
 import type { ClaudeClient, GeneratedReply } from "../ai/claude.ts";
 import type { Config } from "../config/config.ts";
 import type { Db } from "../db/client.ts";
-import { countHandoff, openHandoffItem, recordDeadLetter } from "../dlq/dead-letters.ts";
+import { countHandoff, recordDeadLetter } from "../dlq/dead-letters.ts";
 import { FencedOut, PermanentError, Postpone, RetryableError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
 import { countClaudeCall, type Metrics } from "../metrics/metrics.ts";
 import type { ReplyJobData } from "../queue/catalog.ts";
 import { type Queues, scheduleReply } from "../queue/queues.ts";
 import { conversationTurns, readHistory } from "../replies/history.ts";
-import {
-  type Begun,
-  beginReply,
-  type ConversationView,
-  type Lease,
-  markAccepted,
-  markRefused,
-  markReplySent,
-  markSending,
-  type Outbox,
-  type Planned,
-  partNow,
-  type ReplyView,
-  storeDraft,
-  unsentParts,
-} from "../replies/state.ts";
+import { type Begun, beginReply, type ConversationView } from "../replies/state/conversations.ts";
+import { openHandoffItem } from "../replies/state/dead-letters.ts";
+import type { Lease } from "../replies/state/fence.ts";
+import { markAccepted, markRefused, markSending, type Outbox, unsentParts } from "../replies/state/parts.ts";
+import { armGeneration, markReplySent, releaseGeneration, storeDraft } from "../replies/state/replies.ts";
 import { templateInstead, windowOpen } from "../replies/window.ts";
 import type { GraphClient, Recipient } from "../whatsapp/graph-client.ts";
 import { decideFate, isInfrastructureFailure, type RetryDelaySettings, retryDelayMs } from "./policy.ts";
@@ -46,7 +35,21 @@ export interface ReplyDeps {
   replyDebounceMs: number;
   conversation: Config["conversation"];
   send: SendTiming;
+  generation: GenerationTiming;
 }
+
+/** How long a reply's Claude call may take to start and to answer (law 4 across a takeover). */
+export interface GenerationTiming {
+  /** A run starts its call only this soon after it armed the reply's deadline (history and media read on the way). */
+  startWithinMs: number;
+  /** The Claude client's own timeout: a call started in time is answered or abandoned by the deadline. */
+  timeoutMs: number;
+}
+
+/** The reply's generation deadline, from the moment a run arms it: a call that may still answer is waited for until then. */
+export const generationBudgetMs = (timing: GenerationTiming) => timing.startWithinMs + timing.timeoutMs + GENERATION_MARGIN_MS;
+/** Clocks and statements between the run's own check and the database's deadline. */
+const GENERATION_MARGIN_MS = 1000;
 
 /** How long a send may take, and how long a maybe-sent part waits for its status before it is sent again (law 5). */
 export interface SendTiming {
@@ -75,16 +78,24 @@ export async function processReply(deps: ReplyDeps, job: Job<ReplyJobData>, keep
   const { conversationId } = job.data;
   const log = deps.logger.child({ conversation: conversationId, job: job.id });
   let handoffOpened = false;
-  const begun = await beginReply(deps.db, conversationId, {
-    ...deps.conversation,
-    debounceMs: deps.replyDebounceMs,
-    debounceMaxMs: deps.replyDebounceMs * DEBOUNCE_MAX_WINDOWS,
-    historyMessages: deps.historyMessages,
-    openHandoff: async (tx, id, wamid) => {
-      await openHandoffItem(tx, id, wamid);
-      handoffOpened = true;
+  // Before the bind, which arms the reply's generation deadline from this same moment.
+  const armedAt = performance.now();
+  const begun = await beginReply(
+    deps.db,
+    conversationId,
+    {
+      ...deps.conversation,
+      debounceMs: deps.replyDebounceMs,
+      debounceMaxMs: deps.replyDebounceMs * DEBOUNCE_MAX_WINDOWS,
+      historyMessages: deps.historyMessages,
+      generationBudgetMs: generationBudgetMs(deps.generation),
+      openHandoff: async (tx, id, wamid) => {
+        await openHandoffItem(tx, id, wamid);
+        handoffOpened = true;
+      },
     },
-  });
+    new Date(),
+  );
   // Counted once beginReply's transaction has committed: only then does the item exist.
   if (handoffOpened) countHandoff(deps);
   if (begun.kind === "no_conversation") {
@@ -99,7 +110,7 @@ export async function processReply(deps: ReplyDeps, job: Job<ReplyJobData>, keep
   const replyLog = log.child({ reply: reply.id });
   let outcome: string;
   try {
-    await completeReply(deps, begun, job.data, keep, replyLog);
+    await completeReply(deps, begun, armedAt, job.data, keep, replyLog);
     outcome = "sent";
   } catch (error) {
     const fate = decideFate(error, job, deps.retry);
@@ -125,7 +136,7 @@ export async function processReply(deps: ReplyDeps, job: Job<ReplyJobData>, keep
         const letter = await recordDeadLetter(
           deps,
           { conversationId, replyId: reply.id, failure: fate.failure, attempts: job.attemptsMade + 1, dedupKey: `reply.${reply.id}.${randomUUID()}` },
-          lease,
+          { lease },
         );
         replyLog.error(
           {
@@ -149,22 +160,29 @@ export async function processReply(deps: ReplyDeps, job: Job<ReplyJobData>, keep
   return outcome;
 }
 
-async function completeReply(deps: ReplyDeps, begun: Extract<Begun, { kind: "reply" }>, data: ReplyJobData, keep: KeepInJob, log: Logger): Promise<void> {
+async function completeReply(
+  deps: ReplyDeps,
+  begun: Extract<Begun, { kind: "reply" }>,
+  armedAt: number,
+  data: ReplyJobData,
+  keep: KeepInJob,
+  log: Logger,
+): Promise<void> {
   const { lease, conversation, reply, planned } = begun;
   // Sends Meta took while the database was away, recorded first: they must not go out again.
-  for (const [partId, wamid] of Object.entries(data.accepted ?? {})) await markAccepted(deps.db, partId, wamid);
+  for (const [partId, wamid] of Object.entries(data.accepted ?? {})) await markAccepted(deps.db, partId, wamid, new Date());
   // Read and "typing…" for what this reply answers, beside the reply path: while Claude writes,
   // never in front of it. Best effort: a failed receipt must never block the reply.
   if (planned) showTyping(deps, conversation, planned.messages.at(-1)!.wamid, log);
   const kept = data.draft;
   let outbox: Outbox | undefined;
   // Checked before Claude is paid for a reply that could not be sent anyway, and again after.
-  if (!windowOpen(conversation.lastInboundAt)) await templateInstead(deps, lease, conversation, reply.id, log);
+  if (!windowOpen(conversation.lastInboundAt)) await templateInstead(deps, lease, conversation, reply.id, log, new Date());
   else if (reply.state === "generating") {
-    const draft = kept?.replyId === reply.id ? kept : await generate(deps, conversation, reply, planned, log);
+    const draft = kept?.replyId === reply.id ? kept : await generate(deps, begun, armedAt, log);
     let stored: Awaited<ReturnType<typeof storeDraft>>;
     try {
-      stored = await storeDraft(deps.db, lease, reply.id, draft);
+      stored = await storeDraft(deps.db, lease, reply.id, draft, new Date());
     } catch (error) {
       // Paid for: if Postgres cannot take it now, Redis keeps it until it can (law 4).
       if (isInfrastructureFailure(error) && draft !== kept) {
@@ -174,11 +192,14 @@ async function completeReply(deps: ReplyDeps, begun: Extract<Begun, { kind: "rep
       throw error;
     }
     if (kept?.replyId === reply.id) log.info({ event: "reply.draft_recovered" }, "stored the answer the job kept while the database was away");
-    if (!windowOpen(stored.lastInboundAt)) await templateInstead(deps, lease, { ...conversation, lastInboundAt: stored.lastInboundAt }, reply.id, log);
-    else outbox = stored.outbox;
+    // Overtaken while Claude wrote: the answer is stored for the run that holds the conversation now, which sends it.
+    if (!stored.held) throw new FencedOut(`conversation ${lease.conversationId} was taken over while Claude wrote; its answer is stored for the new holder`);
+    if (!windowOpen(stored.lastInboundAt)) {
+      await templateInstead(deps, lease, { ...conversation, lastInboundAt: stored.lastInboundAt }, reply.id, log, new Date());
+    } else outbox = stored.outbox;
   }
   const sent = await sendParts(deps, lease, conversation, outbox ?? (await unsentParts(deps.db, reply.id)), keep, log);
-  if (sent || (await markReplySent(deps.db, reply.id))) log.info({ event: "reply.sent" }, "reply sent");
+  if (sent || (await markReplySent(deps.db, reply.id, new Date()))) log.info({ event: "reply.sent" }, "reply sent");
 }
 
 function showTyping(deps: ReplyDeps, conversation: ConversationView, wamid: string, log: Logger): void {
@@ -187,19 +208,49 @@ function showTyping(deps: ReplyDeps, conversation: ConversationView, wamid: stri
   });
 }
 
-/** The one Claude call for these messages (law 4). */
-async function generate(deps: ReplyDeps, conversation: ConversationView, reply: ReplyView, planned: Planned | undefined, log: Logger): Promise<GeneratedReply> {
+/**
+ * The one Claude call for these messages (law 4). Its deadline is armed before it starts: by
+ * the bind, for a reply this run planned, or anew for a retry or a takeover, which first waits
+ * out a call another run may still be waiting on (its answer is stored whichever run receives
+ * it). The call starts only well before the deadline, by this run's own clock, so one that
+ * froze on the way (a GC pause, a stopped VM) pays nobody twice; and when it ends without an
+ * answer, the deadline is released so the retry need not wait for it.
+ */
+async function generate(deps: ReplyDeps, begun: Extract<Begun, { kind: "reply" }>, armedAt: number, log: Logger): Promise<GeneratedReply> {
+  const { lease, conversation, reply, planned } = begun;
+  let deadline = planned ? reply.generationDeadline : null;
+  if (!deadline) {
+    armedAt = performance.now();
+    const armed = await armGeneration(deps.db, lease, reply.id, generationBudgetMs(deps.generation), new Date());
+    if (!armed.ok) {
+      if (armed.refused === "fenced_out") throw new FencedOut(`conversation ${lease.conversationId} was taken over before Claude was asked`);
+      if (armed.refused === "in_flight") throw new Postpone(armed.until.getTime(), "a Claude call for this reply may still answer");
+      throw new Postpone(Date.now(), "the reply was answered or dead-lettered meanwhile; taken again");
+    }
+    deadline = armed.deadline;
+  }
   const { messages, history } = planned?.history
     ? { messages: planned.messages, history: planned.history }
     : await readHistory(deps.db, reply, deps.historyMessages);
   const turns = await conversationTurns(deps, messages, history);
   if (turns.length === 0) throw new Error(`reply ${reply.id} has no messages to answer`);
+  if (performance.now() - armedAt > deps.generation.startWithinMs) {
+    await releaseGeneration(deps.db, reply.id, deadline);
+    throw new RetryableError({
+      source: "internal",
+      code: "slow_start",
+      reason: `Claude was not asked within ${deps.generation.startWithinMs} ms of the reply's start (reading its history and media took longer)`,
+    });
+  }
   const asked = { phoneNumberId: conversation.phoneNumberId, model: deps.claude.model };
   let generated: GeneratedReply;
   try {
     generated = await deps.claude.generate(turns, deps.numbers.get(conversation.phoneNumberId)?.systemPrompt);
   } catch (error) {
-    countClaudeCall(deps.metrics, asked, { error: { retryable: !(error instanceof PermanentError) } });
+    const timedOut = error instanceof RetryableError && error.code === "timeout";
+    countClaudeCall(deps.metrics, asked, { error: { retryable: !(error instanceof PermanentError), timedOut } });
+    if (timedOut) log.warn({ event: "reply.claude_timeout" }, "Claude did not answer in time; the call may be billed, and a retry is another");
+    await releaseGeneration(deps.db, reply.id, deadline).catch(() => undefined); // at worst the retry waits for the deadline
     throw error;
   }
   countClaudeCall(deps.metrics, asked, { ok: generated });
@@ -238,15 +289,24 @@ async function sendParts(deps: ReplyDeps, lease: Lease, conversation: Conversati
     if (part.sendState === "sending" && part.resendAfter && part.resendAfter.getTime() > Date.now()) {
       throw new Postpone(part.resendAfter.getTime(), "a maybe-sent part waits for its status webhook");
     }
-    const attempt = await markSending(deps.db, lease, part.id, leaseMs + timeoutMs + reconcileWaitMs);
+    const marked = await markSending(deps.db, lease, part.id, leaseMs + timeoutMs + reconcileWaitMs, new Date());
     const markedAt = performance.now();
-    if (attempt === null) {
-      const now = await partNow(deps.db, lease, part.id);
-      if (!now.held) throw new FencedOut(`conversation ${lease.conversationId} was taken over before part ${part.id} was sent`);
-      // Its status webhook came meanwhile, or a person chose to send it anew.
-      if (now.sendState === "accepted" || now.sendState === "unconfirmed") continue;
-      throw new Postpone(Math.max(Date.now() + 200, now.resendAfter?.getTime() ?? 0), "a maybe-sent part waits for its status webhook");
+    if (!marked.ok) {
+      switch (marked.refused) {
+        case "fenced_out":
+          throw new FencedOut(`conversation ${lease.conversationId} was taken over before part ${part.id} was sent`);
+        case "reply_not_ready":
+          throw new FencedOut(`reply of part ${part.id} left "ready" (dead-lettered or reopened meanwhile): nothing more of it is sent by this run`);
+        case "accepted":
+        case "unconfirmed":
+          continue; // its status webhook came meanwhile, or a person chose to send it anew
+        case "gone":
+          throw new Error(`part ${part.id} vanished while its run held the conversation`);
+        case "waiting_for_status":
+          throw new Postpone(Math.max(Date.now() + 200, marked.resendAfter.getTime()), "a maybe-sent part waits for its status webhook");
+      }
     }
+    const attempt = marked.attempt;
     // A run frozen right here (a GC pause, a stopped VM) must not send late: by now another
     // worker may have counted this part as maybe-sent and be waiting out `resend_after`.
     if (performance.now() - markedAt > leaseMs) {
@@ -280,7 +340,7 @@ async function sendParts(deps: ReplyDeps, lease: Lease, conversation: Conversati
       throw error;
     }
     try {
-      const accepted = await markAccepted(deps.db, part.id, wamid);
+      const accepted = await markAccepted(deps.db, part.id, wamid, new Date());
       replySent = accepted.replySent;
       if (replySent && accepted.answersSinceMs !== null) deps.metrics.webhookToReply.observe(Math.max(0, Date.now() - accepted.answersSinceMs) / 1000);
     } catch (error) {

@@ -2,15 +2,16 @@ import { DelayedError, type Job, type Queue, Worker } from "bullmq";
 import { ClaudeClient } from "../ai/claude.ts";
 import type { Config } from "../config/config.ts";
 import type { Db } from "../db/client.ts";
+import { forTheQueue } from "../errors.ts";
 import type { Logger } from "../logger.ts";
 import type { Metrics } from "../metrics/metrics.ts";
-import { type EventJobData, type InboundJobData, QUEUE_NAMES, type ReplyJobData, type StatusJobData } from "../queue/catalog.ts";
+import { type EventJobData, type InboundJobData, QUEUE_NAMES, type QueueName, type ReplyJobData, readJob, type StatusJobData } from "../queue/catalog.ts";
 import { closeQueues, createQueues, oldestReadySince } from "../queue/queues.ts";
 import type { RedisClient } from "../queue/redis.ts";
 import type { Tracing } from "../tracing/tracing.ts";
 import { GraphClient } from "../whatsapp/graph-client.ts";
 import { processEvent } from "./events.ts";
-import { type InboundDeps, processInbound } from "./inbound.ts";
+import { type InboundDeps, keepUnreadableMessage, processInbound } from "./inbound.ts";
 import { decideFate, type RetryDelaySettings, retryDelayMs } from "./policy.ts";
 import { reconcile } from "./reconcile.ts";
 import { processReply, type ReplyDeps } from "./reply.ts";
@@ -36,6 +37,12 @@ export interface Workers {
 
 /** A run may start a send only this soon after marking its part `sending` (see SendTiming). */
 const SEND_LEASE_MAX_MS = 5_000;
+
+/**
+ * Before Claude is asked, a run reads the history and downloads the media it shows (each
+ * download bounded by GRAPH_TIMEOUT_MS): this long, and no longer, may pass (see GenerationTiming).
+ */
+const generationStartWithinMs = (graphTimeoutMs: number) => 2 * graphTimeoutMs + 5_000;
 
 /**
  * The worker role as configured: its own Graph and Claude clients, and its own queue handles
@@ -78,6 +85,7 @@ export function startConfiguredWorkers(
       timeoutMs: config.whatsapp.graphTimeoutMs,
       reconcileWaitMs: config.whatsapp.sendReconcileWaitMs,
     },
+    generation: { startWithinMs: generationStartWithinMs(config.whatsapp.graphTimeoutMs), timeoutMs: config.anthropic.timeoutMs },
     reconcile: config.reconcile,
   });
   return {
@@ -103,12 +111,22 @@ export function startWorkers(deps: WorkerDeps): Workers {
    * fenced out by a newer one ends quietly (law 8). Everything else is the job's own failure.
    */
   const guarded =
-    <T>(queue: string, processor: (job: Job<T>) => Promise<unknown>) =>
+    <T>(queue: QueueName, processor: (job: Job<T>) => Promise<unknown>, onInvalid?: (data: unknown, reason: string) => Promise<void>) =>
     async (job: Job<T>, token?: string): Promise<unknown> => {
       const slots = fetching.get(queue)!;
       slots.running++;
       slots.lastStartAt = Date.now();
       try {
+        // Law 11: data that can never succeed is settled now, never retried (catalog.ts, readJob).
+        const read = readJob(queue, job.data, job.timestamp);
+        if (!read.ok) {
+          deps.logger.error({ event: "job.invalid", queue, job: job.id, reason: read.reason }, "job data can never be processed; settled without retrying");
+          await onInvalid?.(job.data, read.reason);
+          return "invalid";
+        }
+        if (read.cleaned.length > 0)
+          deps.logger.warn({ event: "job.cleaned", queue, job: job.id, cleaned: read.cleaned }, "job data cleaned so it can be stored");
+        job.data = read.data as T;
         return await processor(job);
       } catch (error) {
         const fate = decideFate(error, job, deps.retry);
@@ -116,7 +134,7 @@ export function startWorkers(deps: WorkerDeps): Workers {
           deps.logger.warn({ event: "job.fenced_out", queue, job: job.id, reason: fate.reason }, "another worker took this job over; this run stops");
           return "fenced_out";
         }
-        if (fate.action !== "wait") throw error;
+        if (fate.action !== "wait") throw forTheQueue(error);
         deps.logger.info({ event: "job.waiting", queue, job: job.id, delayMs: fate.delayMs, reason: fate.reason }, "job waits without spending an attempt");
         await job.moveToDelayed(Date.now() + fate.delayMs, token);
         throw new DelayedError();
@@ -129,7 +147,11 @@ export function startWorkers(deps: WorkerDeps): Workers {
     {
       queue: QUEUE_NAMES.inbound,
       concurrency: deps.concurrency.inbound,
-      process: guarded("inbound", (job: Job<InboundJobData>) => processInbound(deps, job.data)),
+      process: guarded(
+        "inbound",
+        (job: Job<InboundJobData>) => processInbound(deps, job.data),
+        (data, reason) => keepUnreadableMessage(deps, data, reason),
+      ),
     },
     {
       // Replies wait on Claude for seconds: many run at once, one per conversation (law 8).

@@ -5,8 +5,9 @@ import type { Sender } from "../whatsapp/webhook-payload.ts";
 
 /**
  * An inbound message's home: the one statement that stores it, with its contact and its
- * conversation (created on first contact, the 24-hour window extended to its time), and the
- * one that records a deletion. Like src/replies/state.ts, each is one atomic step.
+ * conversation (created on first contact, the 24-hour window extended to its time). What
+ * changes it afterwards (its binding to a reply, an edit, a deletion) is a transition of
+ * src/replies/state/.
  */
 
 /** What is stored of a message, decided before (src/jobs/inbound.ts `whatItAsks`). */
@@ -27,6 +28,8 @@ export interface Recorded {
   conversationId: string;
   /** False when the wamid was stored before: a redelivery, or a deletion that came first. */
   inserted: boolean;
+  /** The row this call inserted (none when `inserted` is false). */
+  messageId: string | null;
   /** Why the stored row is not to be answered (for a redelivery, the earlier row's reason). */
   skipReason: string | null;
 }
@@ -93,28 +96,11 @@ async function storeOnce(db: Db, contact: Prisma.Sql, phoneNumberId: string, m: 
              ${m.arrival}::bigint, ${m.sentAt}, ${JSON.stringify(m.payload)}::jsonb
       FROM conversation
       ON CONFLICT (wamid) DO NOTHING
-      RETURNING skip_reason
+      RETURNING id, skip_reason
     )
-    SELECT conversation.id AS "conversationId", EXISTS (SELECT 1 FROM message) AS inserted, (SELECT skip_reason FROM message) AS "skipReason"
+    SELECT conversation.id AS "conversationId", EXISTS (SELECT 1 FROM message) AS inserted, (SELECT id FROM message) AS "messageId",
+           (SELECT skip_reason FROM message) AS "skipReason"
     FROM conversation`;
   if (!row) throw new Error(`message ${m.wamid}: no conversation was stored`);
   return row;
-}
-
-/**
- * The customer took a message back (`revoke`, WHATSAPP.md §11): its words are erased and, if it
- * was not answered yet, it never is. When the deletion is stored before the message itself (the
- * two jobs run in either order), it leaves the wamid taken by an erased row, so the message,
- * arriving later, is a known duplicate: never stored with its words, never answered. The
- * unique wamid decides, with no window between two jobs. True when it erased or took the wamid.
- */
-export async function recordDeletion(db: Db, conversationId: string, wamid: string, deletedAt: Date): Promise<boolean> {
-  const changed = await db.$executeRaw`
-    INSERT INTO inbound_messages AS m (id, wamid, conversation_id, type, skip_reason, sent_at, payload, deleted_at)
-    VALUES (gen_random_uuid(), ${wamid}, ${conversationId}::uuid, 'deleted', 'deleted by the customer', ${deletedAt}, '{"deleted":true}'::jsonb, now())
-    ON CONFLICT (wamid) DO UPDATE SET
-      text = NULL, canned_text = NULL, payload = '{"deleted":true}'::jsonb, deleted_at = now(),
-      skip_reason = CASE WHEN m.reply_id IS NULL AND m.skip_reason IS NULL THEN 'deleted by the customer' ELSE m.skip_reason END
-    WHERE m.conversation_id = ${conversationId}::uuid AND m.deleted_at IS NULL`;
-  return changed > 0;
 }

@@ -66,7 +66,7 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
     }),
     claudeCalls: new Counter({
       name: "wa_claude_calls_total",
-      help: "Claude calls by business number, model asked for, and outcome (ok, retryable_error, permanent_error)",
+      help: "Claude calls by business number, model asked for, and outcome (ok, retryable_error, permanent_error, timeout: reached Anthropic and may be billed, with no answer read)",
       labelNames: ["phone_number_id", "model", "outcome"],
       registers,
     }),
@@ -95,11 +95,13 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
 export function countClaudeCall(
   metrics: Metrics,
   labels: { phoneNumberId: string; model: string },
-  result: { ok: GeneratedReply } | { error: { retryable: boolean } },
+  result: { ok: GeneratedReply } | { error: { retryable: boolean; timedOut: boolean } },
 ): void {
   const by = { phone_number_id: labels.phoneNumberId, model: labels.model };
   if ("error" in result) {
-    metrics.claudeCalls.inc({ ...by, outcome: result.error.retryable ? "retryable_error" : "permanent_error" });
+    // A timed-out call may have been billed without an answer we could use: counted apart, since its retry is a second paid call.
+    const outcome = result.error.timedOut ? "timeout" : result.error.retryable ? "retryable_error" : "permanent_error";
+    metrics.claudeCalls.inc({ ...by, outcome });
     return;
   }
   const usage = result.ok;

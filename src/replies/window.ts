@@ -3,7 +3,9 @@ import type { NumberSettings } from "../config/numbers.ts";
 import type { Db } from "../db/client.ts";
 import { PermanentError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
-import { type ConversationView, type Lease, replaceUnsentWithTemplate } from "./state.ts";
+import type { ConversationView } from "./state/conversations.ts";
+import type { Lease } from "./state/fence.ts";
+import { replaceUnsentWithTemplate } from "./state/replies.ts";
 
 /** Meta accepts free-form messages only within 24 h of the customer's last message (WHATSAPP.md §7). */
 export const SERVICE_WINDOW_MS = 24 * 60 * 60 * 1000;
@@ -24,6 +26,7 @@ export async function templateInstead(
   conversation: ConversationView,
   replyId: string,
   log: Logger,
+  now: Date,
 ): Promise<void> {
   const template: NumberSettings["windowClosedTemplate"] = deps.numbers.get(conversation.phoneNumberId)?.windowClosedTemplate;
   if (!template) {
@@ -34,6 +37,6 @@ export async function templateInstead(
       detail: { lastInboundAt: conversation.lastInboundAt?.toISOString() },
     });
   }
-  await replaceUnsentWithTemplate(deps.db, lease, replyId, template);
+  await replaceUnsentWithTemplate(deps.db, lease, replyId, template, now);
   log.info({ event: "reply.template_instead", template: template.name }, "window closed: sending the number's template instead");
 }

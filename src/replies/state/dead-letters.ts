@@ -1,0 +1,270 @@
+import type { Db, Prisma } from "../../db/client.ts";
+import type { Failure } from "../../errors.ts";
+import { assertLease, fenceOff, type Lease } from "./fence.ts";
+import { bindStranded } from "./messages.ts";
+import { delivered, maybeSent } from "./parts.ts";
+import { reopenForResend } from "./replies.ts";
+
+/**
+ * A dead letter is a reply that could not be made or delivered (law 6), or a customer waiting
+ * for a person: it keeps the failure's code and a reason a person can read, until staff
+ * resend or discard it. README.md in this folder has the whole machine.
+ *
+ *   (deadLetterReply, openHandoffItem) open ─resend─▶ resent
+ *                                      open ─discard─▶ discarded
+ *                                      resent ─reopenAfterFailedQueue─▶ open   (the resend's job could not be queued)
+ *
+ * One open dead letter per reply (a UNIQUE index): a later failure of the same reply joins the
+ * open item's history. Every staff action is in that history, attributed.
+ */
+
+type Tx = Prisma.TransactionClient;
+
+export interface DeadLetterInput {
+  conversationId: string;
+  replyId: string;
+  failure: Pick<Failure, "source" | "code" | "reason" | "detail">;
+  attempts: number;
+  /** The same failure recorded twice (a redelivered status webhook) makes one row. */
+  dedupKey: string;
+}
+
+/**
+ * Who dead-letters: the reply job run holding the conversation (its lease must still hold:
+ * law 8), or something outside it (a status webhook, the reconciler), which fences off
+ * whatever run holds the conversation, so no part of the dead reply is sent after this
+ * commits; that caller schedules a reply job for the rest of the conversation's work. Or
+ * nobody: a reply no run was answering (its messages were just bound to it for staff).
+ */
+export type DeadLetterHolder = { lease: Lease } | "fence_off" | "unanswered";
+
+/**
+ * any → dead, with the failure recorded: a new open item, or the open item of the same reply
+ * joined (`created` false). Null when this very failure was recorded before (the same
+ * dedupKey: a redelivered status webhook). Throws FencedOut when the run's lease is lost.
+ */
+export async function deadLetterReply(db: Db, input: DeadLetterInput, holder: DeadLetterHolder, now: Date): Promise<{ id: string; created: boolean } | null> {
+  return db.$transaction((tx) => deadLetterIn(tx, input, holder, now));
+}
+
+async function deadLetterIn(tx: Tx, input: DeadLetterInput, holder: DeadLetterHolder, now: Date): Promise<{ id: string; created: boolean } | null> {
+  if (holder === "fence_off") await fenceOff(tx, input.conversationId);
+  else if (holder !== "unanswered") await assertLease(tx, holder.lease);
+  const existing = await tx.deadLetter.findUnique({ where: { dedupKey: input.dedupKey }, select: { id: true } });
+  if (existing) return null;
+  // Locks the reply row: two failures of one reply recorded at once serialise here.
+  await tx.reply.update({ where: { id: input.replyId }, data: { state: "dead", generationDeadline: null, updatedAt: now } });
+  const failure = {
+    source: input.failure.source,
+    code: input.failure.code ?? null,
+    reason: input.failure.reason,
+    detail: (input.failure.detail ?? undefined) as Prisma.InputJsonValue | undefined,
+  };
+  const open = await tx.deadLetter.findFirst({ where: { replyId: input.replyId, state: "open" }, select: { id: true } });
+  if (open) {
+    await tx.deadLetterAction.create({
+      data: {
+        deadLetterId: open.id,
+        actor: "system",
+        action: "failed_again",
+        detail: { ...failure, dedupKey: input.dedupKey } as Prisma.InputJsonValue,
+        createdAt: now,
+      },
+    });
+    return { id: open.id, created: false };
+  }
+  const letter = await tx.deadLetter.create({
+    data: { conversationId: input.conversationId, replyId: input.replyId, dedupKey: input.dedupKey, attempts: input.attempts, ...failure, createdAt: now },
+    select: { id: true },
+  });
+  return { id: letter.id, created: true };
+}
+
+/**
+ * The reconciler gave up on a conversation (law 6): each of its unfinished replies, and its
+ * unanswered messages bound to one new reply (messages.ts, bindStranded), become dead letters,
+ * in one transaction that fences off any run still holding it. Returns how many were created.
+ */
+export async function deadLetterConversation(
+  db: Db,
+  conversationId: string,
+  failure: DeadLetterInput["failure"],
+  dedupPrefix: string,
+  now: Date,
+): Promise<{ id: string; created: boolean }[]> {
+  return db.$transaction(async (tx) => {
+    await fenceOff(tx, conversationId);
+    const unfinished = await tx.reply.findMany({
+      where: { conversationId, state: { in: ["generating", "ready"] } },
+      select: { id: true },
+      orderBy: { createdAt: "asc" },
+    });
+    const stranded = await bindStranded(tx, conversationId, now);
+    const replyIds = [...unfinished.map((r) => r.id), ...(stranded ? [stranded] : [])];
+    const letters: { id: string; created: boolean }[] = [];
+    for (const replyId of replyIds) {
+      // Fenced off above, once for all of them.
+      const letter = await deadLetterIn(tx, { conversationId, replyId, failure, attempts: 0, dedupKey: `${dedupPrefix}.${replyId}` }, "unanswered", now);
+      if (letter) letters.push(letter);
+    }
+    return letters;
+  });
+}
+
+/**
+ * One message that could never be read (its job's data is wrong: src/queue/catalog.ts) is kept
+ * for staff as a dead letter of its own, bound to a dead reply. Null when a reply job bound
+ * it first, or when this failure was recorded before.
+ */
+export async function deadLetterMessage(
+  db: Db,
+  message: { conversationId: string; messageId: string },
+  failure: DeadLetterInput["failure"],
+  now: Date,
+): Promise<{ id: string; created: boolean } | null> {
+  return db.$transaction(async (tx) => {
+    const replyId = await bindStranded(tx, message.conversationId, now, message.messageId);
+    if (!replyId) return null;
+    const input = { conversationId: message.conversationId, replyId, failure, attempts: 0, dedupKey: `message.${message.messageId}` };
+    return deadLetterIn(tx, input, "unanswered", now);
+  });
+}
+
+/**
+ * The staff item of a customer's request for a person (no reply to resend: the bot is paused
+ * for them), inside the caller's transaction (the bind that applied the handoff word).
+ */
+export async function openHandoffItem(tx: Tx, conversationId: string, wamid: string): Promise<void> {
+  await tx.deadLetter.create({
+    data: {
+      conversationId,
+      dedupKey: `handoff.${wamid}`,
+      source: "handoff",
+      reason: "The customer asked for a person; the bot is paused for this conversation until staff resume it",
+      detail: { wamid },
+    },
+  });
+}
+
+export type StaffActionResult = { ok: true } | { ok: false; status: 404 | 409; error: string; code?: "already_delivered" | "maybe_sent" };
+
+/**
+ * open → resent, and the reply dead → ready (or generating): exactly once, however many people
+ * press it at once. The item and its reply are locked first, so a concurrent resend, a status
+ * webhook or a late failure is waited for and then seen; the conversation is fenced off, so a
+ * run still holding it (it may have been sending the dead reply's other parts) sends nothing
+ * more: the reply job the caller schedules sends the reply again, keeping law 8. A reply Meta
+ * took meanwhile (a late status) is not sent again; one whose last send may have arrived is
+ * resent only when the person confirms it (`confirmMaybeSent`).
+ */
+export async function resendDeadLetter(
+  db: Db,
+  id: string,
+  input: { text?: string | undefined; regenerate?: boolean; confirmMaybeSent?: boolean | undefined; actor: string },
+  now: Date,
+): Promise<StaffActionResult & { conversationId?: string }> {
+  return db.$transaction(async (tx) => {
+    const [letter] = await tx.$queryRaw<{ id: string; state: string; replyId: string | null; conversationId: string }[]>`
+      SELECT id, state::text AS state, reply_id AS "replyId", conversation_id AS "conversationId" FROM dead_letters WHERE id = ${id}::uuid FOR UPDATE`;
+    if (!letter) return { ok: false, status: 404, error: "dead letter not found" } as const;
+    if (letter.state !== "open") return alreadyHandled(tx, id);
+    if (!letter.replyId) return { ok: false, status: 409, error: "dead letter has no reply to resend; discard it instead" } as const;
+    const [reply] = await tx.$queryRaw<{ id: string; text: string | null }[]>`SELECT id, text FROM replies WHERE id = ${letter.replyId}::uuid FOR UPDATE`;
+    if (!reply) return { ok: false, status: 404, error: "dead letter not found" } as const;
+    const parts = await tx.outboundMessage.findMany({ where: { replyId: reply.id } });
+    if (parts.length > 0 && parts.every(delivered)) {
+      return {
+        ok: false,
+        status: 409,
+        code: "already_delivered",
+        error: "Meta took this reply after all (its status came late): the customer has it. Discard the item instead.",
+      } as const;
+    }
+    const uncertain = parts.some(maybeSent);
+    if (uncertain && !input.confirmMaybeSent) {
+      return {
+        ok: false,
+        status: 409,
+        code: "maybe_sent",
+        error: "The last send of this reply may already have arrived: Meta never answered it and no status came. Resend anyway with confirmMaybeSent: true.",
+      } as const;
+    }
+    await tx.deadLetter.update({ where: { id }, data: { state: "resent", actedBy: input.actor, actedAt: now } });
+    await fenceOff(tx, letter.conversationId);
+    await reopenForResend(tx, reply, input, now);
+    await tx.deadLetterAction.create({
+      data: {
+        deadLetterId: id,
+        actor: input.actor,
+        action: input.regenerate ? "regenerate" : input.text !== undefined ? "resend_edited" : "resend",
+        createdAt: now,
+        ...(input.text !== undefined || uncertain
+          ? { detail: { ...(input.text !== undefined ? { text: input.text } : {}), ...(uncertain ? { maybeSentConfirmed: true } : {}) } }
+          : {}),
+      },
+    });
+    return { ok: true, conversationId: letter.conversationId } as const;
+  });
+}
+
+/** open → discarded, with an optional note. */
+export async function discardDeadLetter(db: Db, id: string, input: { note?: string | undefined; actor: string }, now: Date): Promise<StaffActionResult> {
+  return db.$transaction(async (tx) => {
+    const won = await tx.deadLetter.updateMany({
+      where: { id, state: "open" },
+      data: { state: "discarded", actedBy: input.actor, actedAt: now, note: input.note ?? null },
+    });
+    if (won.count === 0) return alreadyHandled(tx, id);
+    await tx.deadLetterAction.create({
+      data: { deadLetterId: id, actor: input.actor, action: "discard", createdAt: now, ...(input.note ? { detail: { note: input.note } } : {}) },
+    });
+    return { ok: true } as const;
+  });
+}
+
+/** Why a staff action lost: read after the conditional update or the lock, so a concurrent winner is seen. */
+async function alreadyHandled(db: Pick<Db, "deadLetter">, id: string): Promise<StaffActionResult> {
+  const letter = await db.deadLetter.findUnique({ where: { id }, select: { state: true, actedBy: true } });
+  if (!letter) return { ok: false, status: 404, error: "dead letter not found" };
+  return { ok: false, status: 409, error: `dead letter is already ${letter.state}${letter.actedBy ? ` by ${letter.actedBy}` : ""}` };
+}
+
+/**
+ * resent → open, and its reply back to dead: undoes a resend whose reply job could not be
+ * queued (Redis away), so the item is not lost from the open list. Only a resend still
+ * standing is undone.
+ */
+export async function reopenAfterFailedQueue(db: Db, id: string, now: Date): Promise<void> {
+  await db.$transaction(async (tx) => {
+    const [letter] = await tx.$queryRaw<{ replyId: string | null; conversationId: string }[]>`
+      UPDATE dead_letters SET state = 'open', acted_by = NULL, acted_at = NULL, updated_at = ${now}::timestamptz
+      WHERE id = ${id}::uuid AND state = 'resent' RETURNING reply_id AS "replyId", conversation_id AS "conversationId"`;
+    if (!letter) return;
+    if (letter.replyId) {
+      await fenceOff(tx, letter.conversationId);
+      await tx.reply.update({ where: { id: letter.replyId }, data: { state: "dead", updatedAt: now } });
+    }
+    await tx.deadLetterAction.create({
+      data: { deadLetterId: id, actor: "system", action: "reopen", detail: { reason: "the resend could not be queued" }, createdAt: now },
+    });
+  });
+}
+
+/** A staff action on a whole conversation (pausing the bot) shows in the history of its open items, inside the action's transaction. */
+export async function auditOpenItems(
+  tx: Tx,
+  conversationId: string,
+  entry: { actor: string; action: string; detail?: Record<string, unknown> },
+  now: Date,
+): Promise<void> {
+  const open = await tx.deadLetter.findMany({ where: { conversationId, state: "open" }, select: { id: true } });
+  await tx.deadLetterAction.createMany({
+    data: open.map((letter) => ({
+      deadLetterId: letter.id,
+      actor: entry.actor,
+      action: entry.action,
+      createdAt: now,
+      ...(entry.detail ? { detail: entry.detail as Prisma.InputJsonValue } : {}),
+    })),
+  });
+}
