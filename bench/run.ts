@@ -6,6 +6,7 @@ import { formatIngest, ingestSettings, ingestTarget, runIngestBench } from "./in
 import { formatIsolation, isolationSettings, isolationTarget, runIsolationBench } from "./isolation.ts";
 import { LoadGenerator } from "./load.ts";
 import { formatScale, runScaleBench, scaleSettings } from "./scale.ts";
+import { formatSplit, runSplitBench, splitSettings } from "./split.ts";
 import { answeringPerMessage, formatSql, runSqlBench, type SqlSettings } from "./sql.ts";
 import { fmt } from "./stats.ts";
 import { Targets } from "./targets.ts";
@@ -15,7 +16,8 @@ import { Targets } from "./targets.ts";
  * the worker in a process of its own), benchmark 3 (prompt caching), benchmark 4 (SQL per
  * answered message and the plans of every statement), benchmark 5 (webhook acks with the
  * workers saturated, in npm start's layouts), benchmark 6 (1 and 2 worker processes, on one
- * Redis and on a Redis Cluster), printed as tables, then issue 10's
+ * Redis and on a Redis Cluster), benchmark 7 (splitting a 100 000-unit reply, beside a floor
+ * measured in the same run), printed as tables, then issue 10's
  * targets beside their figures. Needs Redis and Postgres as for the tests (TEST_REDIS_URL,
  * TEST_DATABASE_URL); each benchmark builds its own isolated harness and removes it after.
  * BENCH_QUICK=1 shortens every phase, for checking the bench itself, not for figures.
@@ -202,6 +204,10 @@ async function main(): Promise<void> {
   console.log("\n## Benchmark 6: scaling out, 1 and 2 worker processes on one Redis and on a Redis Cluster (real processes)\n");
   const scale = scaleSettings(quick);
   console.log(formatScale(await runScaleBench(scale), scale));
+
+  console.log(`\n${machineLoad()}`);
+  console.log("\n## Benchmark 7: splitting a 100 000-unit reply into WhatsApp messages (CPU on the worker's event loop)\n");
+  console.log(formatSplit(runSplitBench(splitSettings(quick))));
 
   console.log("\n## Issue 10's targets (baseline: main before the work, bench/BASELINE-issue-10.md)\n");
   console.log(targets.format());

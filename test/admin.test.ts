@@ -402,6 +402,24 @@ describe("staff API over the dead-letter queue", () => {
     expect((await list(h)).map((i) => i.id)).toContain(letter.id);
   });
 
+  it("retry with a text over 40 960 characters (ten WhatsApp messages) answers 400 naming the limit, and 40 960 go out in ten parts", async () => {
+    const letter = await deadLetterFromGraph(h, { text: "Terms?", draft: "See our website." });
+    const sendsBefore = h.graph.sends.length;
+
+    const tooLong = await retry(h, letter.id, { text: "a".repeat(40_961) });
+    expect(tooLong.statusCode).toBe(400);
+    expect(tooLong.json()).toEqual({ error: "text must be at most 40960 characters (ten WhatsApp messages)" });
+    await settle();
+    expect(h.graph.sends.length).toBe(sendsBefore);
+    expect((await h.db.deadLetter.findUniqueOrThrow({ where: { id: letter.id } })).state).toBe("open");
+
+    const longest = `${"a".repeat(40_960)}\n`; // trimmed first
+    expect((await retry(h, letter.id, { text: longest })).statusCode).toBe(202);
+    await eventually(async () => (await replyState(h, letter.replyId)) === "sent", "the ten parts to be sent", WAIT);
+    await settle();
+    expect(h.graph.sentTexts.slice(sendsBefore)).toEqual(Array.from({ length: 10 }, () => "a".repeat(4096)));
+  });
+
   it("discard with a note answers 200, stores state, note and who acted, removes the item from the open list and sends nothing", async () => {
     const letter = await deadLetterFromGraph(h, { text: "Please close my account", draft: "Your account is closed." });
     const sendsBefore = h.graph.sends.length;

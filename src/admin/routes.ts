@@ -134,7 +134,9 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
           tags: DLQ,
           params: wire.deadLetterId,
           body: wire.retryBody,
-          response: resendAnswers("a body other than { text?, confirmMaybeSent? }"),
+          response: resendAnswers(
+            `a body other than { text?, confirmMaybeSent? }, or a text over ${wire.RESEND_TEXT_LIMIT} characters (ten WhatsApp messages)`,
+          ),
         }),
       },
       async (request, reply) => {

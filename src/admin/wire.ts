@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { REASON_KINDS, type ReasonKind } from "../dlq/explain.ts";
 import { DeadLetterState, ReplyState, SendState } from "../generated/prisma/enums.ts";
+import { WHATSAPP_TEXT_LIMIT } from "../replies/split.ts";
 import { answer, problem, requestPart } from "./schema.ts";
 
 /**
@@ -47,9 +48,29 @@ export const summaryQuery = requestPart(z.object({ state: state.optional(), phon
 /** `confirmMaybeSent`: the person knows the last send may already have arrived, and resends anyway. */
 const confirmMaybeSent = z.boolean().optional().describe("resend even though the last send may already have arrived");
 
+/** Ten WhatsApp messages, in UTF-16 units like WhatsApp's own limit: a longer text is a paste gone wrong, not a reply. */
+export const RESEND_TEXT_LIMIT = 10 * WHATSAPP_TEXT_LIMIT;
+
 export const retryBody = requestPart(
-  z.object({ text: z.string().trim().min(1).max(40_000).optional().describe("send this instead of the draft"), confirmMaybeSent }).strict(),
-  { status: 400, error: "body must be { text?: non-empty string, confirmMaybeSent?: boolean }" },
+  z
+    .object({
+      text: z
+        .string()
+        .trim()
+        .min(1)
+        .max(RESEND_TEXT_LIMIT)
+        .optional()
+        .describe(`send this instead of the draft; at most ${RESEND_TEXT_LIMIT} characters (ten WhatsApp messages), once trimmed`),
+      confirmMaybeSent,
+    })
+    .strict(),
+  {
+    status: 400,
+    error: (error) =>
+      error.issues.some((issue) => issue.code === "too_big" && issue.path[0] === "text")
+        ? `text must be at most ${RESEND_TEXT_LIMIT} characters (ten WhatsApp messages)`
+        : "body must be { text?: non-empty string, confirmMaybeSent?: boolean }",
+  },
 );
 export const regenerateBody = requestPart(z.object({ confirmMaybeSent }).strict(), { status: 400, error: "body must be { confirmMaybeSent?: boolean }" });
 export const discardBody = requestPart(z.object({ note: z.string().max(2000).optional() }).strict(), { status: 400, error: "body must be { note?: string }" });
