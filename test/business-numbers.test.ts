@@ -1,15 +1,22 @@
 import { mkdtemp, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { Writable } from "node:stream";
 import { afterEach, describe, expect, it } from "vitest";
 import { type ConfigError, loadConfig } from "../src/config/config.ts";
-import { eventually, type Harness, startHarness, testEnv } from "./support/harness.ts";
+import { PermanentError } from "../src/errors.ts";
+import { createLogger } from "../src/logger.ts";
+import { GraphClient } from "../src/whatsapp/graph-client.ts";
+import { FakeGraph } from "./support/fake-graph.ts";
+import { eventually, type Harness, settle, startHarness, testEnv } from "./support/harness.ts";
 import { envelope, messagesChange, metaWire, textMessage, textWebhook } from "./support/webhook-bodies.ts";
 
 /** Issue 3: several business numbers on one deployment, and the 24-hour window's template. */
 
 const SHOP = "106540352242922";
 const CLINIC = "106540352249999";
+/** A number of another business whose webhooks reach the same Meta app. */
+const STRANGER = "209876543210987";
 
 let h: Harness;
 afterEach(async () => h?.close());
@@ -41,6 +48,55 @@ describe("several business numbers", () => {
     const systems = h.claude.requests.map((r) => (r.system as Block[])[0]!.text);
     expect(systems).toEqual(["You sell shoes.", "You book appointments for Clínica Norte."]);
     expect(h.claude.userText(1)).not.toContain("shoes?"); // one number's history never leaks into another's
+  });
+});
+
+/** Every line a system logs, parsed, for tests that count them. */
+function logCapture() {
+  const lines: Record<string, unknown>[] = [];
+  const sink = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      for (const line of chunk.toString("utf8").split("\n").filter(Boolean)) lines.push(JSON.parse(line) as Record<string, unknown>);
+      done();
+    },
+  });
+  return { lines, logger: createLogger({ level: "info", destination: sink }) };
+}
+
+describe("metadata.phone_number_id that is not digits", () => {
+  it("is ignored with a logged reason and never reaches the Graph API's path; every number is served without PHONE_NUMBERS_FILE", async () => {
+    const { lines, logger } = logCapture();
+    h = await startHarness({ env: { REPLY_DEBOUNCE_MS: "0" }, logger });
+    const batch = metaWire(
+      envelope([
+        messagesChange([textMessage({ from: "34622222222", text: "hola" })], "123/../../me"),
+        messagesChange([textMessage({ from: "34633333333", text: "hello" })], STRANGER),
+      ]),
+    );
+    expect((await h.deliver(batch)).statusCode).toBe(200);
+    await eventually(async () => (await h.db.reply.count({ where: { state: "sent" } })) === 1, "the well-formed number's reply");
+    await settle();
+
+    expect(h.graph.requests.map((r) => r.path).filter((path) => !path.startsWith(`/v24.0/${STRANGER}/`))).toEqual([]);
+    expect(h.claude.requests).toHaveLength(1);
+    expect(await h.db.inboundMessage.count()).toBe(1);
+    const ignored = lines.filter((l) => l.event === "webhook.ignored");
+    expect(ignored).toHaveLength(1);
+    expect(ignored[0]).toMatchObject({ where: "entry[0].changes[0]", reason: expect.stringMatching(/phone_number_id "123\/\.\.\/\.\.\/me" is not digits/) });
+  });
+
+  it("a send to it is refused before any request: our token never goes to another path", async () => {
+    const graph = await new FakeGraph().start();
+    try {
+      const client = new GraphClient({ baseUrl: graph.url, version: "v24.0", accessToken: "test-access-token", timeoutMs: 1000 });
+      const send = client.sendText({ phoneNumberId: "123/../../me", to: { phone: "34622222222" }, text: "hi", bizOpaqueCallbackData: "part-1" });
+      await expect(send).rejects.toBeInstanceOf(PermanentError);
+      await expect(send).rejects.toMatchObject({ code: "bad_phone_number_id" });
+      await expect(client.markReadWithTyping("me", "wamid.X")).rejects.toMatchObject({ code: "bad_phone_number_id" });
+      expect(graph.requests).toEqual([]);
+    } finally {
+      await graph.stop();
+    }
   });
 });
 

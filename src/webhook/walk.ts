@@ -7,6 +7,7 @@ import {
   entrySchema,
   envelopeSchema,
   inboundMessageSchema,
+  isPhoneNumberId,
   preferenceSchema,
   type Sender,
   statusSchema,
@@ -108,6 +109,12 @@ export function walkWebhook(body: unknown): WebhookItem[] {
       const value = valueSchema.safeParse(parsed.data.value);
       if (!value.success) {
         items.push({ kind: "ignored", reason: `${field} change without metadata.phone_number_id`, where });
+        return;
+      }
+      const phoneNumberId = value.data.metadata.phone_number_id;
+      if (!isPhoneNumberId(phoneNumberId)) {
+        // Quoted and cut short: a log line says what came, within reason.
+        items.push({ kind: "ignored", reason: `metadata.phone_number_id ${JSON.stringify(phoneNumberId.slice(0, 40))} is not digits`, where });
         return;
       }
       if (field === "messages") items.push(...walkValue(value.data, where));
