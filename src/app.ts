@@ -11,7 +11,7 @@ import type { Tracing } from "./tracing/tracing.ts";
 import { WebhookLogController, webhookRoutes } from "./webhook/routes.ts";
 
 export interface AppDeps {
-  config: Pick<Config, "whatsapp" | "adminToken" | "adminSecureCookies" | "queuePrefix" | "trustProxy" | "metrics" | "redisWait">;
+  config: Pick<Config, "whatsapp" | "servedNumbers" | "adminToken" | "adminSecureCookies" | "queuePrefix" | "trustProxy" | "metrics" | "redisWait">;
   logger: Logger;
   redis: RedisClient;
   queues: Queues;
@@ -57,6 +57,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
       queues: deps.queues,
       verifyToken: deps.config.whatsapp.verifyToken,
       appSecret: deps.config.whatsapp.appSecret,
+      servedNumbers: deps.config.servedNumbers,
       metrics: deps.metrics,
       durability: deps.config.redisWait,
       tracer: deps.tracing?.tracer,

@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs";
 import { type Env, envSchema } from "./env.ts";
-import { loadNumbers, type NumberSettings } from "./numbers.ts";
+import { loadNumbers, type NumberSettings, type ServedNumbers } from "./numbers.ts";
 import { type RedisTarget, redisTarget } from "./redis.ts";
 
 /**
@@ -47,8 +47,10 @@ export interface Config {
     readonly historyMessages: number;
     readonly historyTokenBudget: number;
   };
-  /** Settings of individual business numbers; a number not listed uses the defaults. */
+  /** Settings of individual business numbers (PHONE_NUMBERS_FILE); without the file, none, and every number uses the defaults. */
   readonly numbers: ReadonlyMap<string, NumberSettings>;
+  /** The numbers answered: PHONE_NUMBERS_FILE's, or every one when it is not set. */
+  readonly servedNumbers: ServedNumbers;
   readonly redis: RedisTarget;
   /**
    * Replicas that must hold a webhook's job before it is answered 200 (REDIS_WAIT_REPLICAS:
@@ -175,6 +177,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
       historyTokenBudget: e.HISTORY_TOKEN_BUDGET,
     },
     numbers,
+    servedNumbers: env.PHONE_NUMBERS_FILE ? new Set(numbers.keys()) : "every",
     redis,
     redisWait: { replicas: e.REDIS_WAIT_REPLICAS ?? (redis.kind === "single" ? 0 : 1), timeoutMs: e.REDIS_WAIT_TIMEOUT_MS },
     queuePrefix: e.QUEUE_PREFIX,
