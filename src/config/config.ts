@@ -23,6 +23,12 @@ export interface Config {
    */
   readonly trustProxy: boolean | number | readonly string[];
   /**
+   * The web listener's clocks: a request, headers and body, must arrive within
+   * `requestTimeoutMs` or its connection is closed; an idle keep-alive connection is closed
+   * after `keepAliveTimeoutMs`.
+   */
+  readonly http: { readonly requestTimeoutMs: number; readonly keepAliveTimeoutMs: number };
+  /**
    * Prometheus scrapes `/metrics` on a listener of its own (port 0: none), in every role, so
    * the webhook's public port need not serve it; there it answers only with the token's bearer.
    */
@@ -156,6 +162,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     port: e.PORT,
     host: e.HOST,
     trustProxy: e.TRUST_PROXY,
+    http: { requestTimeoutMs: e.HTTP_REQUEST_TIMEOUT_MS, keepAliveTimeoutMs: e.HTTP_KEEP_ALIVE_TIMEOUT_MS },
     metrics: { port: e.METRICS_PORT, host: e.METRICS_HOST || e.HOST, token: e.METRICS_TOKEN },
     whatsapp: {
       verifyToken: e.WHATSAPP_VERIFY_TOKEN,
