@@ -11,7 +11,7 @@ import type { Tracing } from "./tracing/tracing.ts";
 import { WebhookLogController, webhookRoutes } from "./webhook/routes.ts";
 
 export interface AppDeps {
-  config: Pick<Config, "whatsapp" | "adminToken" | "adminSecureCookies" | "queuePrefix" | "trustProxy" | "metrics" | "redisWait">;
+  config: Pick<Config, "whatsapp" | "servedNumbers" | "adminToken" | "adminSecureCookies" | "queuePrefix" | "trustProxy" | "http" | "metrics" | "redisWait">;
   logger: Logger;
   redis: RedisClient;
   queues: Queues;
@@ -35,9 +35,16 @@ export function buildApp(deps: AppDeps): FastifyInstance {
     trustProxy: fastifyTrustProxy(deps.config.trustProxy),
     // Meta's deliveries log one line each, with their status and time, not Fastify's two more.
     logController: new WebhookLogController(),
+    ...listenerTimeouts(deps.config.http),
   });
 
   app.setErrorHandler((error: Error & { statusCode?: number }, request, reply) => {
+    if (request.raw.destroyed && !request.raw.complete) {
+      // The connection closed before the request arrived whole: the client hung up, or ran out
+      // of HTTP_REQUEST_TIMEOUT_MS (Fastify answered it 408). Not a malformed request: say so.
+      request.log.info({ event: "http.request_cut_off", message: error.message }, "the request broke off before it arrived whole; nothing was done");
+      return reply.code(408).send({ error: "request not received in full" });
+    }
     const status = error.statusCode && error.statusCode >= 400 && error.statusCode < 500 ? error.statusCode : 500;
     if (status >= 500) request.log.error({ event: "http.error", err: error }, "request failed");
     else request.log.info({ event: "http.client_error", status, message: error.message }, "bad request");
@@ -57,6 +64,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
       queues: deps.queues,
       verifyToken: deps.config.whatsapp.verifyToken,
       appSecret: deps.config.whatsapp.appSecret,
+      servedNumbers: deps.config.servedNumbers,
       metrics: deps.metrics,
       durability: deps.config.redisWait,
       tracer: deps.tracing?.tracer,
@@ -99,6 +107,34 @@ export function buildMetricsApp(deps: MetricsAppDeps): FastifyInstance {
   // Liveness for a process with no web port (a worker's container HEALTHCHECK asks here).
   app.get("/healthz", { logLevel: "warn" }, async () => ({ ok: true }));
   return app;
+}
+
+/**
+ * A socket silent both ways this long, mid-request, is a client that stopped reading its
+ * answer: no handler of ours is silent for a minute.
+ */
+const SILENT_SOCKET_MS = 60_000;
+
+/**
+ * Fastify leaves a request's time unbounded (requestTimeout 0): a client could trickle a 4 MB
+ * body, a byte at a time, on as many connections as it liked, before any signature is checked.
+ * Node enforces the request and header clocks on a sweep (every 30 s by default): it runs often
+ * enough here that a connection is cut within a quarter of its clock of running out. A request
+ * cut off never reaches its handler, so it stores nothing.
+ */
+function listenerTimeouts(clocks: Config["http"]) {
+  const requestTimeout = clocks.requestTimeoutMs;
+  return {
+    requestTimeout,
+    keepAliveTimeout: clocks.keepAliveTimeoutMs,
+    connectionTimeout: Math.max(SILENT_SOCKET_MS, requestTimeout),
+    http: {
+      requestTimeout,
+      // Below the whole request's: headers are a few hundred bytes, the body the rest.
+      headersTimeout: Math.floor(requestTimeout / 2),
+      connectionsCheckingInterval: Math.min(1000, Math.floor(requestTimeout / 4)),
+    },
+  };
 }
 
 /**

@@ -65,7 +65,10 @@ async function runRole(role: "web" | "worker", config: Config, logger: Logger): 
   const app = role === "web" ? buildApp({ config, logger, redis: web.redis, queues: web.queues, db: web.db, metrics, tracing }) : undefined;
   const worker = role === "worker" ? startWorkerRole(config, logger, web.db, metrics, tracing) : undefined;
   const metricsApp = config.metrics.port !== 0 ? buildMetricsApp({ logger, queues: web.queues, db: web.db, metrics }) : undefined;
-  if (app) await app.listen({ port: config.port, host: config.host });
+  if (app) {
+    sayWhichNumbersAreServed(config, logger);
+    await app.listen({ port: config.port, host: config.host });
+  }
   if (metricsApp) await metricsApp.listen({ port: config.metrics.port, host: config.metrics.host });
 
   stopOnSignals(logger, config.shutdownTimeoutMs + SHUTDOWN_GRACE_MS, async () => {
@@ -94,6 +97,7 @@ async function runAll(config: Config, logger: Logger): Promise<void> {
   const otherProcesses = () => worker.collectMetrics();
   const app = buildApp({ config, logger, redis: web.redis, queues: web.queues, db: web.db, metrics, otherProcesses, tracing });
   const metricsApp = config.metrics.port !== 0 ? buildMetricsApp({ logger, queues: web.queues, db: web.db, metrics, otherProcesses }) : undefined;
+  sayWhichNumbersAreServed(config, logger);
   await app.listen({ port: config.port, host: config.host });
   if (metricsApp) await metricsApp.listen({ port: config.metrics.port, host: config.metrics.host });
   worker.start();
@@ -145,6 +149,22 @@ function runWorkerChild(): void {
   // so the child waits for its word.
   for (const signal of ["SIGINT", "SIGTERM"] as const) {
     process.on(signal, () => logger?.info({ event: "shutdown.deferred", signal }, "the parent stops the worker after the web"));
+  }
+}
+
+/**
+ * The web's one word on which business numbers it answers. Without PHONE_NUMBERS_FILE it is
+ * every number Meta delivers for, with our token and our Claude key: an operator should know.
+ */
+function sayWhichNumbersAreServed(config: Config, logger: Logger): void {
+  if (config.servedNumbers === "every") {
+    logger.warn({ event: "webhook.serving_every_number" }, "PHONE_NUMBERS_FILE is not set: every business number Meta delivers for is answered");
+  } else {
+    const numbers = [...config.servedNumbers];
+    logger.info(
+      { event: "webhook.serving_numbers", numbers },
+      `answering ${numbers.length} business number(s) from PHONE_NUMBERS_FILE; others are acknowledged and dropped`,
+    );
   }
 }
 

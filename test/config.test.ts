@@ -76,6 +76,19 @@ describe("configuration", () => {
     ]);
   });
 
+  it("the web listener's clocks: a request must arrive within 10 s, an idle keep-alive connection closes after 72 s; a bad value is named", () => {
+    expect(loadConfig(testEnv()).http).toEqual({ requestTimeoutMs: 10_000, keepAliveTimeoutMs: 72_000 });
+    expect(loadConfig(testEnv({ HTTP_REQUEST_TIMEOUT_MS: "30000", HTTP_KEEP_ALIVE_TIMEOUT_MS: "620000" })).http).toEqual({
+      requestTimeoutMs: 30_000,
+      keepAliveTimeoutMs: 620_000,
+    });
+    // 0 would be Node's "never": the very thing these clocks are for.
+    expect(problemsOf(testEnv({ HTTP_REQUEST_TIMEOUT_MS: "0", HTTP_KEEP_ALIVE_TIMEOUT_MS: "0" }))).toEqual([
+      'HTTP_REQUEST_TIMEOUT_MS must be an integer from 1000 to 300000, got "0"',
+      'HTTP_KEEP_ALIVE_TIMEOUT_MS must be an integer from 1000 to 3600000, got "0"',
+    ]);
+  });
+
   it("an unreadable SYSTEM_PROMPT_FILE is named", () => {
     expect(problemsOf(testEnv({ SYSTEM_PROMPT_FILE: "/nonexistent/prompt.txt" }))[0]).toMatch(/^SYSTEM_PROMPT_FILE cannot be read/);
   });

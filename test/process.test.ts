@@ -32,6 +32,7 @@ describe("the process", () => {
       60_000,
     );
     expect(main.output).toContain('"event":"db.migrated"');
+    expect(main.output).toContain('"event":"webhook.serving_every_number"'); // no PHONE_NUMBERS_FILE: it says so
     const scrape = await fetch(`http://127.0.0.1:${metricsPort}/metrics`);
     expect(scrape.status).toBe(200);
     expect(await scrape.text()).toContain("process_cpu_user_seconds_total");

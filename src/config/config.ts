@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs";
 import { type Env, envSchema } from "./env.ts";
-import { loadNumbers, type NumberSettings } from "./numbers.ts";
+import { loadNumbers, type NumberSettings, type ServedNumbers } from "./numbers.ts";
 import { type RedisTarget, redisTarget } from "./redis.ts";
 
 /**
@@ -22,6 +22,12 @@ export interface Config {
    * count by): none, all, the nearest n hops, or these addresses and CIDRs.
    */
   readonly trustProxy: boolean | number | readonly string[];
+  /**
+   * The web listener's clocks: a request, headers and body, must arrive within
+   * `requestTimeoutMs` or its connection is closed; an idle keep-alive connection is closed
+   * after `keepAliveTimeoutMs`.
+   */
+  readonly http: { readonly requestTimeoutMs: number; readonly keepAliveTimeoutMs: number };
   /**
    * Prometheus scrapes `/metrics` on a listener of its own (port 0: none), in every role, so
    * the webhook's public port need not serve it; there it answers only with the token's bearer.
@@ -47,8 +53,10 @@ export interface Config {
     readonly historyMessages: number;
     readonly historyTokenBudget: number;
   };
-  /** Settings of individual business numbers; a number not listed uses the defaults. */
+  /** Settings of individual business numbers (PHONE_NUMBERS_FILE); without the file, none, and every number uses the defaults. */
   readonly numbers: ReadonlyMap<string, NumberSettings>;
+  /** The numbers answered: PHONE_NUMBERS_FILE's, or every one when it is not set. */
+  readonly servedNumbers: ServedNumbers;
   readonly redis: RedisTarget;
   /**
    * Replicas that must hold a webhook's job before it is answered 200 (REDIS_WAIT_REPLICAS:
@@ -154,6 +162,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     port: e.PORT,
     host: e.HOST,
     trustProxy: e.TRUST_PROXY,
+    http: { requestTimeoutMs: e.HTTP_REQUEST_TIMEOUT_MS, keepAliveTimeoutMs: e.HTTP_KEEP_ALIVE_TIMEOUT_MS },
     metrics: { port: e.METRICS_PORT, host: e.METRICS_HOST || e.HOST, token: e.METRICS_TOKEN },
     whatsapp: {
       verifyToken: e.WHATSAPP_VERIFY_TOKEN,
@@ -175,6 +184,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
       historyTokenBudget: e.HISTORY_TOKEN_BUDGET,
     },
     numbers,
+    servedNumbers: env.PHONE_NUMBERS_FILE ? new Set(numbers.keys()) : "every",
     redis,
     redisWait: { replicas: e.REDIS_WAIT_REPLICAS ?? (redis.kind === "single" ? 0 : 1), timeoutMs: e.REDIS_WAIT_TIMEOUT_MS },
     queuePrefix: e.QUEUE_PREFIX,

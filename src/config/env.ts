@@ -6,6 +6,11 @@ export const envSchema = z.object({
   PORT: int("PORT", 3000, 0, 65535),
   HOST: z.string().optional().default("0.0.0.0"),
   TRUST_PROXY: trustProxy,
+  // Meta's bodies are at most 3 MB (WHATSAPP.md §4): seconds of headroom at any sane bandwidth.
+  HTTP_REQUEST_TIMEOUT_MS: int("HTTP_REQUEST_TIMEOUT_MS", 10_000, 1000, 300_000),
+  // Fastify's default: above the 60 s idle timeout of common load balancers, so none of them
+  // sends a request down a connection we are closing.
+  HTTP_KEEP_ALIVE_TIMEOUT_MS: int("HTTP_KEEP_ALIVE_TIMEOUT_MS", 72_000, 1000, 3_600_000),
   METRICS_PORT: int("METRICS_PORT", 9464, 0, 65535),
   METRICS_HOST: z.string().trim().optional(),
   METRICS_TOKEN: z

@@ -15,6 +15,13 @@ const numberSettingsSchema = z
   .strict();
 const numbersFileSchema = z.record(z.string(), numberSettingsSchema);
 
+/**
+ * The business numbers this deployment answers: those PHONE_NUMBERS_FILE lists, or, without
+ * the file, "every" number Meta delivers for. Anything for another number is acknowledged and
+ * dropped at the webhook: never stored, never sent to Claude, never answered with our token.
+ */
+export type ServedNumbers = "every" | ReadonlySet<string>;
+
 export interface NumberSettings {
   readonly systemPrompt?: string;
   readonly windowClosedTemplate?: { readonly name: string; readonly language: string };
@@ -32,6 +39,11 @@ export function loadNumbers(path: string, problems: string[]): ReadonlyMap<strin
   const parsed = numbersFileSchema.safeParse(raw);
   if (!parsed.success) {
     for (const issue of parsed.error.issues) problems.push(`PHONE_NUMBERS_FILE ${issue.path.join(".") || "(root)"}: ${issue.message}`);
+    return numbers;
+  }
+  if (Object.keys(parsed.data).length === 0) {
+    // Serving none is never meant; serving every number is what leaving the file out says.
+    problems.push("PHONE_NUMBERS_FILE lists no business numbers: list the phone_number_ids to answer, or unset it to answer every number");
     return numbers;
   }
   for (const [id, settings] of Object.entries(parsed.data)) {

@@ -1,5 +1,6 @@
 import { SpanKind, type Tracer } from "@opentelemetry/api";
 import { type FastifyInstance, type FastifyPluginAsync, type FastifyReply, type FastifyRequest, LogController } from "fastify";
+import type { ServedNumbers } from "../config/numbers.ts";
 import { safeEqual } from "../crypto/safe-equal.ts";
 import type { Metrics } from "../metrics/metrics.ts";
 import { type Durability, type EnqueueOutcome, type Queues, webhookJobOf } from "../queue/queues.ts";
@@ -14,6 +15,8 @@ export interface WebhookDeps {
   queues: Queues;
   verifyToken: string;
   appSecret: string;
+  /** The business numbers answered; another number's items are acknowledged, counted and dropped. */
+  servedNumbers: ServedNumbers;
   metrics: Metrics;
   /** How many Redis replicas must hold a job before its delivery is answered 200 (law 2). */
   durability: Durability;
@@ -24,7 +27,14 @@ export interface WebhookDeps {
 /** Meta's payloads are up to 3 MB (WHATSAPP.md §4); a little headroom, then 413. */
 export const WEBHOOK_BODY_LIMIT = 4 * 1024 * 1024;
 
-type Kind = Exclude<WebhookItem["kind"], "ignored">;
+type Kind = Exclude<WebhookItem["kind"], "ignored" | "not_ours">;
+
+/**
+ * How many other numbers a process names in its log. Only Meta's signed deliveries reach the
+ * walk, so these are numbers of the WABAs subscribed to our app, a handful; the bound only
+ * keeps the memory of them from growing without end. Past it, the counter alone says more came.
+ */
+const NOT_OURS_LOGGED_MAX = 1000;
 
 const isDelivery = (request: FastifyRequest) => request.method === "POST" && request.url.split("?", 1)[0] === "/webhook";
 
@@ -60,13 +70,24 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
     });
 
     // Bound once: a labelled inc() hashes its labels on every call, and this is the hot path.
-    const counted = (kind: Kind | "ignored", outcome: EnqueueOutcome | "ignored" | "failed") => deps.metrics.webhookItems.labels({ kind, outcome });
+    const counted = (kind: Kind | "ignored", outcome: EnqueueOutcome | "ignored" | "failed" | "not_ours") =>
+      deps.metrics.webhookItems.labels({ kind, outcome });
     const itemCounter = {
       message: { enqueued: counted("message", "enqueued"), duplicate: counted("message", "duplicate"), failed: counted("message", "failed") },
       status: { enqueued: counted("status", "enqueued"), duplicate: counted("status", "duplicate"), failed: counted("status", "failed") },
       event: { enqueued: counted("event", "enqueued"), duplicate: counted("event", "duplicate"), failed: counted("event", "failed") },
     };
     const ignoredCounter = counted("ignored", "ignored");
+    const notOursCounter = {
+      message: counted("message", "not_ours"),
+      status: counted("status", "not_ours"),
+      event: counted("event", "not_ours"),
+      ignored: counted("ignored", "not_ours"),
+    };
+    const served = deps.servedNumbers;
+    const serves = served === "every" ? () => true : (phoneNumberId: string) => served.has(phoneNumberId);
+    // Once per number per process: another business's traffic is counted, never written out item by item.
+    const notOursLogged = new Set<string>();
     const timed = (outcome: string) => deps.metrics.webhookDuration.labels({ outcome });
     const durationByStatus: Record<number, ReturnType<typeof timed>> = {
       200: timed("accepted"),
@@ -112,13 +133,14 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
       }
 
       const receivedAt = Date.now();
-      const items = walkWebhook(body);
+      const items = walkWebhook(body, serves);
       // Law 2, fast: a connection that is not ready cannot enqueue. BullMQ would wait for it
       // (a queue still starting waits for Redis without a timeout); Meta should retry instead.
       const notReady = deps.redis.status === "ready" ? undefined : new RedisNotReadyError(deps.redis.status);
       const enqueued: string[] = [];
       const duplicates: string[] = [];
       let ignored = 0;
+      let notOurs = 0;
       // Every item is enqueued on its own; 200 only when all are safe (law 2). One failing
       // item does not stop the others (law 9): they are queued, and the redelivery finds them.
       const results = await Promise.allSettled(
@@ -127,6 +149,18 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
             ignoredCounter.inc();
             ignored++;
             request.log.info({ event: "webhook.ignored", reason: item.reason, where: item.where }, "item ignored");
+            return;
+          }
+          if (item.kind === "not_ours") {
+            notOursCounter[item.of].inc();
+            notOurs++;
+            if (!notOursLogged.has(item.phoneNumberId) && notOursLogged.size < NOT_OURS_LOGGED_MAX) {
+              notOursLogged.add(item.phoneNumberId);
+              request.log.warn(
+                { event: "webhook.not_ours", phoneNumberId: item.phoneNumberId, kind: item.of },
+                "a business number PHONE_NUMBERS_FILE does not list: its items are acknowledged and counted, never answered (said once per number)",
+              );
+            }
             return;
           }
           const job = webhookJobOf(deps.queues, jobFor(item, receivedAt), deps.durability);
@@ -150,7 +184,10 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
       }
       // One line per delivery, not per item: a batch of 1000 updates is one line (ids only, never text).
       const event = enqueued.length > 0 ? "webhook.enqueued" : duplicates.length > 0 ? "webhook.duplicate" : "webhook.nothing_queued";
-      request.log.info({ event, status: 200, ms: reply.elapsedTime, enqueued, duplicates, ignored }, "delivery accepted");
+      // A delivery of nothing but another number's items is that number's traffic: its line
+      // above was the one; at info, every one of its deliveries would be a line too.
+      const onlyNotOurs = notOurs > 0 && notOurs === items.length;
+      request.log[onlyNotOurs ? "debug" : "info"]({ event, status: 200, ms: reply.elapsedTime, enqueued, duplicates, ignored, notOurs }, "delivery accepted");
       return reply.code(200).send({ ok: true });
     };
 

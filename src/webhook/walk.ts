@@ -7,6 +7,7 @@ import {
   entrySchema,
   envelopeSchema,
   inboundMessageSchema,
+  isPhoneNumberId,
   preferenceSchema,
   type Sender,
   statusSchema,
@@ -37,9 +38,21 @@ export interface EventItem {
   event: BusinessEvent;
 }
 
-export type WebhookItem = InboundItem | StatusItem | EventItem | IgnoredItem;
+/**
+ * An item for a business number this deployment does not serve (PHONE_NUMBERS_FILE): it is
+ * acknowledged and counted as what it would have been, and nothing else happens.
+ */
+export interface NotOursItem {
+  kind: "not_ours";
+  of: "message" | "status" | "event" | "ignored";
+  phoneNumberId: string;
+}
+
+export type WebhookItem = InboundItem | StatusItem | EventItem | IgnoredItem | NotOursItem;
 /** An item that becomes a job. */
-export type QueuedItem = Exclude<WebhookItem, { kind: "ignored" }>;
+export type QueuedItem = Exclude<WebhookItem, { kind: "ignored" | "not_ours" }>;
+/** What one change's items are before anyone asks whose number it is. */
+type ChangeItem = QueuedItem | IgnoredItem;
 
 /** The job an item becomes; a message's arrival is when the delivery was received (ms), in µs, plus its place in it. */
 export function jobFor(item: QueuedItem, receivedAtMs: number): WebhookJob {
@@ -79,8 +92,11 @@ const NOTHING_TO_DO: Record<string, string> = {
   flows: "Flow status update: for operators",
 };
 
-/** Every entry × change × item of a delivery, in order. Never throws on shape. */
-export function walkWebhook(body: unknown): WebhookItem[] {
+/**
+ * Every entry × change × item of a delivery, in order. Never throws on shape. `serves` says
+ * whether a business number (`metadata.phone_number_id`, digits by then) is ours.
+ */
+export function walkWebhook(body: unknown, serves: (phoneNumberId: string) => boolean): WebhookItem[] {
   const items: WebhookItem[] = [];
   const root = envelopeSchema.safeParse(body);
   if (!root.success) return [{ kind: "ignored", reason: "not a WhatsApp webhook envelope", where: "body" }];
@@ -110,8 +126,15 @@ export function walkWebhook(body: unknown): WebhookItem[] {
         items.push({ kind: "ignored", reason: `${field} change without metadata.phone_number_id`, where });
         return;
       }
-      if (field === "messages") items.push(...walkValue(value.data, where));
-      else items.push(...walkEvents(field, value.data, where));
+      const phoneNumberId = value.data.metadata.phone_number_id;
+      if (!isPhoneNumberId(phoneNumberId)) {
+        // Quoted and cut short: a log line says what came, within reason.
+        items.push({ kind: "ignored", reason: `metadata.phone_number_id ${JSON.stringify(phoneNumberId.slice(0, 40))} is not digits`, where });
+        return;
+      }
+      const walked = field === "messages" ? walkValue(value.data, where) : walkEvents(field, value.data, where);
+      if (serves(phoneNumberId)) items.push(...walked);
+      else for (const item of walked) items.push({ kind: "not_ours", of: item.kind, phoneNumberId });
     });
   });
   let position = 0;
@@ -126,7 +149,7 @@ function contactsOf(value: z.infer<typeof valueSchema>) {
   });
 }
 
-function walkEvents(field: "smb_message_echoes" | "user_preferences" | "user_id_update", value: z.infer<typeof valueSchema>, where: string): WebhookItem[] {
+function walkEvents(field: "smb_message_echoes" | "user_preferences" | "user_id_update", value: z.infer<typeof valueSchema>, where: string): ChangeItem[] {
   const phoneNumberId = value.metadata.phone_number_id;
   const contacts = contactsOf(value);
   const named = (waId: string | undefined, userId: string | undefined): Sender => {
@@ -134,7 +157,7 @@ function walkEvents(field: "smb_message_echoes" | "user_preferences" | "user_id_
     return { waId: waId ?? contact?.wa_id, userId: userId ?? contact?.user_id, name: contact?.profile?.name, username: contact?.profile?.username };
   };
   const list = field === "smb_message_echoes" ? value.message_echoes : field === "user_preferences" ? value.user_preferences : value.user_id_update;
-  return (Array.isArray(list) ? list : []).map((raw, i): WebhookItem => {
+  return (Array.isArray(list) ? list : []).map((raw, i): ChangeItem => {
     const here = `${where}.${field === "smb_message_echoes" ? "message_echoes" : field}[${i}]`;
     if (field === "smb_message_echoes") {
       const echo = echoSchema.safeParse(raw);
@@ -161,8 +184,8 @@ function walkEvents(field: "smb_message_echoes" | "user_preferences" | "user_id_
   });
 }
 
-function walkValue(value: z.infer<typeof valueSchema>, where: string): WebhookItem[] {
-  const items: WebhookItem[] = [];
+function walkValue(value: z.infer<typeof valueSchema>, where: string): ChangeItem[] {
+  const items: ChangeItem[] = [];
   const phoneNumberId = value.metadata.phone_number_id;
   const contacts = contactsOf(value);
   (value.messages ?? []).forEach((raw, i) => {

@@ -4,6 +4,7 @@ import { z } from "zod";
 import { PermanentError, RetryableError } from "../errors.ts";
 import { inSpan, NO_TRACER } from "../tracing/tracing.ts";
 import { ruleForGraphCode } from "./error-codes.ts";
+import { isPhoneNumberId } from "./webhook-payload.ts";
 
 /** The WhatsApp Cloud API, as much of it as we use. Its failures arrive as typed errors. */
 
@@ -47,6 +48,22 @@ export interface GraphClientOptions {
  * number behind a username (WHATSAPP.md §9).
  */
 export type Recipient = { phone: string } | { bsuid: string };
+
+/**
+ * A business number's messages endpoint. The webhook lets only digits through; this holds for
+ * every other way an id reaches a send (a row written before it did, a staff resend): our
+ * token is never sent to another path of the Graph API.
+ */
+function messagesPath(phoneNumberId: string): string {
+  if (!isPhoneNumberId(phoneNumberId)) {
+    throw new PermanentError({
+      source: "graph",
+      code: "bad_phone_number_id",
+      reason: `The business number's id ${JSON.stringify(phoneNumberId.slice(0, 40))} is not digits: nothing was sent`,
+    });
+  }
+  return `${phoneNumberId}/messages`;
+}
 
 const addressed = (to: Recipient) => ("phone" in to ? { to: to.phone } : { recipient: to.bsuid });
 
@@ -110,7 +127,7 @@ export class GraphClient {
   private sent(type: "text" | "template", phoneNumberId: string, partId: string, message: Record<string, unknown>): Promise<{ wamid: string }> {
     const attributes = { "messaging.system": "whatsapp", "messaging.operation.name": "send", "whatsapp.message.type": type, "whatsapp.part.id": partId };
     return inSpan(this.tracer, "whatsapp send", { kind: SpanKind.CLIENT, attributes }, async (span) => {
-      const accepted = acceptedWamid(await this.post(`${phoneNumberId}/messages`, message));
+      const accepted = acceptedWamid(await this.post(messagesPath(phoneNumberId), message));
       span.setAttribute("messaging.message.id", accepted.wamid);
       return accepted;
     });
@@ -145,7 +162,7 @@ export class GraphClient {
 
   /** Marks the message read and shows "typing…" until we reply (or 25 s pass). */
   async markReadWithTyping(phoneNumberId: string, wamid: string): Promise<void> {
-    await this.post(`${phoneNumberId}/messages`, {
+    await this.post(messagesPath(phoneNumberId), {
       messaging_product: "whatsapp",
       status: "read",
       message_id: wamid,

@@ -67,6 +67,12 @@ export interface Sender {
   username?: string | undefined;
 }
 
+/**
+ * A business number's id as Meta writes it: digits. It becomes a path segment of the Graph API
+ * (`/{phone_number_id}/messages`), so anything else must never get that far.
+ */
+export const isPhoneNumberId = (id: string): boolean => /^\d+$/.test(id);
+
 export const valueSchema = z
   .object({
     metadata: z.object({ phone_number_id: z.string().min(1), display_phone_number: z.string().optional() }),

@@ -56,6 +56,27 @@ export function statusChange(statuses: Record<string, unknown>[], phoneNumberId 
   };
 }
 
+/** A person writing from the WhatsApp Business app on the same number (coexistence): Meta's echo of it. */
+export function echoChange(echo: { to: string; text: string; id?: string }, phoneNumberId = PHONE_NUMBER_ID) {
+  return {
+    field: "smb_message_echoes",
+    value: {
+      messaging_product: "whatsapp",
+      metadata: { display_phone_number: DISPLAY_NUMBER, phone_number_id: phoneNumberId },
+      message_echoes: [
+        {
+          from: DISPLAY_NUMBER,
+          to: echo.to,
+          id: echo.id ?? uniqueWamid(),
+          timestamp: String(Math.floor(Date.now() / 1000)),
+          type: "text",
+          text: { body: echo.text },
+        },
+      ],
+    },
+  };
+}
+
 /** One webhook POST body carrying the given text messages, as Meta sends it. */
 export function textWebhook(...messages: TextMessage[]): { body: string; wamids: string[] } {
   const built = messages.map(textMessage);
