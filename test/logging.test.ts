@@ -54,6 +54,52 @@ describe("logs", () => {
   });
 });
 
+describe("a send Meta answers without a message id", () => {
+  const CUSTOMER = "447700900123";
+  const answered: string[] = [];
+  const capture = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      answered.push(...chunk.toString("utf8").split("\n").filter(Boolean));
+      done();
+    },
+  });
+  let s: Harness;
+  beforeAll(async () => {
+    // Two attempts; a maybe-sent part waits about a second for its status before the second.
+    s = await startHarness({
+      logger: createLogger({ level: "debug", destination: capture }),
+      env: { JOB_ATTEMPTS: "2", GRAPH_TIMEOUT_MS: "300", JOB_LOCK_MS: "1000", SEND_RECONCILE_WAIT_MS: "300" },
+    });
+  });
+  afterAll(async () => s?.close());
+
+  it("names the customer nowhere: not in the log lines, the job's failure in Redis, or the dead letter in Postgres", async () => {
+    // Meta's answer, as it would come for this customer, but unreadable: it carries no message id.
+    const unreadable = { status: 200, body: { messaging_product: "whatsapp", contacts: [{ input: CUSTOMER, wa_id: CUSTOMER }], messages: [] } };
+    s.graph.answerSends(unreadable, unreadable);
+    await s.deliver(textWebhook({ text: "where is my order?", from: CUSTOMER }).body);
+    const letter = await eventually(() => s.db.deadLetter.findFirst({ include: { actions: true } }), "the dead letter", 20_000);
+    expect(s.graph.sends.filter((send) => send.body.to === CUSTOMER).length).toBeGreaterThanOrEqual(2);
+    expect(letter).toMatchObject({ code: "unreadable_answer" });
+    // What still tells an operator what came back: the answer's shape, never its values.
+    expect(letter.detail).toEqual({
+      bodyLength: expect.any(Number),
+      bodyShape: { messaging_product: "string", contacts: "array of 1", messages: "array of 0" },
+    });
+    await eventually(() => answered.some((line) => line.includes('"job.retrying"')), "the retry's log line");
+
+    expect(answered.filter((line) => line.includes('"reply.dead_lettered"'))).toHaveLength(1);
+    expect(answered.filter((line) => line.includes(CUSTOMER))).toEqual([]);
+    expect(JSON.stringify(letter)).not.toContain(CUSTOMER);
+    const jobs = await s.queues.reply.getJobs(["completed", "failed", "delayed", "wait", "active"]);
+    expect(jobs.some((job) => job.failedReason)).toBe(true);
+    for (const job of jobs) {
+      const stored = await s.redis.hgetall(`${s.prefix}:${s.queues.reply.name}:${job.id}`);
+      expect(JSON.stringify(stored)).not.toContain(CUSTOMER);
+    }
+  });
+});
+
 describe("a process's last log lines", () => {
   it("are all written, in order, when it exits right after them while its stdout is backed up (a shutdown's or a crash's last words)", async () => {
     // The reader is slow (a loaded machine, a log shipper): the pipe fills while the process

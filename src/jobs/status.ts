@@ -3,6 +3,7 @@ import { type DeadLetterDeps, recordDeadLetter } from "../dlq/dead-letters.ts";
 import type { Logger } from "../logger.ts";
 import type { StatusJobData } from "../queue/catalog.ts";
 import { markAccepted, recordStatus } from "../replies/state.ts";
+import { maskPhoneNumbers } from "../whatsapp/answer-shape.ts";
 import { ruleForGraphCode } from "../whatsapp/error-codes.ts";
 import type { GraphErrorsCount } from "../whatsapp/graph-client.ts";
 
@@ -70,7 +71,7 @@ export async function deadLetterFailedDelivery(deps: DeadLetterDeps, status: Sta
       source: "status",
       code: error ? String(error.code) : undefined,
       reason: rule?.reason ?? "Meta reported the message as failed without a reason",
-      detail: { title: error?.title, message: error?.message, details: error?.error_data?.details, href: error?.href },
+      detail: { title: error?.title, message: maskPhoneNumbers(error?.message), details: maskPhoneNumbers(error?.error_data?.details), href: error?.href },
     },
   });
 }
