@@ -54,6 +54,39 @@ describe("logs", () => {
   });
 });
 
+describe("an error's properties", () => {
+  it("are logged without the customer's number under any of Meta's names, at any depth, and the error itself is left as it was", () => {
+    const written: string[] = [];
+    const log = createLogger({
+      level: "info",
+      destination: new Writable({
+        write(chunk: Buffer, _encoding, done) {
+          written.push(chunk.toString("utf8"));
+          done();
+        },
+      }),
+    });
+    const number = "447700900123";
+    const answer = { contacts: [{ input: number, wa_id: number }], messages: [] };
+    const error = Object.assign(new Error("the send went wrong"), {
+      code: "unreadable_answer",
+      detail: { httpStatus: 200, answer },
+      request: { to: number, recipient_id: number, nested: { deeper: { from: number, phone: `+${number}` } } },
+      payload: { statuses: [{ recipient_id: number }], text: { body: `call me on ${number}` } },
+      cause: Object.assign(new Error("caused by"), { wa_id: number }),
+    });
+    log.error({ event: "test.failed", err: error }, "failed");
+
+    expect(written.join("")).not.toContain("900123");
+    const line = JSON.parse(written.join("")) as { err: Record<string, unknown> };
+    expect(line.err).toMatchObject({ message: "the send went wrong: caused by", code: "unreadable_answer", detail: { httpStatus: 200 } });
+    expect(line.err.detail).toEqual({ httpStatus: 200, answer: { contacts: [{ input: "[redacted]", wa_id: "[redacted]" }], messages: [] } });
+    // Still to be stored and retried: the log line took a copy.
+    expect(error.detail.answer.contacts[0]!.wa_id).toBe(number);
+    expect(error.request.nested.deeper.from).toBe(number);
+  });
+});
+
 describe("a send Meta answers without a message id", () => {
   const CUSTOMER = "447700900123";
   const answered: string[] = [];
