@@ -53,11 +53,13 @@ function withoutPeople(value: unknown, depth: number, seen: WeakSet<object>): un
   // Dates, Buffers and the like say how they are written themselves.
   if (typeof (value as { toJSON?: unknown }).toJSON === "function") return value;
   if (depth >= MAX_DEPTH) return "[too deep]";
+  // Only the objects above this one: the same object twice side by side is not a cycle.
   if (seen.has(value)) return "[circular]";
   seen.add(value);
-  if (Array.isArray(value)) return value.map((item) => withoutPeople(item, depth + 1, seen));
-  const copy: Record<string, unknown> = {};
-  for (const [key, item] of Object.entries(value)) copy[key] = PERSONAL_KEYS.has(key) ? CENSOR : withoutPeople(item, depth + 1, seen);
+  let copy: unknown;
+  if (Array.isArray(value)) copy = value.map((item) => withoutPeople(item, depth + 1, seen));
+  else copy = Object.fromEntries(Object.entries(value).map(([key, item]) => [key, PERSONAL_KEYS.has(key) ? CENSOR : withoutPeople(item, depth + 1, seen)]));
+  seen.delete(value);
   return copy;
 }
 
