@@ -243,6 +243,18 @@ describe("npm run demo's sandbox, through its JSON API", () => {
     expect(await demo.db.contact.findFirstOrThrow({ where: { userId } })).toMatchObject({ waId: null, username: "mika" });
   });
 
+  it("the page's assets are served, and any other name is 404, even one every object has", async () => {
+    const script = await fetch(`${demo.url}/demo/assets/chat.js`);
+    expect(script.status).toBe(200);
+    expect(script.headers.get("content-type")).toMatch(/^text\/javascript/);
+    expect((await fetch(`${demo.url}/demo/assets/style.css`)).status).toBe(200);
+    for (const name of ["constructor", "toString", "__proto__", "hasOwnProperty", "valueOf", "__defineGetter__", "nothing.js"]) {
+      const res = await fetch(`${demo.url}/demo/assets/${name}`);
+      expect(res.status, name).toBe(404);
+      expect(await res.json(), name).toEqual({ error: "not found" });
+    }
+  });
+
   it("the JSON API says what is wrong with a request", async () => {
     expect((await api("POST", "/demo/api/messages", { text: "who am I?" })).body.error).toMatch(/give from/);
     expect((await api("POST", "/demo/api/messages", { from: "+44 7700", text: "x" })).status).toBe(400);

@@ -54,6 +54,85 @@ describe("logs", () => {
   });
 });
 
+describe("an error's properties", () => {
+  it("are logged without the customer's number under any of Meta's names, at any depth, and the error itself is left as it was", () => {
+    const written: string[] = [];
+    const log = createLogger({
+      level: "info",
+      destination: new Writable({
+        write(chunk: Buffer, _encoding, done) {
+          written.push(chunk.toString("utf8"));
+          done();
+        },
+      }),
+    });
+    const number = "447700900123";
+    const answer = { contacts: [{ input: number, wa_id: number }], messages: [] };
+    const error = Object.assign(new Error("the send went wrong"), {
+      code: "unreadable_answer",
+      detail: { httpStatus: 200, answer },
+      request: { to: number, recipient_id: number, nested: { deeper: { from: number, phone: `+${number}` } } },
+      payload: { statuses: [{ recipient_id: number }], text: { body: `call me on ${number}` } },
+      cause: Object.assign(new Error("caused by"), { wa_id: number }),
+    });
+    log.error({ event: "test.failed", err: error }, "failed");
+
+    expect(written.join("")).not.toContain("900123");
+    const line = JSON.parse(written.join("")) as { err: Record<string, unknown> };
+    expect(line.err).toMatchObject({ message: "the send went wrong: caused by", code: "unreadable_answer", detail: { httpStatus: 200 } });
+    expect(line.err.detail).toEqual({ httpStatus: 200, answer: { contacts: [{ input: "[redacted]", wa_id: "[redacted]" }], messages: [] } });
+    // Still to be stored and retried: the log line took a copy.
+    expect(error.detail.answer.contacts[0]!.wa_id).toBe(number);
+    expect(error.request.nested.deeper.from).toBe(number);
+  });
+});
+
+describe("a send Meta answers without a message id", () => {
+  const CUSTOMER = "447700900123";
+  const answered: string[] = [];
+  const capture = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      answered.push(...chunk.toString("utf8").split("\n").filter(Boolean));
+      done();
+    },
+  });
+  let s: Harness;
+  beforeAll(async () => {
+    // Two attempts; a maybe-sent part waits about a second for its status before the second.
+    s = await startHarness({
+      logger: createLogger({ level: "debug", destination: capture }),
+      env: { JOB_ATTEMPTS: "2", GRAPH_TIMEOUT_MS: "300", JOB_LOCK_MS: "1000", SEND_RECONCILE_WAIT_MS: "300" },
+    });
+  });
+  afterAll(async () => s?.close());
+
+  it("names the customer nowhere: not in the log lines, the job's failure in Redis, or the dead letter in Postgres", async () => {
+    // Meta's answer, as it would come for this customer, but unreadable: it carries no message id.
+    const unreadable = { status: 200, body: { messaging_product: "whatsapp", contacts: [{ input: CUSTOMER, wa_id: CUSTOMER }], messages: [] } };
+    s.graph.answerSends(unreadable, unreadable);
+    await s.deliver(textWebhook({ text: "where is my order?", from: CUSTOMER }).body);
+    const letter = await eventually(() => s.db.deadLetter.findFirst({ include: { actions: true } }), "the dead letter", 20_000);
+    expect(s.graph.sends.filter((send) => send.body.to === CUSTOMER).length).toBeGreaterThanOrEqual(2);
+    expect(letter).toMatchObject({ code: "unreadable_answer" });
+    // What still tells an operator what came back: the answer's shape, never its values.
+    expect(letter.detail).toEqual({
+      bodyLength: expect.any(Number),
+      bodyShape: { messaging_product: "string", contacts: "array of 1", messages: "array of 0" },
+    });
+    await eventually(() => answered.some((line) => line.includes('"job.retrying"')), "the retry's log line");
+
+    expect(answered.filter((line) => line.includes('"reply.dead_lettered"'))).toHaveLength(1);
+    expect(answered.filter((line) => line.includes(CUSTOMER))).toEqual([]);
+    expect(JSON.stringify(letter)).not.toContain(CUSTOMER);
+    const jobs = await s.queues.reply.getJobs(["completed", "failed", "delayed", "wait", "active"]);
+    expect(jobs.some((job) => job.failedReason)).toBe(true);
+    for (const job of jobs) {
+      const stored = await s.redis.hgetall(`${s.prefix}:${s.queues.reply.name}:${job.id}`);
+      expect(JSON.stringify(stored)).not.toContain(CUSTOMER);
+    }
+  });
+});
+
 describe("a process's last log lines", () => {
   it("are all written, in order, when it exits right after them while its stdout is backed up (a shutdown's or a crash's last words)", async () => {
     // The reader is slow (a loaded machine, a log shipper): the pipe fills while the process

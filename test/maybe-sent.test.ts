@@ -165,6 +165,39 @@ describe("the Graph client tells refusal from ambiguity", () => {
     expect(await send(nobody)).toMatchObject({ code: "unreachable", ambiguous: false });
   });
 
+  it.each<[string, Handler, Record<string, unknown>]>([
+    [
+      "a JSON answer that echoes our request",
+      page(400, "application/json", JSON.stringify({ error: "bad request", request: { to: "447700900123", text: { body: "your order" } } })),
+      { httpStatus: 400, contentType: "application/json", bodyShape: { error: "string", request: "object" } },
+    ],
+    [
+      "an edge proxy's page",
+      page(502, "text/html", PROXY_502_PAGE.replace("</body>", "<p>POST /v24.0/1/messages to=447700900123</p></body>")),
+      { httpStatus: 502, contentType: "text/html", bodyExcerpt: "502 Bad Gateway" },
+    ],
+    [
+      "a plain-text answer",
+      page(503, "text/plain", "upstream reset while sending to +44 7700 900123"),
+      { httpStatus: 503, contentType: "text/plain", bodyExcerpt: "upstream reset while sending to [number]" },
+    ],
+    [
+      "Graph's own error, naming the number",
+      page(400, "application/json", JSON.stringify(graphError(100, "Invalid parameter", "to: 447700900123 is not a valid WhatsApp user"))),
+      { httpStatus: 400, message: "(#100) Invalid parameter", details: "to: [number] is not a valid WhatsApp user" },
+    ],
+  ])("%s keeps its shape for the dead letter, never the customer's number", async (_what, handler, detail) => {
+    const { client, close } = await answering(handler);
+    try {
+      const error = (await send(client)) as RetryableError | PermanentError;
+      expect(error.detail).toMatchObject(detail);
+      expect(JSON.stringify(error.detail)).not.toContain("900123");
+      expect(JSON.stringify(error.detail)).not.toContain("your order");
+    } finally {
+      await close();
+    }
+  });
+
   it("an answer's Retry-After sets the earliest retry, and a page's content type is kept for the dead letter", async () => {
     const { client, close } = await answering((_req, res) => {
       res.writeHead(503, { "Content-Type": "text/html; charset=utf-8", "Retry-After": "7" });

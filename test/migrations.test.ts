@@ -93,6 +93,23 @@ describe("migrations", () => {
     expect(await query(schema, `SELECT to_regclass('half_done') AS t`)).toEqual([{ t: null }]);
   });
 
+  it("match schema.prisma: every index and unique constraint it declares exists, on its columns, under Prisma's name", async () => {
+    const schema = freshSchema();
+    await migrate(withSchema(TEST_DATABASE_URL, schema));
+    const rows = await query<{ indexname: string; indexdef: string }>(schema, `SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema()`);
+    const actual = new Map(rows.map((row) => [row.indexname, row.indexdef]));
+    const declared = declaredIndexes(await readFile(new URL("../prisma/schema.prisma", import.meta.url), "utf8"));
+    expect(declared.map((index) => index.name)).toContain("inbound_messages_conversation_id_sent_at_idx"); // the parser reads @@index
+    for (const index of declared) {
+      const definition = actual.get(index.name);
+      expect(definition, index.name).toBeDefined();
+      expect(definition, index.name).toMatch(new RegExp(`^CREATE ${index.unique ? "UNIQUE " : ""}INDEX `));
+      // pg_indexes quotes only the names that need it (Prisma's camelCase fields kept as columns).
+      const columns = index.columns.map((column) => (/^[a-z_][a-z0-9_]*$/.test(column) ? column : `"${column}"`));
+      expect(definition, index.name).toContain(`(${columns.join(", ")})`);
+    }
+  });
+
   it("match schema.prisma: every model and field round-trips through the Prisma client", async () => {
     const url = withSchema(TEST_DATABASE_URL, freshSchema());
     await migrate(url);
@@ -203,3 +220,36 @@ describe("migrations", () => {
     }
   });
 });
+
+/**
+ * The indexes schema.prisma declares (`@unique`, `@@unique`, `@@index`), named as Prisma names
+ * them: table, columns, then `_key` or `_idx`.
+ */
+function declaredIndexes(prismaSchema: string): { name: string; unique: boolean; columns: string[] }[] {
+  const indexes: { name: string; unique: boolean; columns: string[] }[] = [];
+  for (const [, body] of prismaSchema.matchAll(/^model \w+ \{\n([\s\S]*?)^\}/gm)) {
+    const lines = body!.split("\n").map((line) => line.trim());
+    const table = lines.map((line) => /^@@map\("(\w+)"\)/.exec(line)?.[1]).find(Boolean);
+    if (!table) throw new Error(`a model without @@map: ${lines[0]}`);
+    const columnOf = new Map<string, string>();
+    for (const line of lines) {
+      const field = /^(\w+)\s+\S+/.exec(line)?.[1];
+      if (field) columnOf.set(field, /@map\("(\w+)"\)/.exec(line)?.[1] ?? field);
+    }
+    const add = (unique: boolean, fields: string[]) => {
+      const columns = fields.map((field) => columnOf.get(field) ?? field);
+      indexes.push({ name: `${table}_${columns.join("_")}_${unique ? "key" : "idx"}`, unique, columns });
+    };
+    for (const line of lines) {
+      const field = /^(\w+)\s+\S+.*\s@unique\b/.exec(line)?.[1];
+      if (field) add(true, [field]);
+      const block = /^@@(unique|index)\(\[([^\]]+)\]/.exec(line);
+      if (block)
+        add(
+          block[1] === "unique",
+          block[2]!.split(",").map((f) => f.trim()),
+        );
+    }
+  }
+  return indexes;
+}

@@ -62,8 +62,9 @@ describe("one attacker cannot lock staff out", () => {
     };
     expect(await codes("alice@example.com", 6)).toEqual([401, 401, 401, 401, 401, 429]);
     expect(await codes("bob@example.com", 6)).toEqual([401, 401, 401, 401, 401, 429]);
-    // The address's own limit: 20 attempts in all, whatever the emails.
-    for (let i = 0; i < 8; i++) expect((await signIn(`guess${i}@example.com`, { from: attacker })).statusCode).toBe(401);
+    // The address's own limit: 20 failed attempts in all, whatever the emails; the refusals above
+    // checked no password, so they are not among them.
+    for (let i = 0; i < 10; i++) expect((await signIn(`guess${i}@example.com`, { from: attacker })).statusCode).toBe(401);
     expect((await signIn("carol@example.com", { from: attacker })).statusCode).toBe(429);
     expect((await signIn("alice@example.com", { from: attacker, password: PASSWORD })).statusCode).toBe(429);
 
@@ -71,6 +72,34 @@ describe("one attacker cannot lock staff out", () => {
     expect(alice.statusCode).toBe(200);
     expect(alice.json()).toMatchObject({ email: "alice@example.com" });
     expect((await signIn("bob@example.com", { from: "198.51.100.21", password: PASSWORD })).statusCode).toBe(200);
+  });
+});
+
+describe("only failed attempts count", () => {
+  it("staff who sign in successfully many times from one address are never limited", async () => {
+    const office = "198.51.100.40";
+    // Past both limits: five per email from the address, twenty per address.
+    for (let i = 0; i < 22; i++) {
+      const response = await signIn("alice@example.com", { from: office, password: PASSWORD });
+      expect(response.statusCode, `sign-in ${i + 1}`).toBe(200);
+    }
+  });
+
+  it("a success neither counts nor forgives: four failures, a success, one more failure, and the limit is reached", async () => {
+    const from = "198.51.100.41";
+    for (let i = 0; i < 4; i++) expect((await signIn("bob@example.com", { from })).statusCode).toBe(401);
+    expect((await signIn("bob@example.com", { from, password: PASSWORD })).statusCode).toBe(200);
+    expect((await signIn("bob@example.com", { from })).statusCode).toBe(401);
+    expect((await signIn("bob@example.com", { from, password: PASSWORD })).statusCode).toBe(429);
+  });
+
+  it("guesses sent all at once get no more tries than guesses sent one by one", async () => {
+    const from = "198.51.100.42";
+    const codes = await Promise.all(Array.from({ length: 12 }, () => signIn("alice@example.com", { from }).then((r) => r.statusCode)));
+    expect(codes.filter((code) => code === 401)).toHaveLength(5);
+    expect(codes.filter((code) => code === 429)).toHaveLength(7);
+    // The refusals handed their attempts back, but the five failures stand.
+    expect((await signIn("alice@example.com", { from, password: PASSWORD })).statusCode).toBe(429);
   });
 });
 

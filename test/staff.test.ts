@@ -1,4 +1,5 @@
 import { spawn } from "node:child_process";
+import { createHash } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { addStaff } from "../src/staff/accounts.ts";
 import { graphError } from "./support/fake-graph.ts";
@@ -142,6 +143,29 @@ describe("signing in", () => {
     expect(out.statusCode).toBe(200);
     expect(String(out.headers["set-cookie"])).toMatch(/^wa_staff=; .*Max-Age=0/);
     expect((await h.app.inject({ method: "GET", url: "/admin/dlq", headers: { cookie } })).statusCode).toBe(401);
+  });
+
+  it("sessions past their expiry, anyone's, are gone after the next sign-in; live ones stay and still work", async () => {
+    await addStaff(h.db, "finn@example.com", PASSWORD);
+    await addStaff(h.db, "gail@example.com", PASSWORD);
+    const finnOld = await session("finn@example.com");
+    const gailOld = await session("gail@example.com");
+    const gailLive = await session("gail@example.com");
+    // Twelve hours on, for two of them: their expiry passes. Only the token's hash is stored.
+    const rowOf = (cookie: string) => ({ tokenHash: createHash("sha256").update(cookie.slice("wa_staff=".length)).digest("hex") });
+    const { count } = await h.db.staffSession.updateMany({
+      where: { OR: [rowOf(finnOld.cookie), rowOf(gailOld.cookie)] },
+      data: { expiresAt: new Date(Date.now() - 1000) },
+    });
+    expect(count).toBe(2);
+    expect((await h.app.inject({ method: "GET", url: "/admin/dlq", headers: { cookie: finnOld.cookie } })).statusCode).toBe(401);
+    expect(await h.db.staffSession.count({ where: { expiresAt: { lte: new Date() } } })).toBe(2);
+
+    await session("cleo@example.com");
+    expect(await h.db.staffSession.count({ where: { expiresAt: { lte: new Date() } } })).toBe(0);
+    expect(await h.db.staffSession.findUnique({ where: rowOf(gailLive.cookie) })).not.toBeNull();
+    expect((await h.app.inject({ method: "GET", url: "/admin/dlq", headers: { cookie: gailLive.cookie } })).statusCode).toBe(200);
+    expect((await h.app.inject({ method: "GET", url: "/admin/dlq", headers: { cookie: gailOld.cookie } })).statusCode).toBe(401);
   });
 
   it("disabling an account ends its open sessions", async () => {

@@ -1,4 +1,4 @@
-import type { FastifyInstance, FastifyReply } from "fastify";
+import type { FastifyBaseLogger, FastifyInstance, FastifyReply } from "fastify";
 import { z } from "zod";
 import { safeEqual } from "../crypto/safe-equal.ts";
 import type { Db } from "../db/client.ts";
@@ -10,7 +10,7 @@ import { answer, problem, publicRoute, requestPart, staffRoute, type ZodParts } 
 /**
  * Who is acting on /admin: automation with the ADMIN_TOKEN bearer (attributed as "api"), or a
  * person signed in with a session cookie (httpOnly, SameSite=Strict), whose changes must also
- * carry the session's CSRF token in X-CSRF-Token. Sign-in attempts are rate limited.
+ * carry the session's CSRF token in X-CSRF-Token. Failed sign-in attempts are rate limited.
  * `request.operator` says whether the actor may see what only operators see.
  */
 
@@ -18,7 +18,7 @@ const API_ACTOR = "api";
 export const SESSION_COOKIE = "wa_staff";
 export const CSRF_HEADER = "X-CSRF-Token";
 /**
- * Attempts per email from one address, and per address, in a 15-minute window. The email's
+ * Failed attempts per email from one address, and per address, in a 15-minute window. The email's
  * limit is per address too: counted per email alone, anyone could lock every staff member out
  * by guessing wrong five times for each; this way an attacker locks out only themselves.
  */
@@ -112,19 +112,30 @@ export function registerStaffAuth(scope: FastifyInstance, deps: StaffAuthDeps): 
     async (request, reply) => {
       const email = request.body.email.trim().toLowerCase();
       // request.ip is the client's own address when TRUST_PROXY names the load balancer.
-      const [forEmail = 0, forAddress = 0] = await countSignInAttempts(deps, [`email:${encodeURIComponent(email)}:${request.ip}`, `ip:${request.ip}`]);
+      const counters = [`email:${encodeURIComponent(email)}:${request.ip}`, `ip:${request.ip}`];
+      const [forEmail = 0, forAddress = 0] = await reserveSignInAttempt(deps, counters);
       if (forEmail > SIGN_IN_LIMIT.perEmailAndAddress || forAddress > SIGN_IN_LIMIT.perAddress) {
+        await refundSignInAttempt(deps, counters, request.log);
         request.log.warn({ event: "staff.sign_in_limited" }, "too many sign-in attempts");
         return reply
           .code(429)
           .header("retry-after", String(SIGN_IN_LIMIT.windowMs / 1000))
           .send({ error: "too many attempts; try again later" });
       }
-      const staff = await authenticate(deps.db, email, request.body.password);
+      let staff: Awaited<ReturnType<typeof authenticate>>;
+      try {
+        staff = await authenticate(deps.db, email, request.body.password);
+      } catch (error) {
+        // The database failed, not the person: that attempt proved nothing either way.
+        await refundSignInAttempt(deps, counters, request.log);
+        throw error;
+      }
       if (!staff) {
         request.log.info({ event: "staff.sign_in_failed" }, "sign-in refused");
         return reply.code(401).send({ error: "wrong email or password" });
       }
+      // Only failures count: staff who sign in often from one office are never locked out.
+      await refundSignInAttempt(deps, counters, request.log);
       const session = await createSession(deps.db, staff.id);
       request.log.info({ event: "staff.signed_in", staff: staff.email }, "signed in");
       setCookie(reply, session.token, SESSION_TTL_MS / 1000);
@@ -178,16 +189,18 @@ function unauthorized(reply: FastifyReply) {
 }
 
 /**
- * Counts one attempt on each counter and returns the counts. INCR and PEXPIRE ... NX (Redis 7)
- * go in one MULTI, so no crash or error between them can leave a counter that never expires
- * (a lockout for good); NX starts the window only on a counter that has none, which also
- * repairs such a counter. One key per command, all under the queue prefix's hash tag: one
- * slot in a Redis Cluster.
+ * Reserves one attempt on each counter and returns the counts, this attempt included. The
+ * attempt counts before the password is checked, so concurrent guesses cannot all slip under
+ * the limit; it is handed back (`refundSignInAttempt`) unless the password was wrong.
+ * INCR and PEXPIRE ... NX (Redis 7) go in one MULTI, so no crash or error between them can
+ * leave a counter that never expires (a lockout for good); NX starts the window only on a
+ * counter that has none, which also repairs such a counter. One key per command, all under
+ * the queue prefix's hash tag: one slot in a Redis Cluster.
  */
-async function countSignInAttempts(deps: StaffAuthDeps, counters: string[]): Promise<number[]> {
+async function reserveSignInAttempt(deps: StaffAuthDeps, counters: string[]): Promise<number[]> {
   const multi = deps.redis.multi();
   for (const counter of counters) {
-    const key = `${deps.keyPrefix}:signin:${counter}`;
+    const key = signInKey(deps, counter);
     multi.incr(key).pexpire(key, SIGN_IN_LIMIT.windowMs, "NX");
   }
   const replies = await multi.exec();
@@ -197,3 +210,23 @@ async function countSignInAttempts(deps: StaffAuthDeps, counters: string[]): Pro
   // Replies alternate: INCR's count, then PEXPIRE's 0 or 1.
   return replies.filter((_, index) => index % 2 === 0).map(([, count]) => Number(count));
 }
+
+/**
+ * Takes back a reserved attempt. A counter whose window ended meanwhile is left alone: a bare
+ * DECR would create it again, negative and without an expiry. Should Redis fail here, the
+ * attempt stays counted (it still expires with its window) rather than fail the request.
+ */
+const REFUND_SCRIPT = `for _, key in ipairs(KEYS) do
+  if redis.call("EXISTS", key) == 1 then redis.call("DECR", key) end
+end
+return 0`;
+
+async function refundSignInAttempt(deps: StaffAuthDeps, counters: string[], log: FastifyBaseLogger): Promise<void> {
+  try {
+    await deps.redis.eval(REFUND_SCRIPT, counters.length, ...counters.map((counter) => signInKey(deps, counter)));
+  } catch (error) {
+    log.warn({ event: "staff.sign_in_refund_failed", err: error }, "a sign-in attempt stays counted");
+  }
+}
+
+const signInKey = (deps: StaffAuthDeps, counter: string) => `${deps.keyPrefix}:signin:${counter}`;

@@ -15,10 +15,11 @@ import { BUSINESS, type ChatEntry, MENU, type Sandbox } from "./sandbox.ts";
  */
 
 const read = (name: string) => readFileSync(new URL(`./page/${name}`, import.meta.url), "utf8");
-const ASSETS: Record<string, { type: string; body: string }> = {
-  "chat.js": { type: "text/javascript; charset=utf-8", body: read("chat.js") },
-  "style.css": { type: "text/css; charset=utf-8", body: read("style.css") },
-};
+/** A Map, not an object: a name from the URL such as `constructor` must not find Object.prototype's. */
+const ASSETS = new Map<string, { type: string; body: string }>([
+  ["chat.js", { type: "text/javascript; charset=utf-8", body: read("chat.js") }],
+  ["style.css", { type: "text/css; charset=utf-8", body: read("style.css") }],
+]);
 const INDEX = read("index.html");
 
 /** Meta takes images up to 5 MB (WHATSAPP.md §8); the backend reads PDFs up to MEDIA_MAX_BYTES, 5 MB too. */
@@ -106,7 +107,7 @@ export function demoRoutes(deps: DemoRoutesDeps): FastifyPluginAsync {
 
     app.get("/demo", async (_request, reply) => reply.type("text/html; charset=utf-8").header("cache-control", "no-store").send(INDEX));
     app.get<{ Params: { file: string } }>("/demo/assets/:file", async (request, reply) => {
-      const asset = ASSETS[request.params.file];
+      const asset = ASSETS.get(request.params.file);
       if (!asset) return reply.code(404).send({ error: "not found" });
       return reply.type(asset.type).header("cache-control", "no-cache").send(asset.body);
     });

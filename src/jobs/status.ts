@@ -3,6 +3,7 @@ import type { Logger } from "../logger.ts";
 import type { StatusJobData } from "../queue/catalog.ts";
 import { type Queues, scheduleReply } from "../queue/queues.ts";
 import { recordDeliveryStatus, type StatusOutcome, UUID } from "../replies/state/parts.ts";
+import { maskPhoneNumbers } from "../whatsapp/answer-shape.ts";
 import { ruleForGraphCode } from "../whatsapp/error-codes.ts";
 import type { GraphErrorsCount } from "../whatsapp/graph-client.ts";
 
@@ -79,7 +80,7 @@ export async function deadLetterFailedDelivery(deps: DeadLetterDeps & { queues: 
         source: "status",
         code: error ? String(error.code) : undefined,
         reason: rule?.reason ?? "Meta reported the message as failed without a reason",
-        detail: { title: error?.title, message: error?.message, details: error?.error_data?.details, href: error?.href },
+        detail: { title: error?.title, message: maskPhoneNumbers(error?.message), details: maskPhoneNumbers(error?.error_data?.details), href: error?.href },
       },
     },
     "fence_off",

@@ -68,11 +68,20 @@ export async function authenticate(db: Db, address: string, password: string): P
 
 const tokenHash = (token: string) => createHash("sha256").update(token).digest("hex");
 
+/**
+ * Each sign-in also deletes every expired session, anyone's: findSession ignores them, and
+ * nothing else would ever remove a session its owner never signed out of. The expires_at
+ * index keeps that cheap however many sessions there are.
+ */
 export async function createSession(db: Db, staffId: string): Promise<{ token: string; csrfToken: string; expiresAt: Date }> {
   const token = randomBytes(32).toString("base64url");
   const csrfToken = randomBytes(32).toString("base64url");
-  const expiresAt = new Date(Date.now() + SESSION_TTL_MS);
-  await db.staffSession.create({ data: { tokenHash: tokenHash(token), staffId, csrfToken, expiresAt } });
+  const now = Date.now();
+  const expiresAt = new Date(now + SESSION_TTL_MS);
+  await db.$transaction([
+    db.staffSession.deleteMany({ where: { expiresAt: { lte: new Date(now) } } }),
+    db.staffSession.create({ data: { tokenHash: tokenHash(token), staffId, csrfToken, expiresAt } }),
+  ]);
   return { token, csrfToken, expiresAt };
 }
 

@@ -3,6 +3,7 @@ import { request as undiciRequest } from "undici";
 import { z } from "zod";
 import { PermanentError, RetryableError } from "../errors.ts";
 import { inSpan, NO_TRACER } from "../tracing/tracing.ts";
+import { describeAnswer, maskPhoneNumbers } from "./answer-shape.ts";
 import { ruleForGraphCode } from "./error-codes.ts";
 import { isPhoneNumberId } from "./webhook-payload.ts";
 
@@ -127,7 +128,7 @@ export class GraphClient {
   private sent(type: "text" | "template", phoneNumberId: string, partId: string, message: Record<string, unknown>): Promise<{ wamid: string }> {
     const attributes = { "messaging.system": "whatsapp", "messaging.operation.name": "send", "whatsapp.message.type": type, "whatsapp.part.id": partId };
     return inSpan(this.tracer, "whatsapp send", { kind: SpanKind.CLIENT, attributes }, async (span) => {
-      const accepted = acceptedWamid(await this.post(messagesPath(phoneNumberId), message));
+      const accepted = acceptedWamid(await this.request("POST", messagesPath(phoneNumberId), message));
       span.setAttribute("messaging.message.id", accepted.wamid);
       return accepted;
     });
@@ -140,7 +141,7 @@ export class GraphClient {
    * never buffered whole, however large the file.
    */
   async downloadMedia(mediaId: string, maxBytes: number): Promise<DownloadedMedia> {
-    const info = mediaInfoSchema.safeParse(await this.request("GET", encodeURIComponent(mediaId)));
+    const info = mediaInfoSchema.safeParse((await this.request("GET", encodeURIComponent(mediaId))).body);
     if (!info.success) throw new PermanentError({ source: "graph", code: "media_info", reason: "Meta returned no download URL for the media" });
     const { url, mime_type: mimeType, file_size: size } = info.data;
     const tooLarge = (reason: string) => new PermanentError({ source: "graph", code: "media_too_large", reason });
@@ -162,7 +163,7 @@ export class GraphClient {
 
   /** Marks the message read and shows "typing…" until we reply (or 25 s pass). */
   async markReadWithTyping(phoneNumberId: string, wamid: string): Promise<void> {
-    await this.post(messagesPath(phoneNumberId), {
+    await this.request("POST", messagesPath(phoneNumberId), {
       messaging_product: "whatsapp",
       status: "read",
       message_id: wamid,
@@ -170,16 +171,12 @@ export class GraphClient {
     });
   }
 
-  private post(path: string, payload: unknown): Promise<unknown> {
-    return this.request("POST", path, payload);
-  }
-
   /**
    * A call to the API itself: JSON both ways, through undici's request rather than fetch. This
    * is the reply path's hot call, twice per reply (the send, and read-with-typing), and fetch's
    * web streams cost four times its CPU (bench/RESULTS.md).
    */
-  private async request(method: "GET" | "POST", path: string, payload?: unknown): Promise<unknown> {
+  private async request(method: "GET" | "POST", path: string, payload?: unknown): Promise<GraphAnswer> {
     let response: Awaited<ReturnType<typeof undiciRequest>>;
     try {
       response = await undiciRequest(`${this.options.baseUrl}/${this.options.version}/${path}`, {
@@ -207,7 +204,7 @@ export class GraphClient {
       );
     }
     const body = safeJson(text);
-    if (response.statusCode >= 200 && response.statusCode < 300) return body;
+    if (response.statusCode >= 200 && response.statusCode < 300) return { body, text };
     throw this.counted(graphFailure(undiciAnswer(response), body, text));
   }
 
@@ -292,16 +289,23 @@ async function readWithin(body: ReadableStream<Uint8Array> | null, maxBytes: num
   }
 }
 
-function acceptedWamid(body: unknown): { wamid: string } {
+/** A 2xx answer: its body parsed (undefined when it is not JSON), and as it came. */
+interface GraphAnswer {
+  body: unknown;
+  text: string;
+}
+
+function acceptedWamid({ body, text }: GraphAnswer): { wamid: string } {
   const parsed = sendResponseSchema.safeParse(body);
   if (!parsed.success) {
     // Meta answered 2xx, so the message was probably taken, but we cannot tell which wamid it
-    // has: a maybe-sent part, reconciled by its status webhook (law 5).
+    // has: a maybe-sent part, reconciled by its status webhook (law 5). The answer's shape, not
+    // its values: a send's answer names the customer under `contacts` (law 10).
     throw new RetryableError({
       source: "graph",
       code: "unreadable_answer",
       reason: "Meta accepted the send but its answer carried no message id",
-      detail: { body },
+      detail: describeAnswer(text, body),
       ambiguous: true,
     });
   }
@@ -337,7 +341,8 @@ function graphFailure(response: Answer, body: unknown, text: string): RetryableE
       source: "graph" as const,
       code: `http_${response.status}`,
       reason: `Meta answered HTTP ${response.status} without a Graph error body${text ? "" : " (empty)"}`,
-      detail: { httpStatus: response.status, contentType: response.header("content-type"), body: text.slice(0, 300) || undefined },
+      // Whatever answered may have echoed our request (the customer's number, the reply's text): its shape only (law 10).
+      detail: { httpStatus: response.status, contentType: response.header("content-type"), ...describeAnswer(text, body) },
       minDelayMs: retryAfterMs(response),
       ambiguous: true,
     };
@@ -351,8 +356,8 @@ function graphFailure(response: Answer, body: unknown, text: string): RetryableE
     reason: rule.reason,
     detail: {
       httpStatus: response.status,
-      message: error.message,
-      details: error.error_data?.details,
+      message: maskPhoneNumbers(error.message),
+      details: maskPhoneNumbers(error.error_data?.details),
       fbtraceId: error.fbtrace_id,
     },
     minDelayMs: Math.max(rule.minDelayMs ?? 0, retryAfterMs(response) ?? 0) || undefined,
