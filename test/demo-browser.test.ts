@@ -1,10 +1,10 @@
 import { randomBytes } from "node:crypto";
-import { existsSync } from "node:fs";
 import { mkdir } from "node:fs/promises";
 import { type Browser, chromium, type Page } from "playwright-core";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { NO_FAULTS } from "../src/demo/faults.ts";
 import { type DemoSystem, startDemo } from "../src/demo/system.ts";
+import { CHROMIUM, chromiumAvailable } from "./support/chromium.ts";
 import { demoTestEnv, removeDemoData } from "./support/demo.ts";
 import { settle } from "./support/harness.ts";
 
@@ -16,10 +16,9 @@ import { settle } from "./support/harness.ts";
  * README's screenshot comes from here (SCREENSHOT_DEMO=docs/demo-chat.png).
  */
 
-const CHROMIUM = "/usr/bin/chromium";
 const ARTIFACTS = "test-artifacts";
 
-describe.runIf(existsSync(CHROMIUM))("the demo in Chromium", () => {
+describe.runIf(chromiumAvailable("demo-browser.test.ts"))("the demo in Chromium", () => {
   const id = randomBytes(4).toString("hex");
   let demo: DemoSystem;
   let browser: Browser;

@@ -107,16 +107,32 @@ describe("the staff queue", () => {
     const transient = [await deadLetter("3361000000011", outage), await deadLetter("3361000000012", outage), await deadLetter("3361000000013", outage)];
     const other = await deadLetter("3361000000014", undeliverable);
     const sendsBefore = h.graph.sends.length;
+    const requestedAt = Date.now();
     const res = await post("/admin/dlq/bulk-retry", { code: "133004", spacingMs: 300 });
     expect(res.statusCode).toBe(202);
     expect(res.json()).toMatchObject({ resent: 3, skipped: 0, spacingMs: 300 });
     await eventually(() => h.graph.sends.length === sendsBefore + 3, "three resends");
     const resends = h.graph.sends.slice(sendsBefore);
     expect(new Set(resends.map((s) => s.body.to))).toEqual(new Set(["3361000000011", "3361000000012", "3361000000013"]));
-    // Paced: a designed spacing between them (a lower bound, with 50 ms of clock slack).
-    expect(resends[2]!.at - resends[0]!.at).toBeGreaterThanOrEqual(600 - 50);
+    // Paced: in the list's order (oldest first), each item's reply job was queued spacingMs after
+    // the one before, and no resend reached Meta before its job was due.
+    const jobs = await Promise.all(transient.map((id) => resendJob(id, requestedAt)));
+    expect(jobs.map((job) => job.opts.delay ?? 0)).toEqual([0, 300, 600]);
+    for (const [i, job] of jobs.entries()) {
+      const send = resends.find((s) => s.body.to === `336100000001${i + 1}`)!;
+      expect(send.at).toBeGreaterThanOrEqual(job.timestamp + (job.opts.delay ?? 0));
+    }
     for (const id of transient) expect((await h.db.deadLetter.findUniqueOrThrow({ where: { id } })).state).toBe("resent");
     expect((await h.db.deadLetter.findUniqueOrThrow({ where: { id: other } })).state).toBe("open");
     expect((await post("/admin/dlq/bulk-retry", {})).statusCode).toBe(400);
   });
 });
+
+/** The one reply job queued for a dead letter's conversation since `since`, with its options as queued. */
+async function resendJob(deadLetterId: string, since: number) {
+  const { conversationId } = await h.db.deadLetter.findUniqueOrThrow({ where: { id: deadLetterId } });
+  const jobs = await h.queues.reply.getJobs(["completed", "active", "delayed", "waiting", "prioritized"]);
+  const queued = jobs.filter((job) => job.data.conversationId === conversationId && job.timestamp >= since);
+  expect(queued).toHaveLength(1);
+  return queued[0]!;
+}

@@ -1,6 +1,6 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { afterEach, describe, expect, it } from "vitest";
-import { eventually, type Harness, settle } from "./support/harness.ts";
+import { delayedUntil, eventually, type Harness, settle } from "./support/harness.ts";
 import { harnessPerTest } from "./support/per-test.ts";
 import { statusWebhook, textWebhook } from "./support/webhook-bodies.ts";
 
@@ -28,26 +28,55 @@ function startWorkerProcess(h: Harness): ChildProcess {
 
 const fence = async (h: Harness) => (await h.db.conversation.findFirstOrThrow()).replyFence;
 const ENV = { JOB_LOCK_MS: "1000", REPLY_DEBOUNCE_MS: "0" };
+const RECONCILE_WAIT_MS = 2000;
+
+/** When BullMQ will run the conversation's delayed reply job, if it is delayed. */
+async function replyJobDelayedUntil(h: Harness): Promise<number | undefined> {
+  const [job] = await h.queues.reply.getDelayed();
+  return job?.id ? delayedUntil(h.redis, h.queues.reply, job.id) : undefined;
+}
+
+const sleepUntil = (epochMs: number) => new Promise((r) => setTimeout(r, Math.max(0, epochMs - Date.now())));
 
 describe("a worker frozen past its lock", () => {
   it("frozen while Meta was taking its send: the worker that takes over waits for the status instead of sending again", async () => {
-    const h = await harness({ workers: 0, env: { ...ENV, GRAPH_TIMEOUT_MS: "8000", SEND_RECONCILE_WAIT_MS: "2000" } });
+    const h = await harness({ workers: 0, env: { ...ENV, GRAPH_TIMEOUT_MS: "8000", SEND_RECONCILE_WAIT_MS: String(RECONCILE_WAIT_MS) } });
     h.graph.answerSends({ status: 200, delayMs: 2500 }); // Meta takes it; its answer comes while the sender is frozen
     child = startWorkerProcess(h);
     await h.deliver(textWebhook({ text: "can I change my order?" }).body);
     await eventually(() => h.graph.sends.length === 1, "the worker process to reach Meta with the send", 60_000);
     child.kill("SIGSTOP");
+    // Until this deadline, recorded as the part was marked sending (send lease + Graph timeout +
+    // reconcile wait, about 10.5 s on), Meta may have the message and its status may still come.
+    const part = await h.db.outboundMessage.findFirstOrThrow();
+    expect(part).toMatchObject({ sendState: "sending", sendAttempt: 1, wamid: null });
+    const deadline = part.resendAfter!.getTime();
 
     h.startWorkers(); // takes the job over once its lock has expired
     await eventually(async () => (await fence(h)) >= 2n, "the second worker to take the conversation over", 15_000);
-    await settle(1500); // a second worker that resent a maybe-sent part would have done it by now
+    await eventually(async () => ((await replyJobDelayedUntil(h)) ?? 0) >= deadline, "the worker that took over to wait until the part's deadline");
+    // The status comes only in the window's last stretch, its reconcile wait: a worker that sent
+    // again at any time before would have done it by now.
+    await sleepUntil(deadline - RECONCILE_WAIT_MS);
     expect(h.graph.sends).toHaveLength(1);
-
-    child.kill("SIGCONT"); // the frozen worker wakes up, behind the new one's fence
-    const part = await h.db.outboundMessage.findFirstOrThrow();
     await h.deliver(statusWebhook({ id: "wamid.TAKEN", status: "sent", biz_opaque_callback_data: part.id }));
-    await eventually(async () => (await h.db.reply.count({ where: { state: "sent" } })) === 1, "the reply to be recorded sent", 20_000);
-    await settle(1000);
+    const confirmed = await eventually(
+      () => h.db.outboundMessage.findFirst({ where: { id: part.id, sendState: "accepted" } }),
+      "the status to confirm the part",
+    );
+    expect(confirmed.wamid).toBe("wamid.TAKEN"); // the status confirmed it, not the frozen worker
+    expect(confirmed.acceptedAt!.getTime()).toBeLessThan(deadline); // the scenario: the status came within the window
+    await eventually(async () => (await h.db.reply.count({ where: { state: "sent" } })) === 1, "the reply to be recorded sent");
+    // The run that took over wakes at the deadline, finds the part confirmed, and ends.
+    await eventually(async () => {
+      const counts = await h.queues.reply.getJobCounts("waiting", "active", "delayed", "prioritized");
+      return Object.values(counts).every((n) => n === 0);
+    }, "every reply job to have run");
+
+    // The frozen worker wakes behind the new fence, drains and exits: all it would do, it has done.
+    child.kill("SIGCONT");
+    child.kill("SIGTERM");
+    await eventually(() => child?.exitCode !== null || child?.signalCode !== null, "the woken worker to drain and exit", 30_000);
     expect(h.graph.sends).toHaveLength(1);
     expect(h.claude.requests).toHaveLength(1);
   }, 90_000);

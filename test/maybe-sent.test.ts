@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { PermanentError, RetryableError } from "../src/errors.ts";
 import { GraphClient } from "../src/whatsapp/graph-client.ts";
 import { graphError, PROXY_502_PAGE } from "./support/fake-graph.ts";
-import { eventually, type Harness, settle } from "./support/harness.ts";
+import { delayedUntil, eventually, type Harness } from "./support/harness.ts";
 import { harnessPerTest } from "./support/per-test.ts";
 import { freePort } from "./support/ports.ts";
 import { statusWebhook, textWebhook } from "./support/webhook-bodies.ts";
@@ -17,47 +17,81 @@ import { statusWebhook, textWebhook } from "./support/webhook-bodies.ts";
 
 const harness = harnessPerTest();
 
-/** Short timings: a send times out after 300 ms; a maybe-sent part waits 500 ms + 300 ms + 1500 ms. */
+/**
+ * Short timings: a send times out after 300 ms; a maybe-sent part's deadline (resend_after) is
+ * set, as it is marked sending, 500 ms (the send lease, JOB_LOCK_MS / 2) + 300 ms + 1500 ms ahead.
+ */
 const FAST = { GRAPH_TIMEOUT_MS: "300", SEND_RECONCILE_WAIT_MS: "1500", JOB_LOCK_MS: "1000", REPLY_DEBOUNCE_MS: "50" };
 const RESEND_AFTER_MS = 500 + 300 + 1500;
 
-const partOf = (h: Harness, text: string) => h.db.outboundMessage.findFirstOrThrow({ where: { text } });
 const statusFor = (bizOpaque: string, wamid: string) => statusWebhook({ id: wamid, status: "sent", biz_opaque_callback_data: bizOpaque });
+
+/** The part whose first send Meta may have taken, as its deadline for a status was recorded. */
+async function maybeSentPart(h: Harness) {
+  const part = await eventually(
+    () => h.db.outboundMessage.findFirst({ where: { sendState: "sending", sendAttempt: 1, wamid: null } }),
+    "a part whose first send may have been taken",
+  );
+  return { ...part, resendAfter: part.resendAfter! };
+}
+
+/** The conversation's reply job, once BullMQ holds it delayed until at least `notBefore` (epoch ms). */
+async function replyJobDelayed(h: Harness, notBefore = 0): Promise<{ id: string; until: number } | undefined> {
+  const [job] = await h.queues.reply.getDelayed();
+  const until = job?.id ? await delayedUntil(h.redis, h.queues.reply, job.id) : undefined;
+  return job?.id && until !== undefined && until >= notBefore ? { id: job.id, until } : undefined;
+}
+
+/** Every reply job has run to its end: nothing is left that could send. */
+const repliesSettled = (h: Harness) =>
+  eventually(async () => {
+    const counts = await h.queues.reply.getJobCounts("waiting", "active", "delayed", "prioritized");
+    return Object.values(counts).every((n) => n === 0);
+  }, "every reply job to have run");
+
+/** The inbound worker has stored `count` messages and scheduled their replies. */
+const inboundHandled = (h: Harness, count: number) =>
+  eventually(async () => (await h.queues.inbound.getJobCounts("completed")).completed === count, `${count} messages to be stored and their replies scheduled`);
 
 describe("a send Meta may have taken", () => {
   it("timed out while Meta took it, then the customer writes again: the first reply reaches them once, the second once", async () => {
     const h = await harness({ env: FAST });
     h.graph.answerSends({ status: 200, delayMs: 1200 }); // Meta takes it, and answers after our timeout
     await h.deliver(textWebhook({ text: "do you deliver on Sundays?" }).body);
-    await eventually(
-      async () => h.graph.sends.length === 1 && (await h.queues.reply.getJobCounts("delayed")).delayed === 1,
-      "the first send to time out and its retry to wait",
-    );
+    const first = await maybeSentPart(h);
+    const waiting = await eventually(() => replyJobDelayed(h, first.resendAfter.getTime()), "the reply job to wait until the part's deadline");
 
-    // The customer writes again while the first reply's retry waits for its status.
+    // The customer writes again while the first reply waits for its status: the one reply job
+    // still waits until the deadline, and nothing went out behind the new message.
     await h.deliver(textWebhook({ text: "and on holidays?" }).body);
-    await settle(600);
-    expect(h.graph.sentTexts).toEqual(["Reply #1"]); // not sent again behind the new message
+    await inboundHandled(h, 2);
+    expect(await delayedUntil(h.redis, h.queues.reply, waiting.id)).toBe(waiting.until);
+    expect(await h.queues.reply.getJobCounts("waiting", "active", "prioritized", "delayed")).toEqual({ waiting: 0, active: 0, prioritized: 0, delayed: 1 });
+    expect(h.graph.sentTexts).toEqual(["Reply #1"]);
 
-    const first = await partOf(h, "Reply #1");
     expect((await h.deliver(statusFor(first.id, "wamid.LATE1"))).statusCode).toBe(200);
     await eventually(() => h.graph.sends.length === 2, "the answer to the second message", 15_000);
-    await settle(RESEND_AFTER_MS);
+    await repliesSettled(h);
     expect(h.graph.sentTexts).toEqual(["Reply #1", "Reply #2"]);
     expect(h.claude.requests).toHaveLength(2);
-    expect(await h.db.outboundMessage.findUniqueOrThrow({ where: { id: first.id } })).toMatchObject({ sendState: "accepted", wamid: "wamid.LATE1" });
+    const confirmed = await h.db.outboundMessage.findUniqueOrThrow({ where: { id: first.id } });
+    expect(confirmed).toMatchObject({ sendState: "accepted", wamid: "wamid.LATE1" });
+    expect(confirmed.acceptedAt!.getTime()).toBeLessThan(first.resendAfter.getTime()); // the scenario: its status came within its window
+    expect(h.graph.sends[1]!.at).toBeGreaterThanOrEqual(confirmed.acceptedAt!.getTime()); // the second waited for the first to be confirmed
   });
 
   it("a 502 with an edge proxy's HTML page is maybe-sent: it waits for its status and is not sent again", async () => {
     const h = await harness({ env: FAST });
     h.graph.answerSends({ status: 502, html: PROXY_502_PAGE });
     await h.deliver(textWebhook({ text: "is the shop open?" }).body);
-    const part = await eventually(() => h.db.outboundMessage.findFirst({ where: { sendState: "sending", wamid: null } }), "the 502");
-    await settle(RESEND_AFTER_MS / 2);
-    expect(h.graph.sends).toHaveLength(1);
+    const part = await maybeSentPart(h);
+    await eventually(() => replyJobDelayed(h, part.resendAfter.getTime()), "the reply job to wait until the part's deadline");
     await h.deliver(statusFor(part.id, "wamid.BEHIND502"));
     await eventually(async () => (await h.db.reply.count({ where: { state: "sent" } })) === 1, "the reply to be recorded sent", 15_000);
+    await repliesSettled(h); // the waiting run has woken at the deadline and found the part confirmed
     expect(h.graph.sends).toHaveLength(1);
+    const confirmed = await h.db.outboundMessage.findUniqueOrThrow({ where: { id: part.id } });
+    expect(confirmed.acceptedAt!.getTime()).toBeLessThan(part.resendAfter.getTime()); // the scenario: its status came within its window
     expect(await h.db.deadLetter.count()).toBe(0);
   });
 
@@ -65,10 +99,14 @@ describe("a send Meta may have taken", () => {
     const h = await harness({ env: FAST });
     h.graph.answerSends({ status: 504 }); // an empty 5xx proves nothing either
     await h.deliver(textWebhook({ text: "hello?" }).body);
+    const part = await maybeSentPart(h);
+    // The deadline leaves room for the send's lease, its timeout, and then its status; it was set
+    // after the part was made (Postgres keeps both to the millisecond, hence the 1 ms).
+    expect(part.resendAfter.getTime() - part.createdAt.getTime()).toBeGreaterThanOrEqual(RESEND_AFTER_MS - 1);
     await eventually(async () => (await h.db.reply.count({ where: { state: "sent" } })) === 1, "the resend", 20_000);
     const [first, second] = h.graph.sends;
     expect(h.graph.sends).toHaveLength(2);
-    expect(second!.at - first!.at).toBeGreaterThanOrEqual(RESEND_AFTER_MS - 100);
+    expect(second!.at).toBeGreaterThanOrEqual(part.resendAfter.getTime()); // not while the deadline lay ahead
     expect(second!.body.biz_opaque_callback_data).toBe(first!.body.biz_opaque_callback_data); // one part, so a late status finds it
   });
 
@@ -78,7 +116,11 @@ describe("a send Meta may have taken", () => {
     await h.deliver(textWebhook({ text: "hello" }).body);
     await eventually(async () => (await h.db.reply.count({ where: { state: "sent" } })) === 1, "the retry", 10_000);
     expect(h.graph.sends).toHaveLength(2);
-    expect(h.graph.sends[1]!.at - h.graph.sends[0]!.at).toBeLessThan(5000); // far sooner than the 60 s reconcile wait
+    const part = await h.db.outboundMessage.findFirstOrThrow();
+    expect(part).toMatchObject({ sendState: "accepted", sendAttempt: 2 });
+    // The first attempt's deadline lay at least 500 + 300 + 60 000 ms after the part was made;
+    // the second attempt did not wait for it.
+    expect(h.graph.sends[1]!.at).toBeLessThan(part.createdAt.getTime() + 500 + 300 + 60_000);
   });
 });
 
@@ -88,10 +130,13 @@ describe("a waiting retry keeps its delay", () => {
     h.graph.answerSends({ status: 400, body: graphError(131056, "(Business Account, Consumer Account) pair rate limit hit") });
     await h.deliver(textWebhook({ text: "first" }).body);
     await eventually(() => h.graph.sends.length === 1, "the refused send");
-    await settle(300);
+    const retry = await eventually(() => replyJobDelayed(h), "the retry to be scheduled");
+    expect(retry.until - h.graph.sends[0]!.at).toBeGreaterThanOrEqual(6000); // scheduled by BullMQ after the refusal, 6 s on
     await h.deliver(textWebhook({ text: "second" }).body); // on the same conversation
+    await inboundHandled(h, 2);
+    expect(await delayedUntil(h.redis, h.queues.reply, retry.id)).toBe(retry.until); // not brought forward
     await eventually(() => h.graph.sends.length === 3, "both answers", 20_000);
-    expect(h.graph.sends[1]!.at - h.graph.sends[0]!.at).toBeGreaterThanOrEqual(6000);
+    expect(h.graph.sends[1]!.at).toBeGreaterThanOrEqual(retry.until);
     expect(h.graph.sentTexts).toEqual(["Reply #1", "Reply #1", "Reply #2"]);
   });
 });

@@ -34,6 +34,11 @@ export interface SlowMedia {
   chunkBytes: number;
   everyMs: number;
   announceLength?: boolean;
+  /**
+   * Send the headers, then not one byte of the body until the client hangs up: a client that
+   * waits for the body before deciding never decides (its own timeout ends it, with another error).
+   */
+  holdBody?: boolean;
 }
 
 export interface SlowDownload {
@@ -129,17 +134,19 @@ export class FakeGraph {
     this.slowDownloads.push(download);
     res.writeHead(200, { "content-type": mimeType, ...(slowly.announceLength ? { "content-length": String(bytes.length) } : {}) });
     res.flushHeaders();
-    const timer = setInterval(() => {
-      if (download.bytesWritten >= bytes.length) {
-        clearInterval(timer);
-        download.finished = true;
-        res.end();
-        return;
-      }
-      const chunk = bytes.subarray(download.bytesWritten, download.bytesWritten + slowly.chunkBytes);
-      res.write(chunk);
-      download.bytesWritten += chunk.length;
-    }, slowly.everyMs);
+    const timer = slowly.holdBody
+      ? undefined
+      : setInterval(() => {
+          if (download.bytesWritten >= bytes.length) {
+            clearInterval(timer);
+            download.finished = true;
+            res.end();
+            return;
+          }
+          const chunk = bytes.subarray(download.bytesWritten, download.bytesWritten + slowly.chunkBytes);
+          res.write(chunk);
+          download.bytesWritten += chunk.length;
+        }, slowly.everyMs);
     res.once("close", () => {
       clearInterval(timer);
       if (!download.finished) download.closedByClient = true;

@@ -1,4 +1,5 @@
 import { randomBytes } from "node:crypto";
+import type { Queue } from "bullmq";
 import type { FastifyInstance, LightMyRequestResponse } from "fastify";
 import type { Redis } from "ioredis";
 import pg from "pg";
@@ -214,6 +215,16 @@ export async function eventually<T>(check: () => Promise<T> | T, what: string, t
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 25));
   }
+}
+
+/**
+ * When BullMQ will run a delayed job, as it recorded it: the job's score in the queue's delayed
+ * set is that time (epoch ms) × 0x1000 plus a tie-breaker (BullMQ's getDelayedScore). Undefined
+ * when the job is not delayed. A test relates what happened to this, not to its own stopwatch.
+ */
+export async function delayedUntil(redis: Redis, queue: Queue, jobId: string): Promise<number | undefined> {
+  const score = await redis.zscore(queue.toKey("delayed"), jobId);
+  return score === null ? undefined : Math.floor(Number(score) / 0x1000);
 }
 
 /** Gives the system time to do something it must not do (a second send), then returns. */
