@@ -153,3 +153,37 @@ function status(s: Record<string, unknown>): string {
   };
   return metaWire(envelope([{ field: "messages", value }]));
 }
+
+describe("a recycled phone number: the same number with another BSUID is another person", () => {
+  it("the newcomer gets a conversation of their own, never the earlier holder's history, and the earlier holder keeps their BSUID", async () => {
+    const h = await harness({ env });
+    const EARLIER = "US.11111111111111111111";
+    const NEWCOMER = "US.22222222222222222222";
+    await h.deliver(message("my order 4417 never arrived", { phone: PHONE, bsuid: EARLIER }).body);
+    await answered(h, 1);
+
+    // Months later the number belongs to someone else, whom Meta names by a BSUID of their own.
+    await h.deliver(message("hi, do you sell gift cards?", { phone: PHONE, bsuid: NEWCOMER }).body);
+    await answered(h, 2);
+
+    expect(h.claude.userText(1)).toContain("gift cards");
+    expect(h.claude.userText(1)).not.toContain("4417");
+    const contacts = await h.db.contact.findMany({ orderBy: { createdAt: "asc" }, include: { conversations: true } });
+    expect(contacts.map((c) => ({ waId: c.waId, userId: c.userId, conversations: c.conversations.length }))).toEqual([
+      { waId: null, userId: EARLIER, conversations: 1 },
+      { waId: PHONE, userId: NEWCOMER, conversations: 1 },
+    ]);
+    // The answer goes to the number, now the newcomer's.
+    expect(h.graph.sends[1]!.body).toMatchObject({ to: PHONE });
+  });
+
+  it("a number first known without a BSUID is still one person when a BSUID comes along", async () => {
+    const h = await harness({ env });
+    await h.deliver(message("where is my parcel?", { phone: PHONE }).body);
+    await answered(h, 1);
+    await h.deliver(message("any news?", { phone: PHONE, bsuid: BSUID }).body);
+    await answered(h, 2);
+    expect(h.claude.userText(1)).toContain("where is my parcel?");
+    expect(await h.db.contact.findMany()).toMatchObject([{ waId: PHONE, userId: BSUID }]);
+  });
+});

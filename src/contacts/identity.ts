@@ -28,8 +28,14 @@ export async function resolveContact(db: Db, sender: Sender): Promise<Contact> {
 }
 
 async function resolveIn(tx: Tx, sender: Sender): Promise<Contact> {
-  const byPhone = sender.waId ? await tx.contact.findUnique({ where: { waId: sender.waId } }) : null;
+  let byPhone = sender.waId ? await tx.contact.findUnique({ where: { waId: sender.waId } }) : null;
   const byUser = sender.userId ? await tx.contact.findUnique({ where: { userId: sender.userId } }) : null;
+  if (byPhone && recycled(byPhone, sender)) {
+    // The number now belongs to someone else: its earlier holder keeps their BSUID, their own
+    // conversations and history, but no longer the number, which would now reach a stranger.
+    await tx.contact.update({ where: { id: byPhone.id }, data: { waId: null } });
+    byPhone = null;
+  }
   // Known twice over (first by phone, then by BSUID alone, now by both): one person.
   const contact = byPhone && byUser && byPhone.id !== byUser.id ? await mergeContacts(tx, byPhone, byUser) : (byPhone ?? byUser);
   const seen = {
@@ -40,9 +46,17 @@ async function resolveIn(tx: Tx, sender: Sender): Promise<Contact> {
   if (!contact) return tx.contact.create({ data: { waId: sender.waId ?? null, userId: sender.userId ?? null, ...seen } });
   return tx.contact.update({
     where: { id: contact.id },
-    data: { ...(sender.waId && !contact.waId ? { waId: sender.waId } : {}), ...(sender.userId ? { userId: sender.userId } : {}), ...seen },
+    data: { ...(sender.waId && contact.waId !== sender.waId ? { waId: sender.waId } : {}), ...(sender.userId ? { userId: sender.userId } : {}), ...seen },
   });
 }
+
+/**
+ * A BSUID stays with a person for as long as they keep their number (WHATSAPP.md §9): a number
+ * that comes with a BSUID other than the one its contact holds was given up and handed to
+ * someone else (Meta recycles numbers). Two people, never one merged history.
+ */
+export const recycled = (holder: Pick<Contact, "userId">, sender: Sender): boolean =>
+  holder.userId !== null && sender.userId !== undefined && holder.userId !== sender.userId;
 
 /**
  * The person's BSUID changed (`user_changed_user_id`, `user_id_update`): their contact takes

@@ -49,9 +49,13 @@ export async function recordInbound(db: Db, who: { sender: Sender } | { contactI
     // deliveries at once: the slow path merges or finds the row, then the same statement.
     if (!("sender" in who) || !isUniqueViolation(error)) throw error;
   }
+  // No row also when the number came with another person's BSUID (a recycled number): the
+  // slow path tells the two apart.
   if (!recorded) {
-    const contact = await resolveContact(db, (who as { sender: Sender }).sender);
+    if (!("sender" in who)) throw new Error(`message ${message.wamid}: no conversation was stored for contact ${who.contactId}`);
+    const contact = await resolveContact(db, who.sender);
     recorded = await storeOnce(db, Prisma.sql`SELECT ${contact.id}::uuid AS id`, phoneNumberId, message);
+    if (!recorded) throw new Error(`message ${message.wamid}: no conversation was stored`);
   }
   if (recorded.inserted) return recorded;
   // Stored before: its own reason counts (a deletion stored first left a tombstone).
@@ -78,10 +82,12 @@ function contactUpsert(sender: Sender): Prisma.Sql {
       username = COALESCE(EXCLUDED.username, ct.username),
       name = COALESCE(EXCLUDED.name, ct.name),
       updated_at = now()
+    -- Another BSUID on this number is another person (identity.ts, recycled): no row, the slow path.
+    WHERE ct.user_id IS NULL OR EXCLUDED.user_id IS NULL OR ct.user_id = EXCLUDED.user_id
     RETURNING ct.id`;
 }
 
-async function storeOnce(db: Db, contact: Prisma.Sql, phoneNumberId: string, m: InboundRecord): Promise<Recorded> {
+async function storeOnce(db: Db, contact: Prisma.Sql, phoneNumberId: string, m: InboundRecord): Promise<Recorded | undefined> {
   const [row] = await db.$queryRaw<Recorded[]>`
     WITH contact AS (${contact}),
     conversation AS (
@@ -101,6 +107,5 @@ async function storeOnce(db: Db, contact: Prisma.Sql, phoneNumberId: string, m: 
     SELECT conversation.id AS "conversationId", EXISTS (SELECT 1 FROM message) AS inserted, (SELECT id FROM message) AS "messageId",
            (SELECT skip_reason FROM message) AS "skipReason"
     FROM conversation`;
-  if (!row) throw new Error(`message ${m.wamid}: no conversation was stored`);
   return row;
 }
