@@ -1,7 +1,8 @@
 import { existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
+import type { FastifyInstance } from "fastify";
 import { buildApp, buildMetricsApp } from "./app.ts";
-import { type Config, ConfigError, loadConfig } from "./config/config.ts";
+import { type Config, ConfigError, DEFAULT_METRICS_PORTS, loadConfig } from "./config/config.ts";
 import { createDb, type Db } from "./db/client.ts";
 import { migrate } from "./db/migrate.ts";
 import { startConfiguredWorkers } from "./jobs/workers.ts";
@@ -63,10 +64,11 @@ async function runRole(role: "web" | "worker", config: Config, logger: Logger): 
   const web = connectWeb(config, logger, tracing);
   const metrics = createMetrics({ defaultMetrics: true });
   const app = role === "web" ? buildApp({ config, logger, redis: web.redis, queues: web.queues, db: web.db, metrics, tracing }) : undefined;
+  const metricsApp = metricsListener(config, { logger, queues: web.queues, db: web.db, metrics });
+  // First: a METRICS_PORT that is taken stops the start before a job is taken.
+  if (metricsApp) await listenForScrapes(metricsApp, config, logger);
   const worker = role === "worker" ? startWorkerRole(config, logger, web.db, metrics, tracing) : undefined;
-  const metricsApp = config.metrics.port !== 0 ? buildMetricsApp({ logger, queues: web.queues, db: web.db, metrics }) : undefined;
   if (app) await app.listen({ port: config.port, host: config.host });
-  if (metricsApp) await metricsApp.listen({ port: config.metrics.port, host: config.metrics.host });
 
   stopOnSignals(logger, config.shutdownTimeoutMs + SHUTDOWN_GRACE_MS, async () => {
     await app?.close(); // stop taking webhooks first; in-flight requests finish
@@ -93,9 +95,9 @@ async function runAll(config: Config, logger: Logger): Promise<void> {
   const worker = superviseWorkerChild({ fork: () => forkWorkerChild(fileURLToPath(import.meta.url)), config, logger, metrics });
   const otherProcesses = () => worker.collectMetrics();
   const app = buildApp({ config, logger, redis: web.redis, queues: web.queues, db: web.db, metrics, otherProcesses, tracing });
-  const metricsApp = config.metrics.port !== 0 ? buildMetricsApp({ logger, queues: web.queues, db: web.db, metrics, otherProcesses }) : undefined;
+  const metricsApp = metricsListener(config, { logger, queues: web.queues, db: web.db, metrics, otherProcesses });
+  if (metricsApp) await listenForScrapes(metricsApp, config, logger);
   await app.listen({ port: config.port, host: config.host });
-  if (metricsApp) await metricsApp.listen({ port: config.metrics.port, host: config.metrics.host });
   worker.start();
 
   // The child's own exit deadline is SHUTDOWN_TIMEOUT_MS + grace; ours comes after it.
@@ -108,6 +110,64 @@ async function runAll(config: Config, logger: Logger): Promise<void> {
     return drained;
   });
 }
+
+/** The metrics listener, unless METRICS_PORT=0 turned it off. */
+function metricsListener(config: Config, deps: Parameters<typeof buildMetricsApp>[0]): FastifyInstance | undefined {
+  return config.metrics.listen.kind === "off" ? undefined : buildMetricsApp(deps);
+}
+
+/** A start-up that cannot go on, said in one line naming the variable to change. */
+class StartupError extends Error {
+  override readonly name = "StartupError";
+}
+
+/**
+ * The metrics listener on METRICS_PORT, or, when it is unset, on the first free port of
+ * DEFAULT_METRICS_PORTS: each process on a host takes its own, and says which in its
+ * `metrics.listening` line (how a scraper's operator finds it). Tried in turn rather than
+ * probed first: two processes starting together must not both find the same port free.
+ */
+async function listenForScrapes(app: FastifyInstance, config: Config, logger: Logger): Promise<void> {
+  const { listen, host } = config.metrics;
+  if (listen.kind === "off") return;
+  if (listen.kind === "fixed") {
+    await app.listen({ port: listen.port, host }).catch((error: unknown) => {
+      if (errorCode(error) !== "EADDRINUSE") throw cannotListen(host, listen.port, error);
+      const range = `${DEFAULT_METRICS_PORTS.first}–${DEFAULT_METRICS_PORTS.last}`;
+      throw new StartupError(
+        `METRICS_PORT=${listen.port}: cannot listen on ${host}:${listen.port} (the port is taken); choose another METRICS_PORT, or unset it to take the first free port of ${range}`,
+      );
+    });
+    logger.info({ event: "metrics.listening", host, port: listen.port }, `metrics on ${host}:${listen.port} (METRICS_PORT)`);
+    return;
+  }
+  const first = DEFAULT_METRICS_PORTS.first;
+  for (const port of listen.ports) {
+    try {
+      await app.listen({ port, host });
+    } catch (error) {
+      if (errorCode(error) === "EADDRINUSE") continue; // another process's, likely another role of ours
+      throw cannotListen(host, port, error);
+    }
+    const moved = port !== first;
+    logger.info(
+      { event: "metrics.listening", host, port, ...(moved ? { movedFrom: first } : {}) },
+      moved ? `metrics on ${host}:${port}: the default ${first} was taken` : `metrics on ${host}:${port}`,
+    );
+    return;
+  }
+  throw new StartupError(
+    `no free port for metrics on ${host} from ${first} to ${DEFAULT_METRICS_PORTS.last}: set METRICS_PORT to a free one (0 turns the listener off)`,
+  );
+}
+
+const errorCode = (error: unknown): unknown => (error instanceof Error ? (error as NodeJS.ErrnoException).code : undefined);
+
+/** Not a port taken: an address this host does not have, most likely. */
+const cannotListen = (host: string, port: number, error: unknown) =>
+  new StartupError(
+    `the metrics listener cannot listen on ${host}:${port} (METRICS_HOST, METRICS_PORT): ${error instanceof Error ? error.message : String(error)}`,
+  );
 
 /**
  * The worker child of `all`: the worker role with the configuration the parent validated (it
@@ -245,6 +305,6 @@ function drainOnce(logger: Logger, hardStopMs: number, stop: () => Promise<boole
 }
 
 main().catch((error: unknown) => {
-  console.error(error);
+  console.error(error instanceof StartupError ? error.message : error);
   process.exit(1);
 });

@@ -6,7 +6,8 @@ export const envSchema = z.object({
   PORT: int("PORT", 3000, 0, 65535),
   HOST: z.string().optional().default("0.0.0.0"),
   TRUST_PROXY: trustProxy,
-  METRICS_PORT: int("METRICS_PORT", 9464, 0, 65535),
+  // Unset: the first free port of DEFAULT_METRICS_PORTS (config.ts), so roles on one host do not collide.
+  METRICS_PORT: optionalInt("METRICS_PORT", 0, 65535),
   METRICS_HOST: z.string().trim().optional(),
   METRICS_TOKEN: z
     .string()
