@@ -111,9 +111,9 @@ async function runAll(config: Config, logger: Logger): Promise<void> {
   });
 }
 
-/** The metrics listener, unless METRICS_PORT=0 turned it off. */
-function metricsListener(config: Config, deps: Parameters<typeof buildMetricsApp>[0]): FastifyInstance | undefined {
-  return config.metrics.listen.kind === "off" ? undefined : buildMetricsApp(deps);
+/** The metrics listener, unless METRICS_PORT=0 turned it off; with METRICS_TOKEN it asks for its bearer. */
+function metricsListener(config: Config, deps: Omit<Parameters<typeof buildMetricsApp>[0], "bearerToken">): FastifyInstance | undefined {
+  return config.metrics.listen.kind === "off" ? undefined : buildMetricsApp({ ...deps, bearerToken: config.metrics.token });
 }
 
 /** A start-up that cannot go on, said in one line naming the variable to change. */

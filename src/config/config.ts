@@ -24,7 +24,8 @@ export interface Config {
   readonly trustProxy: boolean | number | readonly string[];
   /**
    * Prometheus scrapes `/metrics` on a listener of its own, in every role, so the webhook's
-   * public port need not serve it; there it answers only with the token's bearer.
+   * public port need not serve it; there it answers only with the token's bearer. With a
+   * token, the listener asks for it too. On loopback unless METRICS_HOST opens it.
    */
   readonly metrics: { readonly listen: MetricsListen; readonly host: string; readonly token: string | undefined };
   readonly whatsapp: {
@@ -177,7 +178,8 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     port: e.PORT,
     host: e.HOST,
     trustProxy: e.TRUST_PROXY,
-    metrics: { listen: metricsListen(e.METRICS_PORT, e.PORT), host: e.METRICS_HOST || e.HOST, token: e.METRICS_TOKEN },
+    // Queue depths and error rates are the operator's business: private unless METRICS_HOST opens them.
+    metrics: { listen: metricsListen(e.METRICS_PORT, e.PORT), host: e.METRICS_HOST || "127.0.0.1", token: e.METRICS_TOKEN },
     whatsapp: {
       verifyToken: e.WHATSAPP_VERIFY_TOKEN,
       appSecret: e.WHATSAPP_APP_SECRET,
