@@ -21,6 +21,8 @@ export interface AppDeps {
   otherProcesses?: () => Promise<MetricsSnapshot[]>;
   /** Traces on (main.ts started the SDK); absent, nothing is traced. */
   tracing?: Tracing | undefined;
+  /** How long a webhook waits for a reconnecting Redis (default REDIS_READY_GRACE_MS). */
+  redisGraceMs?: number | undefined;
 }
 
 /** The web role as a value: tests call this and use inject(); only main.ts listens. */
@@ -60,6 +62,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
       metrics: deps.metrics,
       durability: deps.config.redisWait,
       tracer: deps.tracing?.tracer,
+      redisGraceMs: deps.redisGraceMs,
     }),
   );
   app.register(

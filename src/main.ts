@@ -11,7 +11,7 @@ import { createMetrics, type Metrics } from "./metrics/metrics.ts";
 import { forkWorkerChild, WORKER_CHILD_FLAG, WORKER_CHILD_NICENESS, yieldTheCpu } from "./process/scheduling.ts";
 import { answerParent, SHUTDOWN_GRACE_MS, superviseWorkerChild } from "./process/worker-child.ts";
 import { closeQueues, createQueues } from "./queue/queues.ts";
-import { createFailFastRedis, createWorkerRedis, redisPersistenceWarnings } from "./queue/redis.ts";
+import { createFailFastRedis, createWorkerRedis, redisPersistenceWarnings, untilReady } from "./queue/redis.ts";
 import { type StartedTracing, startTracing } from "./tracing/sdk.ts";
 import type { Tracing } from "./tracing/tracing.ts";
 
@@ -68,9 +68,10 @@ async function runRole(role: "web" | "worker", config: Config, logger: Logger): 
   // First: a METRICS_PORT that is taken stops the start before a job is taken.
   if (metricsApp) await listenForScrapes(metricsApp, config, logger);
   const worker = role === "worker" ? startWorkerRole(config, logger, web.db, metrics, tracing) : undefined;
-  if (app) await app.listen({ port: config.port, host: config.host });
 
+  let stopping = false;
   stopOnSignals(logger, config.shutdownTimeoutMs + SHUTDOWN_GRACE_MS, async () => {
+    stopping = true;
     await app?.close(); // stop taking webhooks first; in-flight requests finish
     await worker?.close();
     await metricsApp?.close(); // scraped until the workers are done: the drain shows
@@ -78,6 +79,7 @@ async function runRole(role: "web" | "worker", config: Config, logger: Logger): 
     await flushTraces(traces, logger);
     return true;
   });
+  if (app) await listenOnceRedisIsReady(app, web, config, logger, () => stopping);
 }
 
 /**
@@ -97,11 +99,12 @@ async function runAll(config: Config, logger: Logger): Promise<void> {
   const app = buildApp({ config, logger, redis: web.redis, queues: web.queues, db: web.db, metrics, otherProcesses, tracing });
   const metricsApp = metricsListener(config, { logger, queues: web.queues, db: web.db, metrics, otherProcesses });
   if (metricsApp) await listenForScrapes(metricsApp, config, logger);
-  await app.listen({ port: config.port, host: config.host });
   worker.start();
 
+  let stopping = false;
   // The child's own exit deadline is SHUTDOWN_TIMEOUT_MS + grace; ours comes after it.
   stopOnSignals(logger, config.shutdownTimeoutMs + 2 * SHUTDOWN_GRACE_MS, async () => {
+    stopping = true;
     await app.close(); // first: no webhook is taken after this, in-flight requests finish
     const drained = await worker.stop(); // then the child finishes its active jobs and exits
     await metricsApp?.close(); // scraped until the child is done: the drain shows
@@ -109,6 +112,7 @@ async function runAll(config: Config, logger: Logger): Promise<void> {
     await flushTraces(traces, logger);
     return drained;
   });
+  await listenOnceRedisIsReady(app, web, config, logger, () => stopping);
 }
 
 /** The metrics listener, unless METRICS_PORT=0 turned it off; with METRICS_TOKEN it asks for its bearer. */
@@ -168,6 +172,36 @@ const cannotListen = (host: string, port: number, error: unknown) =>
   new StartupError(
     `the metrics listener cannot listen on ${host}:${port} (METRICS_HOST, METRICS_PORT): ${error instanceof Error ? error.message : String(error)}`,
   );
+
+/**
+ * The web port opens once its Redis connection is ready (law 2): a webhook taken before then
+ * could not be enqueued, and a verify GET answered meanwhile would tell Meta all is well.
+ * Waits as long as it takes; a shutdown meanwhile means it never listens.
+ */
+async function listenOnceRedisIsReady(
+  app: FastifyInstance,
+  web: ReturnType<typeof connectWeb>,
+  config: Config,
+  logger: Logger,
+  stopping: () => boolean,
+): Promise<void> {
+  if (web.redis.status !== "ready") {
+    const since = Date.now();
+    logger.info({ event: "web.waiting_for_redis", status: web.redis.status }, "waiting for Redis before taking webhooks");
+    await untilReady(web.redis);
+    logger.info({ event: "web.redis_ready", waitedMs: Date.now() - since }, "Redis is ready; taking webhooks");
+  }
+  // A queue whose start failed (Redis lost in the middle of it) never enqueues: every webhook
+  // would be refused until a restart, so the restart comes now, from the supervisor.
+  try {
+    await web.queuesReady();
+  } catch (error) {
+    if (stopping()) return; // closed under them
+    throw new StartupError(`the queues could not start, Redis was lost while they did (${String(error)}); start the web again`);
+  }
+  if (stopping()) return;
+  await app.listen({ port: config.port, host: config.host });
+}
 
 /**
  * The worker child of `all`: the worker role with the configuration the parent validated (it
@@ -241,6 +275,10 @@ function connectWeb(config: Config, logger: Logger, tracing: Tracing | undefined
     db,
     redis,
     queues,
+    /** BullMQ's queues, which check Redis's version once connected; rejects for good when the connection fell during that. */
+    async queuesReady() {
+      await Promise.all(Object.values(queues).map((queue) => queue.waitUntilReady()));
+    },
     async close() {
       await closeQueues(queues);
       await Promise.allSettled([redis.quit(), db.$disconnect()]);
