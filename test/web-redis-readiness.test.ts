@@ -1,4 +1,3 @@
-import { connect } from "node:net";
 import pino from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { buildApp } from "../src/app.ts";
@@ -7,7 +6,7 @@ import { inboundJobId } from "../src/queue/queues.ts";
 import { signMetaBody } from "../src/webhook/signature.ts";
 import { deliverOverHttp, type EntryPoint, runEntryPoint } from "./support/entry-point.ts";
 import { eventually, type Harness, startHarness, TEST_APP_SECRET, TEST_VERIFY_TOKEN } from "./support/harness.ts";
-import { freePorts } from "./support/ports.ts";
+import { accepts, freePorts } from "./support/ports.ts";
 import { PrivateRedis } from "./support/private-redis.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
 
@@ -36,18 +35,6 @@ afterEach(async () => {
     redis = undefined;
   }
 });
-
-/** Whether anything listens on the port. */
-function accepts(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const socket = connect({ port, host: "127.0.0.1" });
-    socket.once("connect", () => {
-      socket.destroy();
-      resolve(true);
-    });
-    socket.once("error", () => resolve(false));
-  });
-}
 
 /**
  * The harness's queues are started (BullMQ's version check done) before Redis is killed: a
