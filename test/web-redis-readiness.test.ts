@@ -55,7 +55,8 @@ describe("the web's start-up", () => {
     const [port, metricsPort] = (await freePorts(2)) as [number, number];
     web = runEntryPoint(["web"], { ...h.env, PORT: String(port), METRICS_PORT: String(metricsPort), LOG_LEVEL: "info" });
 
-    // Up (its metrics listener answers), waiting for Redis through several reconnection attempts.
+    // Up (its metrics listener answers), and not listening: not even the verify GET, which
+    // Meta would take as "ready" before delivering.
     await eventually(
       () =>
         fetch(`http://127.0.0.1:${metricsPort}/healthz`).then(
@@ -65,11 +66,11 @@ describe("the web's start-up", () => {
       "the process to be up",
       60_000,
     );
+    await expect(fetch(`http://127.0.0.1:${port}/webhook?hub.mode=subscribe&hub.verify_token=${TEST_VERIFY_TOKEN}&hub.challenge=1`)).rejects.toThrow();
+    // It says it waits, and keeps waiting through several reconnection attempts.
     await web.event("web.waiting_for_redis");
     await eventually(() => web!.events("redis.error").length >= 3, "reconnection attempts", 20_000);
     expect(web.child.exitCode).toBeNull();
-    // Not even the verify GET: Meta would take a 200 there as "ready" and deliver at once.
-    await expect(fetch(`http://127.0.0.1:${port}/webhook?hub.mode=subscribe&hub.verify_token=${TEST_VERIFY_TOKEN}&hub.challenge=1`)).rejects.toThrow();
     expect(await accepts(port)).toBe(false);
 
     await redis.resume();
