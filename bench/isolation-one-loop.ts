@@ -26,7 +26,8 @@ connection.on("error", (error) => logger.warn({ event: "redis.error", role: "wor
 const workers = startConfiguredWorkers(config, { db, logger, metrics, connection });
 const metricsApp = buildMetricsApp({ logger, queues, db, metrics });
 await app.listen({ port: config.port, host: config.host });
-if (config.metrics.port !== 0) await metricsApp.listen({ port: config.metrics.port, host: config.metrics.host });
+// bench/isolation.ts gives every server its METRICS_PORT.
+if (config.metrics.listen.kind === "fixed") await metricsApp.listen({ port: config.metrics.listen.port, host: config.metrics.host });
 
 process.once("SIGTERM", () => {
   void (async () => {

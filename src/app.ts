@@ -21,6 +21,8 @@ export interface AppDeps {
   otherProcesses?: () => Promise<MetricsSnapshot[]>;
   /** Traces on (main.ts started the SDK); absent, nothing is traced. */
   tracing?: Tracing | undefined;
+  /** How long a webhook waits for a reconnecting Redis (default REDIS_READY_GRACE_MS). */
+  redisGraceMs?: number | undefined;
 }
 
 /** The web role as a value: tests call this and use inject(); only main.ts listens. */
@@ -68,6 +70,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
       metrics: deps.metrics,
       durability: deps.config.redisWait,
       tracer: deps.tracing?.tracer,
+      redisGraceMs: deps.redisGraceMs,
     }),
   );
   app.register(
@@ -92,6 +95,8 @@ export interface MetricsAppDeps {
   otherProcesses?: () => Promise<MetricsSnapshot[]>;
   /** The clock queue ages are measured with (default Date.now). */
   now?: () => number;
+  /** METRICS_TOKEN: when set, `/metrics` here answers its bearer only, as on the web port. */
+  bearerToken?: string | undefined;
 }
 
 /** The metrics listener (METRICS_PORT), in every role: a worker-only process has its own counters to show. */
@@ -101,10 +106,19 @@ export function buildMetricsApp(deps: MetricsAppDeps): FastifyInstance {
     return503OnClosing: true,
   });
   // A scrape every few seconds is not news: its request lines are below "warn"; failures to collect are still logged.
-  app.register(metricsRoutes({ metrics: deps.metrics, queues: deps.queues, db: deps.db, otherProcesses: deps.otherProcesses, now: deps.now }), {
-    logLevel: "warn",
-  });
-  // Liveness for a process with no web port (a worker's container HEALTHCHECK asks here).
+  app.register(
+    metricsRoutes({
+      metrics: deps.metrics,
+      queues: deps.queues,
+      db: deps.db,
+      otherProcesses: deps.otherProcesses,
+      now: deps.now,
+      bearerToken: deps.bearerToken,
+    }),
+    { logLevel: "warn" },
+  );
+  // Liveness for a process with no web port (a worker's container HEALTHCHECK asks here); it
+  // tells nothing, so it asks no token.
   app.get("/healthz", { logLevel: "warn" }, async () => ({ ok: true }));
   return app;
 }

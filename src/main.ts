@@ -1,7 +1,8 @@
 import { existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
+import type { FastifyInstance } from "fastify";
 import { buildApp, buildMetricsApp } from "./app.ts";
-import { type Config, ConfigError, loadConfig } from "./config/config.ts";
+import { type Config, ConfigError, DEFAULT_METRICS_PORTS, loadConfig } from "./config/config.ts";
 import { createDb, type Db } from "./db/client.ts";
 import { migrate } from "./db/migrate.ts";
 import { startConfiguredWorkers } from "./jobs/workers.ts";
@@ -10,7 +11,7 @@ import { createMetrics, type Metrics } from "./metrics/metrics.ts";
 import { forkWorkerChild, WORKER_CHILD_FLAG, WORKER_CHILD_NICENESS, yieldTheCpu } from "./process/scheduling.ts";
 import { answerParent, SHUTDOWN_GRACE_MS, superviseWorkerChild } from "./process/worker-child.ts";
 import { closeQueues, createQueues } from "./queue/queues.ts";
-import { createFailFastRedis, createWorkerRedis, redisPersistenceWarnings } from "./queue/redis.ts";
+import { createFailFastRedis, createWorkerRedis, redisPersistenceWarnings, untilReady } from "./queue/redis.ts";
 import { type StartedTracing, startTracing } from "./tracing/sdk.ts";
 import type { Tracing } from "./tracing/tracing.ts";
 
@@ -63,15 +64,14 @@ async function runRole(role: "web" | "worker", config: Config, logger: Logger): 
   const web = connectWeb(config, logger, tracing);
   const metrics = createMetrics({ defaultMetrics: true });
   const app = role === "web" ? buildApp({ config, logger, redis: web.redis, queues: web.queues, db: web.db, metrics, tracing }) : undefined;
+  const metricsApp = metricsListener(config, { logger, queues: web.queues, db: web.db, metrics });
+  // First: a METRICS_PORT that is taken stops the start before a job is taken.
+  if (metricsApp) await listenForScrapes(metricsApp, config, logger);
   const worker = role === "worker" ? startWorkerRole(config, logger, web.db, metrics, tracing) : undefined;
-  const metricsApp = config.metrics.port !== 0 ? buildMetricsApp({ logger, queues: web.queues, db: web.db, metrics }) : undefined;
-  if (app) {
-    sayWhichNumbersAreServed(config, logger);
-    await app.listen({ port: config.port, host: config.host });
-  }
-  if (metricsApp) await metricsApp.listen({ port: config.metrics.port, host: config.metrics.host });
 
+  let stopping = false;
   stopOnSignals(logger, config.shutdownTimeoutMs + SHUTDOWN_GRACE_MS, async () => {
+    stopping = true;
     await app?.close(); // stop taking webhooks first; in-flight requests finish
     await worker?.close();
     await metricsApp?.close(); // scraped until the workers are done: the drain shows
@@ -79,6 +79,10 @@ async function runRole(role: "web" | "worker", config: Config, logger: Logger): 
     await flushTraces(traces, logger);
     return true;
   });
+  if (app) {
+    sayWhichNumbersAreServed(config, logger);
+    await listenOnceRedisIsReady(app, web, config, logger, () => stopping);
+  }
 }
 
 /**
@@ -96,14 +100,14 @@ async function runAll(config: Config, logger: Logger): Promise<void> {
   const worker = superviseWorkerChild({ fork: () => forkWorkerChild(fileURLToPath(import.meta.url)), config, logger, metrics });
   const otherProcesses = () => worker.collectMetrics();
   const app = buildApp({ config, logger, redis: web.redis, queues: web.queues, db: web.db, metrics, otherProcesses, tracing });
-  const metricsApp = config.metrics.port !== 0 ? buildMetricsApp({ logger, queues: web.queues, db: web.db, metrics, otherProcesses }) : undefined;
-  sayWhichNumbersAreServed(config, logger);
-  await app.listen({ port: config.port, host: config.host });
-  if (metricsApp) await metricsApp.listen({ port: config.metrics.port, host: config.metrics.host });
+  const metricsApp = metricsListener(config, { logger, queues: web.queues, db: web.db, metrics, otherProcesses });
+  if (metricsApp) await listenForScrapes(metricsApp, config, logger);
   worker.start();
 
+  let stopping = false;
   // The child's own exit deadline is SHUTDOWN_TIMEOUT_MS + grace; ours comes after it.
   stopOnSignals(logger, config.shutdownTimeoutMs + 2 * SHUTDOWN_GRACE_MS, async () => {
+    stopping = true;
     await app.close(); // first: no webhook is taken after this, in-flight requests finish
     const drained = await worker.stop(); // then the child finishes its active jobs and exits
     await metricsApp?.close(); // scraped until the child is done: the drain shows
@@ -111,6 +115,96 @@ async function runAll(config: Config, logger: Logger): Promise<void> {
     await flushTraces(traces, logger);
     return drained;
   });
+  sayWhichNumbersAreServed(config, logger);
+  await listenOnceRedisIsReady(app, web, config, logger, () => stopping);
+}
+
+/** The metrics listener, unless METRICS_PORT=0 turned it off; with METRICS_TOKEN it asks for its bearer. */
+function metricsListener(config: Config, deps: Omit<Parameters<typeof buildMetricsApp>[0], "bearerToken">): FastifyInstance | undefined {
+  return config.metrics.listen.kind === "off" ? undefined : buildMetricsApp({ ...deps, bearerToken: config.metrics.token });
+}
+
+/** A start-up that cannot go on, said in one line naming the variable to change. */
+class StartupError extends Error {
+  override readonly name = "StartupError";
+}
+
+/**
+ * The metrics listener on METRICS_PORT, or, when it is unset, on the first free port of
+ * DEFAULT_METRICS_PORTS: each process on a host takes its own, and says which in its
+ * `metrics.listening` line (how a scraper's operator finds it). Tried in turn rather than
+ * probed first: two processes starting together must not both find the same port free.
+ */
+async function listenForScrapes(app: FastifyInstance, config: Config, logger: Logger): Promise<void> {
+  const { listen, host } = config.metrics;
+  if (listen.kind === "off") return;
+  if (listen.kind === "fixed") {
+    await app.listen({ port: listen.port, host }).catch((error: unknown) => {
+      if (errorCode(error) !== "EADDRINUSE") throw cannotListen(host, listen.port, error);
+      const range = `${DEFAULT_METRICS_PORTS.first}–${DEFAULT_METRICS_PORTS.last}`;
+      throw new StartupError(
+        `METRICS_PORT=${listen.port}: cannot listen on ${host}:${listen.port} (the port is taken); choose another METRICS_PORT, or unset it to take the first free port of ${range}`,
+      );
+    });
+    logger.info({ event: "metrics.listening", host, port: listen.port }, `metrics on ${host}:${listen.port} (METRICS_PORT)`);
+    return;
+  }
+  const first = DEFAULT_METRICS_PORTS.first;
+  for (const port of listen.ports) {
+    try {
+      await app.listen({ port, host });
+    } catch (error) {
+      if (errorCode(error) === "EADDRINUSE") continue; // another process's, likely another role of ours
+      throw cannotListen(host, port, error);
+    }
+    const moved = port !== first;
+    logger.info(
+      { event: "metrics.listening", host, port, ...(moved ? { movedFrom: first } : {}) },
+      moved ? `metrics on ${host}:${port}: the default ${first} was taken` : `metrics on ${host}:${port}`,
+    );
+    return;
+  }
+  throw new StartupError(
+    `no free port for metrics on ${host} from ${first} to ${DEFAULT_METRICS_PORTS.last}: set METRICS_PORT to a free one (0 turns the listener off)`,
+  );
+}
+
+const errorCode = (error: unknown): unknown => (error instanceof Error ? (error as NodeJS.ErrnoException).code : undefined);
+
+/** Not a port taken: an address this host does not have, most likely. */
+const cannotListen = (host: string, port: number, error: unknown) =>
+  new StartupError(
+    `the metrics listener cannot listen on ${host}:${port} (METRICS_HOST, METRICS_PORT): ${error instanceof Error ? error.message : String(error)}`,
+  );
+
+/**
+ * The web port opens once its Redis connection is ready (law 2): a webhook taken before then
+ * could not be enqueued, and a verify GET answered meanwhile would tell Meta all is well.
+ * Waits as long as it takes; a shutdown meanwhile means it never listens.
+ */
+async function listenOnceRedisIsReady(
+  app: FastifyInstance,
+  web: ReturnType<typeof connectWeb>,
+  config: Config,
+  logger: Logger,
+  stopping: () => boolean,
+): Promise<void> {
+  if (web.redis.status !== "ready") {
+    const since = Date.now();
+    logger.info({ event: "web.waiting_for_redis", status: web.redis.status }, "waiting for Redis before taking webhooks");
+    await untilReady(web.redis);
+    logger.info({ event: "web.redis_ready", waitedMs: Date.now() - since }, "Redis is ready; taking webhooks");
+  }
+  // A queue whose start failed (Redis lost in the middle of it) never enqueues: every webhook
+  // would be refused until a restart, so the restart comes now, from the supervisor.
+  try {
+    await web.queuesReady();
+  } catch (error) {
+    if (stopping()) return; // closed under them
+    throw new StartupError(`the queues could not start, Redis was lost while they did (${String(error)}); start the web again`);
+  }
+  if (stopping()) return;
+  await app.listen({ port: config.port, host: config.host });
 }
 
 /**
@@ -201,6 +295,10 @@ function connectWeb(config: Config, logger: Logger, tracing: Tracing | undefined
     db,
     redis,
     queues,
+    /** BullMQ's queues, which check Redis's version once connected; rejects for good when the connection fell during that. */
+    async queuesReady() {
+      await Promise.all(Object.values(queues).map((queue) => queue.waitUntilReady()));
+    },
     async close() {
       await closeQueues(queues);
       await Promise.allSettled([redis.quit(), db.$disconnect()]);
@@ -265,6 +363,6 @@ function drainOnce(logger: Logger, hardStopMs: number, stop: () => Promise<boole
 }
 
 main().catch((error: unknown) => {
-  console.error(error);
+  console.error(error instanceof StartupError ? error.message : error);
   process.exit(1);
 });

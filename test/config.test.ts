@@ -63,17 +63,25 @@ describe("configuration", () => {
     ]);
   });
 
-  it("metrics have a listener of their own, by default on 9464 at HOST; on the web port only with METRICS_TOKEN", () => {
-    expect(loadConfig({ ...testEnv(), METRICS_PORT: undefined }).metrics).toEqual({ port: 9464, host: "0.0.0.0", token: undefined });
-    expect(loadConfig(testEnv({ HOST: "10.0.0.5", METRICS_PORT: "0" })).metrics).toEqual({ port: 0, host: "10.0.0.5", token: undefined });
-    expect(loadConfig(testEnv({ METRICS_HOST: "127.0.0.1", METRICS_TOKEN: "metrics-token-0123456789" })).metrics).toMatchObject({
-      host: "127.0.0.1",
+  it("metrics have a listener of their own, on loopback, on the first free port from 9464 unless METRICS_PORT names one; on the web port only with METRICS_TOKEN", () => {
+    const unset = loadConfig({ ...testEnv(), METRICS_PORT: undefined }).metrics;
+    expect(unset).toMatchObject({ host: "127.0.0.1", token: undefined, listen: { kind: "first_free" } });
+    expect(unset.listen.kind === "first_free" && unset.listen.ports).toEqual(Array.from({ length: 32 }, (_, i) => 9464 + i));
+    // PORT inside the range is the web's own: never tried for metrics.
+    const beside = loadConfig({ ...testEnv({ PORT: "9465" }), METRICS_PORT: undefined }).metrics.listen;
+    expect(beside.kind === "first_free" && beside.ports.slice(0, 3)).toEqual([9464, 9466, 9467]);
+    expect(loadConfig(testEnv({ METRICS_PORT: "" })).metrics.listen.kind).toBe("first_free");
+    expect(loadConfig(testEnv({ METRICS_PORT: "9500" })).metrics.listen).toEqual({ kind: "fixed", port: 9500 });
+    expect(loadConfig(testEnv({ HOST: "10.0.0.5", METRICS_PORT: "0" })).metrics).toEqual({ listen: { kind: "off" }, host: "127.0.0.1", token: undefined });
+    expect(loadConfig(testEnv({ METRICS_HOST: "0.0.0.0", METRICS_TOKEN: "metrics-token-0123456789" })).metrics).toMatchObject({
+      host: "0.0.0.0",
       token: "metrics-token-0123456789",
     });
     expect(problemsOf(testEnv({ METRICS_TOKEN: "short" }))).toEqual(["METRICS_TOKEN must be at least 16 characters"]);
     expect(problemsOf(testEnv({ PORT: "9000", METRICS_PORT: "9000" }))).toEqual([
       "METRICS_PORT must differ from PORT (both 9000): metrics have a listener of their own; 0 turns it off",
     ]);
+    expect(problemsOf(testEnv({ METRICS_PORT: "nine" }))).toEqual(['METRICS_PORT must be an integer from 0 to 65535, got "nine"']);
   });
 
   it("the web listener's clocks: a request must arrive within 10 s, an idle keep-alive connection closes after 72 s; a bad value is named", () => {

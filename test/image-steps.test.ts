@@ -38,6 +38,7 @@ interface Service {
   env_file?: { path: string }[];
   depends_on?: Record<string, { condition: string }>;
   healthcheck?: { disable?: boolean };
+  ports?: string[];
 }
 const compose = parse(readFileSync(join(ROOT, "compose.yaml"), "utf8"), { merge: true }) as { services: Record<string, Service> };
 /** The services that run our image. */
@@ -55,6 +56,13 @@ describe("compose.yaml", () => {
         name,
       ).toEqual([".env"]);
       expect(ROLES, `${name}'s command`).toContain(service.command?.[0]);
+    }
+  });
+
+  it("opens each container's metrics listener (loopback by default) to the compose network, and only there", () => {
+    for (const [name, service] of ours) {
+      expect(service.environment?.METRICS_HOST, name).toBe("0.0.0.0");
+      expect(service.ports ?? [], name).not.toContainEqual(expect.stringMatching(/:9464$/));
     }
   });
 
@@ -237,6 +245,7 @@ async function addresses(schema: string): Promise<Record<string, string>> {
     HOST: "127.0.0.1",
     PORT: String(await freePort()),
     METRICS_PORT: String(await freePort()),
+    METRICS_HOST: "127.0.0.1",
   };
   for (const name of Object.keys(local)) expect(compose.services["web-1"]?.environment, `compose sets ${name}`).toHaveProperty(name);
   return local;

@@ -52,20 +52,22 @@ describe("the process", () => {
     await expect(fetch(`http://127.0.0.1:${metricsPort}/metrics`)).rejects.toThrow();
   }, 90_000);
 
-  it("a worker-only process serves its own job counters on METRICS_PORT", async () => {
+  it("a worker-only process serves its own job counters on METRICS_PORT, to METRICS_TOKEN's bearer", async () => {
     h = await startHarness({ workers: 0 });
     const metricsPort = await freePort();
+    const token = "metrics-token-0123456789";
     child = spawn(process.execPath, ["--import", "tsx", "src/main.ts", "worker"], {
-      env: { ...process.env, ...h.env, METRICS_PORT: String(metricsPort), METRICS_HOST: "127.0.0.1" },
+      env: { ...process.env, ...h.env, METRICS_PORT: String(metricsPort), METRICS_TOKEN: token },
       stdio: "ignore",
     });
     const exited = new Promise<number | null>((resolve) => child!.once("exit", (code) => resolve(code)));
     const scrape = () =>
-      fetch(`http://127.0.0.1:${metricsPort}/metrics`).then(
+      fetch(`http://127.0.0.1:${metricsPort}/metrics`, { headers: { authorization: `Bearer ${token}` } }).then(
         (r) => (r.ok ? r.text() : ""),
         () => "",
       );
     await eventually(scrape, "the worker's metrics listener", 60_000);
+    expect((await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).status).toBe(401);
 
     expect((await h.deliver(textWebhook({ text: "hello worker" }).body)).statusCode).toBe(200);
     await eventually(() => h!.graph.sentTexts.length === 1, "the worker process to reply", 20_000);

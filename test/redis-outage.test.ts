@@ -13,8 +13,9 @@ import { PrivateRedis } from "./support/private-redis.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
 
 /**
- * Law 2: 200 means safely enqueued. When Redis is gone the webhook must answer 5xx at once
- * (so Meta delivers again), and once Redis is back the next delivery must succeed.
+ * Law 2: 200 means safely enqueued. When Redis is gone the webhook must answer 5xx promptly
+ * (at most a short grace for a reconnection, REDIS_READY_GRACE_MS, so Meta delivers again),
+ * and once Redis is back the next delivery must succeed.
  *
  * The machine's shared Redis is used by every other test, so this file runs its own
  * redis-server on a free port and stops and restarts that one.
@@ -100,7 +101,7 @@ describe("Redis outage on the web role (law 2)", () => {
 });
 
 describe("Redis down when the web role starts (law 2)", () => {
-  it("the webhook answers 503 at once rather than waiting for the queues to connect, and 200 once Redis is up", async () => {
+  it("the webhook answers 503 after the grace rather than waiting for the queues to connect, and 200 once Redis is up", async () => {
     const redisServer = await PrivateRedis.start();
     await redisServer.kill();
     const config = loadConfig(testEnv({ REDIS_URL: redisServer.url, QUEUE_PREFIX: `{t-down-${Date.now().toString(36)}}` }));

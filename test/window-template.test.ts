@@ -39,10 +39,14 @@ describe("the window closes before the reply is out: the template replaces what 
     expect(await h.db.outboundMessage.findMany({ select: { sendState: true, template: true } })).toEqual([{ sendState: "pending", template: null }]);
 
     // Staff get to it once the window has closed.
-    await eventually(async () => {
-      const conversation = await h.db.conversation.findFirstOrThrow();
-      return Date.now() - conversation.lastInboundAt!.getTime() > 24 * 3600_000 + 200;
-    }, "the window to close", 15_000);
+    await eventually(
+      async () => {
+        const conversation = await h.db.conversation.findFirstOrThrow();
+        return Date.now() - conversation.lastInboundAt!.getTime() > 24 * 3600_000 + 200;
+      },
+      "the window to close",
+      15_000,
+    );
     const resend = await h.app.inject({ method: "POST", url: `/admin/dlq/${letter.id}/retry`, headers: { authorization: `Bearer ${TEST_ADMIN_TOKEN}` } });
     expect(resend.statusCode).toBe(202);
     await eventually(async () => (await h.db.reply.count({ where: { state: "sent" } })) === 1, "the template to go out");

@@ -29,10 +29,11 @@ export interface Config {
    */
   readonly http: { readonly requestTimeoutMs: number; readonly keepAliveTimeoutMs: number };
   /**
-   * Prometheus scrapes `/metrics` on a listener of its own (port 0: none), in every role, so
-   * the webhook's public port need not serve it; there it answers only with the token's bearer.
+   * Prometheus scrapes `/metrics` on a listener of its own, in every role, so the webhook's
+   * public port need not serve it; there it answers only with the token's bearer. With a
+   * token, the listener asks for it too. On loopback unless METRICS_HOST opens it.
    */
-  readonly metrics: { readonly port: number; readonly host: string; readonly token: string | undefined };
+  readonly metrics: { readonly listen: MetricsListen; readonly host: string; readonly token: string | undefined };
   readonly whatsapp: {
     readonly verifyToken: string;
     readonly appSecret: string;
@@ -109,6 +110,29 @@ export interface Config {
 }
 
 /**
+ * Where the metrics listener goes. Several roles on one host each need a port of their own
+ * with nothing set but PORT (DESIGN.md §5): unset, METRICS_PORT means the first free port of
+ * DEFAULT_METRICS_PORTS (a scraper finds each process there, or by its `metrics.listening` log
+ * line); set, exactly that port or a start-up failure naming it; 0, no listener.
+ */
+export type MetricsListen =
+  | { readonly kind: "off" }
+  | { readonly kind: "fixed"; readonly port: number }
+  | { readonly kind: "first_free"; readonly ports: readonly number[] };
+
+/** 9464 is the Prometheus exporters' port; 32 processes of ours fit on one host. */
+export const DEFAULT_METRICS_PORTS = { first: 9464, last: 9495 } as const;
+
+function metricsListen(metricsPort: number | undefined, webPort: number): MetricsListen {
+  if (metricsPort === 0) return { kind: "off" };
+  if (metricsPort !== undefined) return { kind: "fixed", port: metricsPort };
+  const ports: number[] = [];
+  // PORT inside the range is the web's, not a neighbour's: skipped, not tried.
+  for (let port = DEFAULT_METRICS_PORTS.first; port <= DEFAULT_METRICS_PORTS.last; port++) if (port !== webPort) ports.push(port);
+  return { kind: "first_free", ports };
+}
+
+/**
  * The OTLP traces URL, as the OpenTelemetry spec resolves it: the signal's own endpoint as it
  * is, else the base endpoint with `v1/traces` appended.
  */
@@ -149,7 +173,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
 
   const numbers = env.PHONE_NUMBERS_FILE ? loadNumbers(env.PHONE_NUMBERS_FILE, problems) : new Map<string, NumberSettings>();
 
-  if (parsed.success && parsed.data.METRICS_PORT !== 0 && parsed.data.METRICS_PORT === parsed.data.PORT) {
+  if (parsed.success && parsed.data.METRICS_PORT !== undefined && parsed.data.METRICS_PORT !== 0 && parsed.data.METRICS_PORT === parsed.data.PORT) {
     problems.push(`METRICS_PORT must differ from PORT (both ${parsed.data.PORT}): metrics have a listener of their own; 0 turns it off`);
   }
 
@@ -163,7 +187,8 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     host: e.HOST,
     trustProxy: e.TRUST_PROXY,
     http: { requestTimeoutMs: e.HTTP_REQUEST_TIMEOUT_MS, keepAliveTimeoutMs: e.HTTP_KEEP_ALIVE_TIMEOUT_MS },
-    metrics: { port: e.METRICS_PORT, host: e.METRICS_HOST || e.HOST, token: e.METRICS_TOKEN },
+    // Queue depths and error rates are the operator's business: private unless METRICS_HOST opens them.
+    metrics: { listen: metricsListen(e.METRICS_PORT, e.PORT), host: e.METRICS_HOST || "127.0.0.1", token: e.METRICS_TOKEN },
     whatsapp: {
       verifyToken: e.WHATSAPP_VERIFY_TOKEN,
       appSecret: e.WHATSAPP_APP_SECRET,

@@ -11,7 +11,8 @@ export const envSchema = z.object({
   // Fastify's default: above the 60 s idle timeout of common load balancers, so none of them
   // sends a request down a connection we are closing.
   HTTP_KEEP_ALIVE_TIMEOUT_MS: int("HTTP_KEEP_ALIVE_TIMEOUT_MS", 72_000, 1000, 3_600_000),
-  METRICS_PORT: int("METRICS_PORT", 9464, 0, 65535),
+  // Unset: the first free port of DEFAULT_METRICS_PORTS (config.ts), so roles on one host do not collide.
+  METRICS_PORT: optionalInt("METRICS_PORT", 0, 65535),
   METRICS_HOST: z.string().trim().optional(),
   METRICS_TOKEN: z
     .string()

@@ -131,8 +131,9 @@ export function mergeMetrics(snapshots: MetricsSnapshot[]): Registry {
 const JOB_STATES = ["waiting", "active", "delayed", "failed", "completed"] as const;
 
 /**
- * `/metrics`. On the metrics listener it is open (that port belongs on the private network);
- * on the web port it exists only with `bearerToken`, and answers only to that bearer.
+ * `/metrics`. On the web port it exists only with `bearerToken`, and answers only to that
+ * bearer; on the metrics listener (loopback unless METRICS_HOST opens it) it asks for the same
+ * bearer when there is one, and is open otherwise.
  */
 export function metricsRoutes(deps: {
   metrics: Metrics;

@@ -26,6 +26,76 @@ export function createFailFastRedis(target: RedisTarget | string): RedisClient {
   return client instanceof Redis ? coalesceWrites(client) : client;
 }
 
+/**
+ * How long a webhook may wait for the web's connection to come back (law 2): a Redis restart,
+ * a dropped socket or the moment after start-up costs a delivery this wait, not a 503.
+ */
+export const REDIS_READY_GRACE_MS = 2000;
+
+/** Resolves once the connection is ready, however long that takes: the web listens only then. */
+export function untilReady(redis: RedisClient): Promise<void> {
+  if (redis.status === "ready") return Promise.resolve();
+  return new Promise((resolve) => redis.once("ready", () => resolve()));
+}
+
+/** Whether the web's connection can take a command now, or soon enough to wait for (watchReadiness). */
+export interface RedisReadiness {
+  /** True once the connection is ready (at once when it is); false once it has been away `graceMs`. */
+  ready(): Promise<boolean>;
+  /** Stops watching: the app closes, the connection may outlive it. */
+  stop(): void;
+}
+
+/**
+ * A connection that is (re)connecting is waited for until `graceMs` after it was lost, then
+ * not at all: a delivery during a blip is accepted once Redis is back, and one during an
+ * outage that has lasted longer is refused at once, so Meta delivers it again later. Not
+ * BullMQ's wait: a queue whose connection is away waits for it without a bound.
+ */
+export function watchReadiness(redis: RedisClient, graceMs: number, now: () => number = Date.now): RedisReadiness {
+  let lostAt = redis.status === "ready" ? undefined : now();
+  // One promise for every delivery waiting on the same reconnection: one listener, not one each.
+  let back: { promise: Promise<void>; resolve: () => void } | undefined;
+  const onReady = () => {
+    lostAt = undefined;
+    back?.resolve();
+    back = undefined;
+  };
+  const onLost = () => {
+    lostAt ??= now();
+  };
+  redis.on("ready", onReady);
+  redis.on("close", onLost);
+  return {
+    async ready() {
+      if (redis.status === "ready") return true;
+      lostAt ??= now(); // its "close" event is still on its way (ioredis emits on the next tick)
+      const leftMs = lostAt + graceMs - now();
+      if (leftMs <= 0) return false;
+      if (!back) {
+        let resolve = () => {};
+        const promise = new Promise<void>((r) => {
+          resolve = r;
+        });
+        back = { promise, resolve };
+      }
+      let timer: NodeJS.Timeout | undefined;
+      const late = new Promise<boolean>((resolve) => {
+        timer = setTimeout(() => resolve(false), leftMs);
+      });
+      try {
+        return await Promise.race([back.promise.then(() => true), late]);
+      } finally {
+        clearTimeout(timer);
+      }
+    },
+    stop() {
+      redis.off("ready", onReady);
+      redis.off("close", onLost);
+    },
+  };
+}
+
 /** Workers block on Redis and must ride out outages: BullMQ requires maxRetriesPerRequest null. */
 export function createWorkerRedis(url: string): Redis;
 export function createWorkerRedis(target: RedisTarget): RedisClient;

@@ -4,7 +4,7 @@ import type { ServedNumbers } from "../config/numbers.ts";
 import { safeEqual } from "../crypto/safe-equal.ts";
 import type { Metrics } from "../metrics/metrics.ts";
 import { type Durability, type EnqueueOutcome, type Queues, webhookJobOf } from "../queue/queues.ts";
-import type { RedisClient } from "../queue/redis.ts";
+import { REDIS_READY_GRACE_MS, type RedisClient, watchReadiness } from "../queue/redis.ts";
 import { inSpan } from "../tracing/tracing.ts";
 import { verifyMetaSignature } from "./signature.ts";
 import { jobFor, type WebhookItem, walkWebhook } from "./walk.ts";
@@ -22,6 +22,8 @@ export interface WebhookDeps {
   durability: Durability;
   /** Traces on: each delivery is a span, the root of its messages' traces. Absent: the handler runs bare. */
   tracer?: Tracer | undefined;
+  /** How long after the connection was lost a webhook still waits for it (default REDIS_READY_GRACE_MS). */
+  redisGraceMs?: number | undefined;
 }
 
 /** Meta's payloads are up to 3 MB (WHATSAPP.md §4); a little headroom, then 413. */
@@ -55,8 +57,8 @@ export class WebhookLogController extends LogController {
 
 class RedisNotReadyError extends Error {
   override readonly name = "RedisNotReadyError";
-  constructor(status: string) {
-    super(`Redis connection is ${status}`);
+  constructor(status: string, graceMs: number) {
+    super(`Redis connection is ${status}, away longer than the ${graceMs} ms a webhook waits for it`);
   }
 }
 
@@ -68,6 +70,10 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
     app.addContentTypeParser("*", { parseAs: "buffer", bodyLimit: WEBHOOK_BODY_LIMIT }, (_req, body, done) => {
       done(null, body);
     });
+
+    const graceMs = deps.redisGraceMs ?? REDIS_READY_GRACE_MS;
+    const readiness = watchReadiness(deps.redis, graceMs);
+    app.addHook("onClose", async () => readiness.stop());
 
     // Bound once: a labelled inc() hashes its labels on every call, and this is the hot path.
     const counted = (kind: Kind | "ignored", outcome: EnqueueOutcome | "ignored" | "failed" | "not_ours") =>
@@ -134,9 +140,11 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
 
       const receivedAt = Date.now();
       const items = walkWebhook(body, serves);
-      // Law 2, fast: a connection that is not ready cannot enqueue. BullMQ would wait for it
-      // (a queue still starting waits for Redis without a timeout); Meta should retry instead.
-      const notReady = deps.redis.status === "ready" ? undefined : new RedisNotReadyError(deps.redis.status);
+      // Law 2: a connection that is not ready cannot enqueue. One coming back within the grace
+      // is waited for; one away longer is refused at once, and Meta delivers again later.
+      // The ready case stays synchronous: this is the hot path.
+      const redisAway = deps.redis.status !== "ready" && items.some((item) => item.kind !== "ignored");
+      const notReady = redisAway && !(await readiness.ready()) ? new RedisNotReadyError(deps.redis.status, graceMs) : undefined;
       const enqueued: string[] = [];
       const duplicates: string[] = [];
       let ignored = 0;

@@ -1,6 +1,6 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { signMetaBody } from "../../src/webhook/signature.ts";
-import { TEST_APP_SECRET } from "./harness.ts";
+import { eventually, TEST_APP_SECRET } from "./harness.ts";
 
 /** src/main.ts as operators run it, in a process of its own, its log collected. */
 export interface EntryPoint {
@@ -9,10 +9,20 @@ export interface EntryPoint {
   readonly output: string;
   /** Its exit code, once it has exited. */
   exited: Promise<number | null>;
+  /** Its JSON log lines with this event so far. */
+  events(event: string): LogLine[];
+  /** The first log line with this event, once written; fails with the output if it exits first. */
+  event(event: string, timeoutMs?: number): Promise<LogLine>;
 }
 
-/** `tsx src/main.ts <args>` with the test's environment over this one's. */
-export function runEntryPoint(args: string[], env: Record<string, string>): EntryPoint {
+export interface LogLine {
+  pid: number;
+  event?: string;
+  [field: string]: unknown;
+}
+
+/** `tsx src/main.ts <args>` with the test's environment over this one's; a variable set to undefined is unset. */
+export function runEntryPoint(args: string[], env: Record<string, string | undefined>): EntryPoint {
   let output = "";
   const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts", ...args], {
     env: { ...process.env, ...env },
@@ -21,12 +31,29 @@ export function runEntryPoint(args: string[], env: Record<string, string>): Entr
   child.stdout!.on("data", (chunk: Buffer) => (output += chunk.toString()));
   child.stderr!.on("data", (chunk: Buffer) => (output += chunk.toString()));
   const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+  const events = (event: string) =>
+    output
+      .split("\n")
+      .slice(0, -1) // the last is still being written
+      .filter((line) => line.startsWith("{") && line.includes(`"event":"${event}"`))
+      .map((line) => JSON.parse(line) as LogLine);
   return {
     child,
     get output() {
       return output;
     },
     exited,
+    events,
+    event: (event, timeoutMs = 60_000) =>
+      eventually(
+        () => {
+          const found = events(event)[0];
+          if (!found && child.exitCode !== null) throw new Error(`exited with ${child.exitCode} before logging ${event}:\n${output}`);
+          return found;
+        },
+        `the log line ${event}`,
+        timeoutMs,
+      ),
   };
 }
 

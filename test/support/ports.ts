@@ -1,4 +1,4 @@
-import { createServer } from "node:net";
+import { connect, createServer } from "node:net";
 
 /** A TCP port nothing listens on right now, for a server a test starts itself. */
 export async function freePort(): Promise<number> {
@@ -33,4 +33,16 @@ export async function freePorts(count: number): Promise<number[]> {
   } finally {
     await Promise.all(servers.map((server) => new Promise<void>((resolve) => server.close(() => resolve()))));
   }
+}
+
+/** Whether something on this host listens on the port (the probe's connection is closed at once). */
+export function accepts(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect({ port, host: "127.0.0.1" });
+    socket.once("connect", () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once("error", () => resolve(false));
+  });
 }
