@@ -81,7 +81,7 @@ describe("a worker frozen past its lock", () => {
     expect(h.claude.requests).toHaveLength(1);
   }, 90_000);
 
-  it("frozen while Claude was writing: the worker that takes over answers, and the frozen one's late draft is never sent", async () => {
+  it("frozen while Claude was writing: the worker that takes over waits for that call, and its answer, stored when the frozen one wakes, goes out once: Claude is paid once", async () => {
     const h = await harness({ workers: 0, env: ENV });
     h.claude.latencyMs = 2500;
     child = startWorkerProcess(h);
@@ -89,13 +89,38 @@ describe("a worker frozen past its lock", () => {
     await eventually(() => h.claude.inFlight === 1, "the worker process to be waiting on Claude", 60_000);
     child.kill("SIGSTOP");
 
+    h.startWorkers(); // takes the job over once its lock has expired...
+    await eventually(async () => (await fence(h)) >= 2n, "the second worker to take the conversation over", 15_000);
+    // ...and, the call being one that may still answer (until the reply's generation deadline), waits for it.
+    const { generationDeadline } = await h.db.reply.findFirstOrThrow();
+    await eventually(async () => (await replyJobDelayedUntil(h)) === generationDeadline!.getTime(), "the takeover to wait for the call's deadline");
+    expect(h.claude.requests).toHaveLength(1);
+
+    child.kill("SIGCONT"); // the frozen worker wakes to Claude's answer: stored, not sent (it no longer holds the conversation)
+    await eventually(async () => (await h.db.reply.findFirstOrThrow()).state === "ready", "the woken worker to store the answer it was paid for");
+    await eventually(() => h.graph.sends.length === 1, "the holder to send it", 30_000);
+    await settle(1000);
+    expect(h.graph.sentTexts).toEqual(["Reply #1"]);
+    expect(h.claude.requests).toHaveLength(1);
+    expect(await h.db.reply.findFirstOrThrow()).toMatchObject({ state: "sent", text: "Reply #1" });
+  }, 90_000);
+
+  it("killed while Claude was writing: the worker that takes over asks Claude only once the killed call's deadline has passed, and answers once", async () => {
+    const h = await harness({ workers: 0, env: ENV });
+    h.claude.latencyMs = 2500;
+    const asked: number[] = [];
+    h.claude.onRequest = () => void asked.push(Date.now());
+    child = startWorkerProcess(h);
+    await h.deliver(textWebhook({ text: "do you ship to Madeira?" }).body);
+    await eventually(() => h.claude.inFlight === 1, "the worker process to be waiting on Claude", 60_000);
+    const { generationDeadline } = await h.db.reply.findFirstOrThrow();
+    child.kill("SIGKILL"); // its call is paid for, and nobody will ever read the answer
+
     h.startWorkers();
-    await eventually(() => h.graph.sends.length === 1, "the second worker's answer", 20_000);
-    child.kill("SIGCONT");
-    await eventually(() => h.claude.inFlight === 0, "both Claude calls to be answered");
-    await settle(2000); // the woken worker has its draft ("Reply #1") by now: it must not send it
+    await eventually(() => h.graph.sends.length === 1, "the takeover's answer", 45_000);
+    await settle(1000);
+    expect(asked).toHaveLength(2);
+    expect(asked[1]).toBeGreaterThanOrEqual(generationDeadline!.getTime());
     expect(h.graph.sentTexts).toEqual(["Reply #2"]);
-    expect(h.claude.requests).toHaveLength(2); // the one cost of a freeze mid-call
-    expect(await h.db.reply.findFirstOrThrow()).toMatchObject({ state: "sent", text: "Reply #2" });
   }, 90_000);
 });
