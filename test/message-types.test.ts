@@ -48,6 +48,17 @@ describe("answered by Claude, as readable text", () => {
     await eventually(() => h.graph.sends.length === 2, "the second reply");
     expect(h.claude.userText(1)).toContain(`[Replying to their earlier message: "I'd like the blue jacket"]\n¿Y eso cuánto cuesta?`);
   });
+
+  it("a reply quoting another customer's message (its wamid, from anyone) never shows Claude that message's words", async () => {
+    const h = await harness({ env });
+    const stranger = textWebhook({ id: "wamid.FIXTURE.EARLIER", text: "my card ends in 4242", from: "34699999999" });
+    await h.deliver(stranger.body);
+    await eventually(() => h.graph.sends.length === 1, "the stranger's reply");
+    await h.deliver(fixture("text-replying-to-earlier")); // from 5215512345678, quoting the stranger's wamid
+    await eventually(() => h.graph.sends.length === 2, "the quoting customer's reply");
+    expect(h.claude.userText(1)).toContain("¿Y eso cuánto cuesta?");
+    expect(h.claude.userText(1)).not.toContain("4242");
+  });
 });
 
 interface Block {
