@@ -122,4 +122,42 @@ describe("the reconciler", () => {
     expect(message.reply?.deadLetters).toMatchObject([{ state: "open", code: "inbound_failed" }]);
     expect(await failedCount(h.queues.inbound)).toBe(0);
   });
+
+  it("one item that cannot be settled is logged and skipped: the sweep goes on to the next failed job and to stuck conversations", async () => {
+    const logs = capturedLogs();
+    const h = await harness({ env: SWEEP_NOW, logger: logs.logger });
+    await eventually(async () => {
+      const jobs = await h.queues.reconcile.getJobCounts("completed", "waiting", "active");
+      return (jobs.completed ?? 0) > 0 && (jobs.waiting ?? 0) + (jobs.active ?? 0) === 0;
+    }, "the start-up sweep to be done");
+    // A conversation whose reply job Redis lost: stuck work for the sweep's second half.
+    await h.queues.reply.pause();
+    const stuck = textWebhook({ text: "is anyone there?", from: "34611111111" });
+    await h.deliver(stuck.body);
+    await eventually(() => h.db.inboundMessage.findUnique({ where: { wamid: stuck.wamids[0] } }), "the stuck message to be stored");
+    await h.stopWorkers();
+    await h.queues.reply.drain(true);
+
+    // A message Postgres will refuse to store (here a trigger, as a constraint or a bug would), whose job failed twice over.
+    const poison = textWebhook({ text: "this one cannot be stored", from: "34622222222" });
+    await h.db.$executeRawUnsafe(`
+      CREATE FUNCTION refuse_poison() RETURNS trigger AS $$ BEGIN
+        IF NEW.wamid = '${poison.wamids[0]}' THEN RAISE EXCEPTION 'refused by the test'; END IF; RETURN NEW;
+      END $$ LANGUAGE plpgsql`);
+    await h.db.$executeRawUnsafe("CREATE TRIGGER refuse_poison BEFORE INSERT ON inbound_messages FOR EACH ROW EXECUTE FUNCTION refuse_poison()");
+    crashingWorker(h, h.queues.inbound);
+    await h.deliver(poison.body);
+    await eventually(async () => (await failedCount(h.queues.inbound)) === 1, "the poison's job to fail for good");
+    const deps = { db: h.db, queues: h.queues, redis: h.redis, prefix: h.prefix, logger: logs.logger, metrics: h.metrics, afterMs: 0 };
+    expect(await reconcile(deps)).toMatchObject({ failedJobs: 1, skipped: 0, redriven: 1 }); // driven again once, and the stuck conversation
+    await eventually(async () => (await failedCount(h.queues.inbound)) === 1, "the poison's job, driven again, to fail again");
+    await stopCrashingWorkers();
+    await h.queues.reply.drain(true); // the stuck conversation's new job lost again
+
+    expect(await reconcile(deps)).toMatchObject({ skipped: 1, deadLettered: 1 });
+    expect(logs.events()).toContain("reconcile.item_failed");
+    const letter = await h.db.deadLetter.findFirstOrThrow({ include: { reply: { include: { messages: true } } } });
+    expect(letter.reply!.messages.map((m) => m.wamid)).toEqual(stuck.wamids);
+    expect(await failedCount(h.queues.inbound)).toBe(1); // kept where the next sweep finds it again
+  });
 });
