@@ -1,6 +1,7 @@
 import { spawn } from "node:child_process";
 import { Writable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { asFailure, describeError, forTheQueue } from "../src/errors.ts";
 import { createLogger } from "../src/logger.ts";
 import { eventually, type Harness, startHarness, TEST_ADMIN_TOKEN, TEST_APP_SECRET, TEST_VERIFY_TOKEN } from "./support/harness.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
@@ -156,5 +157,23 @@ describe("a process's last log lines", () => {
       .filter((line) => line.startsWith("{"))
       .map((line) => (JSON.parse(line) as { i: number }).i);
     expect(numbers).toEqual(Array.from({ length: 2000 }, (_, i) => i));
+  });
+});
+
+describe("Prisma's messages, which quote the whole call", () => {
+  it("are cut to what went wrong before a failure is stored or shown: a message's words and a number never reach failedReason or a dead letter's reason", async () => {
+    const secret = "my card is 4111111111111111";
+    let thrown: unknown;
+    try {
+      // A call Prisma refuses before it reaches Postgres: its message lists every argument.
+      await h.db.inboundMessage.create({ data: { wamid: "wamid.X", text: secret, type: 42 } as never });
+    } catch (error) {
+      thrown = error;
+    }
+    expect(String((thrown as Error).message)).toContain(secret); // what Prisma says
+    expect(describeError(thrown)).not.toContain(secret);
+    expect(describeError(thrown)).toMatch(/^PrismaClientValidationError: Argument `\w+`/);
+    expect(String((forTheQueue(thrown) as Error).message)).not.toContain(secret);
+    expect(asFailure(thrown).reason).not.toContain(secret);
   });
 });

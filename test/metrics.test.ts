@@ -77,6 +77,17 @@ describe("a reply", () => {
     expect(sampleValue(text, "wa_claude_calls_total", { outcome: "ok" })).toBeUndefined();
     expect(sampleValue(text, "wa_claude_tokens_total")).toBeUndefined();
   });
+
+  it("a Claude call that times out counts apart, as one that may be billed without an answer; its retry is a call of its own", async () => {
+    const { h, scrapeWhen } = await system({ env: { ANTHROPIC_TIMEOUT_MS: "300" } });
+    h.claude.latencyMs = 1000;
+    await h.deliver(textWebhook({ text: "hello" }).body);
+    const text = await scrapeWhen("wa_claude_calls_total", { ...haiku, outcome: "timeout" });
+    expect(sampleValue(text, "wa_claude_calls_total", { ...haiku, outcome: "retryable_error" })).toBeUndefined();
+    h.claude.latencyMs = 0;
+    const answered = await scrapeWhen("wa_claude_calls_total", { ...haiku, outcome: "ok" });
+    expect(sampleValue(answered, "wa_claude_calls_total", { ...haiku, outcome: "timeout" })).toBeGreaterThanOrEqual(1);
+  });
 });
 
 describe("the price table", () => {

@@ -26,7 +26,14 @@ function rawBatch(messages: Record<string, unknown>[], names: Record<string, str
   return metaWire(envelope([{ field: "messages", value }]));
 }
 
-const text = (from: string, body: unknown, extra: Record<string, unknown> = {}) => ({ from, id: uniqueWamid(), timestamp: now(), type: "text", text: { body }, ...extra });
+const text = (from: string, body: unknown, extra: Record<string, unknown> = {}) => ({
+  from,
+  id: uniqueWamid(),
+  timestamp: now(),
+  type: "text",
+  text: { body },
+  ...extra,
+});
 
 async function failedJobs(h: Harness): Promise<number> {
   const counts = await Promise.all([h.queues.inbound, h.queues.reply, h.queues.status, h.queues.events].map((q) => q.getJobCounts("failed")));
@@ -72,7 +79,10 @@ describe("a job whose data can never succeed is settled at once", () => {
     } as never);
     await eventually(async () => (await job.getState()) === "completed", "the job to be settled");
     expect(await h.queues.inbound.getJob(job.id!)).toMatchObject({ returnvalue: "invalid", attemptsMade: 1 });
-    const letter = await eventually(() => h.db.deadLetter.findFirst({ where: { code: "invalid_job" }, include: { reply: { include: { messages: true } } } }), "the dead letter");
+    const letter = await eventually(
+      () => h.db.deadLetter.findFirst({ where: { code: "invalid_job" }, include: { reply: { include: { messages: true } } } }),
+      "the dead letter",
+    );
     expect(letter.reply!.messages.map((m) => [m.wamid, m.text])).toEqual([[id, "where is my order?"]]);
     expect(letter.reason).toContain("message.timestamp");
     expect(h.claude.requests).toHaveLength(0);

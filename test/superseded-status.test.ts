@@ -43,7 +43,9 @@ describe("a late status of a copy that was sent again", () => {
     const part = await h.db.outboundMessage.findFirstOrThrow();
     await h.deliver(statusWebhook({ id: part.wamid!, status: "delivered", biz_opaque_callback_data: part.id }));
     await eventually(async () => (await h.db.outboundMessage.findFirstOrThrow()).status === "delivered", "the receipt");
-    await h.deliver(statusWebhook({ id: part.wamid!, status: "failed", biz_opaque_callback_data: part.id, errors: [graphError(131026, "Message undeliverable").error] }));
+    await h.deliver(
+      statusWebhook({ id: part.wamid!, status: "failed", biz_opaque_callback_data: part.id, errors: [graphError(131026, "Message undeliverable").error] }),
+    );
     await eventually(() => h.db.deadLetter.findFirst({ where: { source: "status", code: "131026" } }), "the dead letter");
   });
 });
