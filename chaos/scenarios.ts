@@ -18,6 +18,9 @@ export const COMMON_ENV: Readonly<Record<string, string>> = {
   REPLY_DEBOUNCE_MS: "200",
   RECONCILE_INTERVAL_MS: "2000",
   RECONCILE_AFTER_MS: "10000",
+  // A reply's Claude call may answer until its deadline (law 4): start budget (2 × GRAPH_TIMEOUT_MS
+  // + 5 s) + this + 1 s, about 16 s here; a takeover waits that long for a call in flight.
+  ANTHROPIC_TIMEOUT_MS: "8000",
   REPLY_CONCURRENCY: "20",
   INBOUND_CONCURRENCY: "10",
   SHUTDOWN_TIMEOUT_MS: "2000",
@@ -31,7 +34,7 @@ export interface Injection {
   note: string;
   /** The scenario is over by then, settled or not (ms since the epoch). */
   deadline: number;
-  /** Claude calls that may be paid twice because of the fault itself (a worker frozen mid-call). */
+  /** Claude calls paid twice because of the fault itself (a worker killed mid-call: its answer is never read). */
   claudeAllowance?: number;
 }
 
@@ -173,7 +176,7 @@ export const SCENARIOS: Scenario[] = [
   },
   {
     id: 5,
-    slug: "worker-frozen",
+    slug: "worker-frozen-mid-claude",
     workers: 2,
     claudeLatencyMs: 3000,
     async run(system) {
@@ -193,10 +196,12 @@ export const SCENARIOS: Scenario[] = [
       for (let i = 0; i < customers; i++) system.customers.write(i, `Also, can I pay by card? (customer ${i})`);
       await sleep(Math.max(0, frozenAt + 3.5 * JOB_LOCK_MS - Date.now()));
       victim.signal("SIGCONT");
+      // The other worker took those conversations over and waits for the frozen calls (their
+      // deadline); the woken worker stores the answers it was paid for, and they are sent: no
+      // Claude call is paid twice.
       return {
         note: `${customers} customers, 2 workers; ${victim.name} SIGSTOPped with ${frozenCalls} Claude call(s) (3 s) in flight, for ${seconds(Date.now() - frozenAt)} (JOB_LOCK_MS ${JOB_LOCK_MS}); each customer wrote again meanwhile; then SIGCONT`,
         deadline: Date.now() + 60_000,
-        claudeAllowance: frozenCalls,
       };
     },
   },
@@ -266,6 +271,35 @@ export const SCENARIOS: Scenario[] = [
           ? `${customers} customers, 2 workers, sends take 600 ms; ${victim.name} SIGKILLed mid-send (Meta had taken it); ${replacement.name} started; each customer wrote again`
           : "no worker was ever caught mid-send: nothing killed",
         deadline: Date.now() + 60_000,
+      };
+    },
+  },
+  {
+    id: 8,
+    slug: "worker-killed-mid-claude",
+    workers: 2,
+    claudeLatencyMs: 3000,
+    async run(system) {
+      const customers = 4;
+      for (let i = 0; i < customers; i++) {
+        system.customers.write(i);
+        await sleep(100);
+      }
+      const via = await waitFor(() => [...system.claudeInFlight].find(([v, n]) => n > 0 && v.startsWith("w"))?.[0], 15_000);
+      const victim = via ? system.processOf(via) : undefined;
+      if (!via || !victim) return { note: "no Claude call ever started: nothing killed", deadline: Date.now() + 30_000 };
+      await sleep(300);
+      const killedCalls = system.claudeInFlight.get(via) ?? 0;
+      victim.signal("SIGKILL");
+      const killedAt = Date.now();
+      await victim.exited;
+      const replacement = await system.startWorker();
+      // Nobody will read the killed calls' answers: the takeover waits out their deadline, then
+      // asks Claude itself, once each.
+      return {
+        note: `${customers} customers, 2 workers, Claude 3 s; ${victim.name} SIGKILLed with ${killedCalls} Claude call(s) in flight; ${replacement.name} started ${seconds(Date.now() - killedAt)} later`,
+        deadline: Date.now() + 60_000,
+        claudeAllowance: killedCalls,
       };
     },
   },
