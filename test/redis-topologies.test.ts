@@ -1,24 +1,16 @@
-import { randomBytes } from "node:crypto";
 import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { FastifyInstance } from "fastify";
-import pino from "pino";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { sleep } from "../bench/stats.ts";
 import { COMMON_ENV } from "../chaos/scenarios.ts";
 import { settle } from "../chaos/settle.ts";
 import { ChaosSystem, QUEUE_PREFIX } from "../chaos/system.ts";
-import { buildApp } from "../src/app.ts";
-import { loadConfig } from "../src/config/config.ts";
-import { createDb, type Db } from "../src/db/client.ts";
-import { createMetrics } from "../src/metrics/metrics.ts";
-import { closeQueues, createQueues, inboundJobId, type Queues } from "../src/queue/queues.ts";
-import { createFailFastRedis, type RedisClient } from "../src/queue/redis.ts";
-import { signMetaBody } from "../src/webhook/signature.ts";
-import { eventually, TEST_APP_SECRET, testEnv } from "./support/harness.ts";
+import { inboundJobId } from "../src/queue/queues.ts";
+import { eventually } from "./support/harness.ts";
 import { freePorts } from "./support/ports.ts";
 import { type ReplicatedRedis, startReplicatedRedis } from "./support/redis-topologies.ts";
+import { WebRole } from "./support/web-role.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
 
 /**
@@ -154,49 +146,6 @@ describe.each(["cluster", "sentinel"] as const)("on Redis %s", (topology) => {
     }
   });
 });
-
-/** The web role in this process (as src/main.ts builds it) on the Redis `env` names, workers off. */
-class WebRole {
-  private constructor(
-    readonly app: FastifyInstance,
-    readonly redis: RedisClient,
-    readonly queues: Queues,
-    readonly prefix: string,
-    private readonly db: Db,
-  ) {}
-
-  static async start(env: Record<string, string>): Promise<WebRole> {
-    const prefix = `{t-topology-${randomBytes(4).toString("hex")}}`;
-    const config = loadConfig(testEnv({ ...env, QUEUE_PREFIX: prefix }));
-    const redis = createFailFastRedis(config.redis);
-    redis.on("error", () => undefined);
-    const queues = createQueues(redis, { prefix, attempts: config.jobs.attempts });
-    const db = createDb(config.databaseUrl, { poolSize: 1 });
-    const app = buildApp({ config, logger: pino({ level: "silent" }), redis, queues, db, metrics: createMetrics() });
-    await app.ready();
-    return new WebRole(app, redis, queues, prefix, db);
-  }
-
-  get ready(): boolean {
-    return this.redis.status === "ready";
-  }
-
-  deliver(body: string) {
-    return this.app.inject({
-      method: "POST",
-      url: "/webhook",
-      payload: body,
-      headers: { "content-type": "application/json", "x-hub-signature-256": signMetaBody(Buffer.from(body), TEST_APP_SECRET) },
-    });
-  }
-
-  async close(): Promise<void> {
-    await this.app.close();
-    await closeQueues(this.queues);
-    this.redis.disconnect();
-    await this.db.$disconnect();
-  }
-}
 
 /**
  * Each process's warnings and errors, counted by event and message (numbers masked): CI keeps
