@@ -1,15 +1,20 @@
-import { afterAll, afterEach, beforeAll, describe, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { sleep } from "../bench/stats.ts";
 import { loadConfig } from "../src/config/config.ts";
+import { inboundJobId } from "../src/queue/queues.ts";
 import { createFailFastRedis, type RedisClient } from "../src/queue/redis.ts";
 import { type ReplicaCount, watchReplicas } from "../src/queue/replicas.ts";
 import { eventually, testEnv } from "./support/harness.ts";
 import { PrivateRedis } from "./support/private-redis.ts";
 import { PrivateRedisCluster } from "./support/redis-topologies.ts";
+import { WebRole } from "./support/web-role.ts";
+import { textWebhook } from "./support/webhook-bodies.ts";
 
 /**
- * How many replicas the queues' master has, read from real redis-servers without a round trip
- * per webhook: the master's own ROLE, or a Cluster's slot table.
+ * A webhook waits for the replicas the queues' master has (law 2), and no more: a master left
+ * without one (a failover promoted its only replica) takes webhooks on its own, counted and
+ * logged, unless the operator chose to refuse them (REDIS_WAIT_STRICT). How many there are is
+ * read from real redis-servers: the master's own ROLE, or a Cluster's slot table.
  */
 
 const started: { close(): unknown }[] = [];
@@ -27,6 +32,13 @@ async function redisServer(options: { replicaOf?: number } = {}): Promise<Privat
   return server;
 }
 
+async function webRole(env: Record<string, string>, prefix?: string): Promise<WebRole> {
+  const web = await WebRole.start(env, prefix);
+  started.push(web);
+  await eventually(() => web.ready, "the web role to reach Redis");
+  return web;
+}
+
 function watched(client: RedisClient): ReplicaCount {
   const count = watchReplicas(client);
   started.push({
@@ -36,6 +48,11 @@ function watched(client: RedisClient): ReplicaCount {
     },
   });
   return count;
+}
+
+/** A fresh message's delivery, answered 200 within `ms`: the first may meet a reading still on its way (then WAIT, short, 503). */
+async function acceptedWithin(web: WebRole, ms: number): Promise<void> {
+  await eventually(async () => (await web.deliver(textWebhook({ text: "anyone there?" }).body)).statusCode === 200, "a delivery answered 200", ms);
 }
 
 /** Whether the master says it has a replica in sync (so a WAIT there can be acknowledged). */
@@ -48,6 +65,39 @@ async function replicated(master: PrivateRedis): Promise<boolean> {
     client.disconnect();
   }
 }
+
+describe("a master with no replica, REDIS_WAIT_REPLICAS=1", () => {
+  it("a webhook is answered 200 without waiting, each item counted as unreplicated, and said in one warning, not one per delivery", async () => {
+    const master = await redisServer();
+    const web = await webRole({ REDIS_URL: master.url, REDIS_WAIT_REPLICAS: "1" });
+    await acceptedWithin(web, 5000);
+    const before = await web.unreplicatedWrites();
+    const { body, wamids } = textWebhook({ text: "first" }, { text: "second" });
+    const answer = await web.deliver(body);
+    expect(answer.statusCode).toBe(200);
+    expect(await web.unreplicatedWrites()).toBe(before + 2);
+    for (const wamid of wamids) expect(await web.queues.inbound.getJob(inboundJobId(wamid))).toBeDefined();
+    for (let i = 0; i < 3; i++) expect((await web.deliver(textWebhook({ text: `more ${i}` }).body)).statusCode).toBe(200);
+    expect(await web.unreplicatedWrites()).toBe(before + 5);
+    expect(web.events("webhook.unreplicated")).toHaveLength(1);
+  });
+
+  it("with REDIS_WAIT_STRICT=true it is answered 503 until a replica holds its job, which the redelivery finds queued", async () => {
+    const master = await redisServer();
+    const web = await webRole({ REDIS_URL: master.url, REDIS_WAIT_REPLICAS: "1", REDIS_WAIT_STRICT: "true" });
+    const { body, wamids } = textWebhook({ text: "is this kept?" });
+    expect((await web.deliver(body)).statusCode).toBe(503);
+    expect((await web.deliver(body)).statusCode).toBe(503);
+    expect(await web.queues.inbound.getJob(inboundJobId(wamids[0]!))).toBeDefined();
+    expect(await web.unreplicatedWrites()).toBe(0);
+
+    await redisServer({ replicaOf: master.port });
+    await eventually(() => replicated(master), "the new replica to sync", 15_000);
+    await eventually(async () => (await web.deliver(body)).statusCode === 200, "the redelivery to be answered 200", 10_000);
+    expect(await web.queues.inbound.getJobCounts("wait")).toEqual({ wait: 1 });
+    expect(await web.unreplicatedWrites()).toBe(0);
+  });
+});
 
 describe("a master with a replica (ROLE, read every few seconds and when a WAIT comes back short)", () => {
   let master: PrivateRedis;
@@ -73,6 +123,28 @@ describe("a master with a replica (ROLE, read every few seconds and when a WAIT 
     );
     await replica.resume();
     await eventually(() => count.of("any", 1) === 1, "the replica back to be counted", 15_000);
+  });
+
+  it("a webhook waits for it; with it lost, webhooks are answered 200 again within seconds, counted; with it back, they wait again", async () => {
+    await eventually(() => replicated(master), "the replica to sync", 15_000);
+    const web = await webRole({ REDIS_URL: master.url, REDIS_WAIT_REPLICAS: "1" });
+    await acceptedWithin(web, 5000);
+    expect(await web.unreplicatedWrites()).toBe(0);
+
+    await replica.kill();
+    await acceptedWithin(web, 10_000);
+    expect(await web.unreplicatedWrites()).toBeGreaterThan(0);
+
+    await replica.resume();
+    await eventually(
+      async () => {
+        const before = await web.unreplicatedWrites();
+        const answered = await web.deliver(textWebhook({ text: "copied again?" }).body);
+        return answered.statusCode === 200 && (await web.unreplicatedWrites()) === before;
+      },
+      "a delivery answered 200 once the replica holds it",
+      15_000,
+    );
   });
 });
 

@@ -9,6 +9,7 @@ import { closeQueues, createQueues, type Queues } from "../../src/queue/queues.t
 import { createFailFastRedis, type RedisClient } from "../../src/queue/redis.ts";
 import { signMetaBody } from "../../src/webhook/signature.ts";
 import { TEST_APP_SECRET, testEnv } from "./harness.ts";
+import { sampleValue } from "./prometheus-text.ts";
 
 /**
  * The web role in the test's own process, as src/main.ts builds it, on the Redis `env` names,
@@ -54,6 +55,11 @@ export class WebRole {
       payload: body,
       headers: { "content-type": "application/json", "x-hub-signature-256": signMetaBody(Buffer.from(body), TEST_APP_SECRET) },
     });
+  }
+
+  /** wa_redis_unreplicated_writes_total, as /metrics shows it. */
+  async unreplicatedWrites(): Promise<number> {
+    return sampleValue(await this.metrics.registry.metrics(), "wa_redis_unreplicated_writes_total") ?? Number.NaN;
   }
 
   /** Its log lines with this event. */
