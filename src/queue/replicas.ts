@@ -134,7 +134,7 @@ class RoleCount implements ReplicaCount {
   }
 }
 
-/** ROLE's answer: a master's is ["master", offset, [[host, port, offset], ...]]; a replica has none of its own that count. */
+/** ROLE's answer: a master's is ["master", offset, [[host, port, offset], ...]]; a replica's says nothing of a master's replicas. */
 function onlineReplicas(role: unknown[]): number | undefined {
   const [kind, , replicas] = role;
   return kind === "master" && Array.isArray(replicas) ? replicas.length : undefined;
