@@ -266,7 +266,7 @@ async function redisOnlyLoop(
       const item: InboundItem = { ...template, message: { ...template.message, id } };
       const start = performance.now();
       if (start >= closesAt) return;
-      const job = webhookJobOf(queues, jobFor(item, Date.now()), { replicas: 0, timeoutMs: 0 });
+      const job = webhookJobOf(queues, jobFor(item, Date.now()), { replicas: 0, timeoutMs: 0, strict: false });
       const outcome = await job.enqueue().then(
         () => "200",
         () => "error",

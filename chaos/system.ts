@@ -5,6 +5,7 @@ import { loadConfig } from "../src/config/config.ts";
 import type { RedisTarget } from "../src/config/redis.ts";
 import { WebhookDeliverer } from "../src/demo/meta/deliverer.ts";
 import { MetaGraph } from "../src/demo/meta/graph.ts";
+import { signMetaBody } from "../src/webhook/signature.ts";
 import { FakeAnthropic } from "../test/support/fake-anthropic.ts";
 import { freePorts } from "../test/support/ports.ts";
 import { PrivatePostgres } from "../test/support/private-postgres.ts";
@@ -111,6 +112,24 @@ export class ChaosSystem {
       await system.close();
       throw error;
     }
+  }
+
+  /** POST /webhook of each web process (the deliverer takes turns among them, as a load balancer would). */
+  get webhookUrls(): string[] {
+    return this.webPorts.map((port) => `http://127.0.0.1:${port}/webhook`);
+  }
+
+  /** One POST of `body` to `url`, signed as Meta signs it, never delivered again: its status (0 for no answer). */
+  async postOnce(url: string, body: string): Promise<number> {
+    const raw = Buffer.from(body, "utf8");
+    const headers = { "content-type": "application/json", "x-hub-signature-256": signMetaBody(raw, APP_SECRET) };
+    return fetch(url, { method: "POST", body: raw, headers, signal: AbortSignal.timeout(5000) }).then(
+      async (response) => {
+        await response.arrayBuffer();
+        return response.status;
+      },
+      () => 0,
+    );
   }
 
   /** The first web process's address. */

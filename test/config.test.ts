@@ -156,7 +156,7 @@ describe("where Redis is", () => {
   it("one server by default, taking webhooks on its AOF alone", () => {
     const config = loadConfig(testEnv({ REDIS_URL: "redis://10.0.0.5:6380" }));
     expect(config.redis).toEqual({ kind: "single", url: "redis://10.0.0.5:6380", tls: undefined });
-    expect(config.redisWait).toEqual({ replicas: 0, timeoutMs: 500 });
+    expect(config.redisWait).toEqual({ replicas: 0, timeoutMs: 500, strict: false });
   });
 
   it("a Redis Cluster by its seed nodes, IPv6 in brackets, with credentials and TLS; a webhook waits for one replica", () => {
@@ -172,7 +172,17 @@ describe("where Redis is", () => {
       password: "s3cret",
       tls: { ca: undefined },
     });
-    expect(config.redisWait.replicas).toBe(1);
+    expect(config.redisWait).toEqual({ replicas: 1, timeoutMs: 500, strict: false });
+  });
+
+  it("a webhook waits for the replicas the master has, or with REDIS_WAIT_STRICT=true for every one asked for", () => {
+    expect(loadConfig(testEnv({ REDIS_CLUSTER_NODES: "10.0.0.1:7000", REDIS_WAIT_STRICT: "true" })).redisWait).toEqual({
+      replicas: 1,
+      timeoutMs: 500,
+      strict: true,
+    });
+    expect(loadConfig(testEnv({ REDIS_CLUSTER_NODES: "10.0.0.1:7000", REDIS_WAIT_STRICT: "false" })).redisWait.strict).toBe(false);
+    expect(problemsOf(testEnv({ REDIS_WAIT_STRICT: "yes" }))).toEqual(['REDIS_WAIT_STRICT must be "true" or "false"']);
   });
 
   it("a master watched by Sentinels, by their addresses and the master's name", () => {

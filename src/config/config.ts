@@ -61,9 +61,10 @@ export interface Config {
   readonly redis: RedisTarget;
   /**
    * Replicas that must hold a webhook's job before it is answered 200 (REDIS_WAIT_REPLICAS:
-   * 1 for a cluster or sentinel set, 0 for one server, whose AOF is its copy).
+   * 1 for a cluster or sentinel set, 0 for one server, whose AOF is its copy), of those the
+   * master has; `strict` (REDIS_WAIT_STRICT): all of them, so a master with fewer refuses.
    */
-  readonly redisWait: { readonly replicas: number; readonly timeoutMs: number };
+  readonly redisWait: { readonly replicas: number; readonly timeoutMs: number; readonly strict: boolean };
   readonly queuePrefix: string;
   readonly databaseUrl: string;
   readonly databasePoolSize: number;
@@ -211,7 +212,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     numbers,
     servedNumbers: env.PHONE_NUMBERS_FILE ? new Set(numbers.keys()) : "every",
     redis,
-    redisWait: { replicas: e.REDIS_WAIT_REPLICAS ?? (redis.kind === "single" ? 0 : 1), timeoutMs: e.REDIS_WAIT_TIMEOUT_MS },
+    redisWait: { replicas: e.REDIS_WAIT_REPLICAS ?? (redis.kind === "single" ? 0 : 1), timeoutMs: e.REDIS_WAIT_TIMEOUT_MS, strict: e.REDIS_WAIT_STRICT },
     queuePrefix: e.QUEUE_PREFIX,
     databaseUrl: e.DATABASE_URL,
     databasePoolSize: e.DATABASE_POOL_SIZE,

@@ -58,6 +58,10 @@ export const envSchema = z.object({
   REDIS_WAIT_REPLICAS: optionalInt("REDIS_WAIT_REPLICAS", 0, 16),
   // Below the web connection's 2 s command timeout (src/queue/redis.ts): a WAIT holds that connection.
   REDIS_WAIT_TIMEOUT_MS: int("REDIS_WAIT_TIMEOUT_MS", 500, 1, 1500),
+  REDIS_WAIT_STRICT: z
+    .enum(["true", "false"], { error: 'REDIS_WAIT_STRICT must be "true" or "false"' })
+    .optional()
+    .transform((v) => v === "true"),
   QUEUE_PREFIX: z
     .string()
     .optional()

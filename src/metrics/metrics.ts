@@ -17,6 +17,8 @@ export interface Metrics {
   webhookItems: Counter<"kind" | "outcome">;
   /** One observation per delivery (POST /webhook), by what it was answered. */
   webhookDuration: Histogram<"outcome">;
+  /** Webhook items answered 200 on the queues' master alone, because it had no replica to wait for. */
+  redisUnreplicatedWrites: Counter;
   jobs: Counter<"queue" | "outcome">;
   deadLettersCreated: Counter<"reason">;
   /** From the webhook's receipt of the newest message a reply answers to Meta taking the reply's last part. */
@@ -44,6 +46,11 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
       help: "Time to answer a delivery (POST /webhook), by outcome: accepted (200), unavailable (503: Meta delivers again), bad_signature, malformed, too_large, error",
       labelNames: ["outcome"],
       buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+      registers,
+    }),
+    redisUnreplicatedWrites: new Counter({
+      name: "wa_redis_unreplicated_writes_total",
+      help: "Webhook items acknowledged (200) with no Redis replica holding their job: REDIS_WAIT_REPLICAS asks for replicas and the queues' master has none (REDIS_WAIT_STRICT off); losing that master before a replica syncs would lose them",
       registers,
     }),
     jobs: new Counter({

@@ -4,6 +4,7 @@ import calculateSlot from "cluster-key-slot";
 import { Cluster, type Redis } from "ioredis";
 import { type BusinessEvent, type EventJobData, type InboundJobData, QUEUE_NAMES, type ReplyJobData, type StatusJobData, type WebhookJob } from "./catalog.ts";
 import type { RedisClient } from "./redis.ts";
+import type { ReplicaCount } from "./replicas.ts";
 
 /** The queues, and how each job is added: the webhook's items (in the same script as their claim) and the reply job of a conversation. */
 
@@ -83,6 +84,16 @@ export const WEBHOOK_DEDUP_TTL_MS = 24 * 60 * 60 * 1000;
 export type EnqueueOutcome = "enqueued" | "duplicate";
 
 /**
+ * The add's outcome, and whether it was acknowledged on the master alone although replicas
+ * were asked for (REDIS_WAIT_REPLICAS > 0): the master has none to copy it to right now, and
+ * its loss before one syncs would take the job along.
+ */
+export interface EnqueueResult {
+  outcome: EnqueueOutcome;
+  unreplicated: boolean;
+}
+
+/**
  * Law 3 in one Redis script, so in one round trip: BullMQ's add sets the deduplication key
  * (24 h) and stores the job inside the same Lua call, so no crash can leave a claim without
  * its job, and a redelivery finds the key only when the job really was queued. The key is
@@ -99,7 +110,7 @@ export type EnqueueOutcome = "enqueued" | "duplicate";
  * construction) without the awaits inside it, which would let other requests' commands in
  * between the read and the script.
  */
-async function addOnce<T>(queue: Queue<T>, name: string, data: T, jobId: string, durability: Durability): Promise<EnqueueOutcome> {
+async function addOnce<T>(queue: Queue<T>, name: string, data: T, jobId: string, durability: Durability, present?: ReplicaCount): Promise<EnqueueResult> {
   const backend = queue.getBackend();
   const connection = await backend.client;
   const client = connection as unknown as RedisClient; // the queue's connection: ioredis underneath BullMQ's own interface
@@ -107,17 +118,35 @@ async function addOnce<T>(queue: Queue<T>, name: string, data: T, jobId: string,
   const traced = telemetry ? { telemetry: { metadata: telemetry.contextManager.getMetadata(telemetry.contextManager.active()) } } : {};
   const job = new Job(queue, name, data, { ...queue.jobsOpts, jobId, deduplication: { id: jobId, ttl: WEBHOOK_DEDUP_TTL_MS }, ...traced }, jobId);
   const keys = [queue.toKey(jobId), `${queue.keys.de}:${jobId}`] as const;
-  const { replicas, timeoutMs } = durability;
+  const awaited = replicasToAwait(durability, keys[0], present);
   // WAIT covers the writes made before it on its own connection: in a cluster that is the
   // connection to the master of the queue's slot (the prefix's hash tag), not any node.
-  const waiter = replicas === 0 ? undefined : client instanceof Cluster ? masterOf(client, keys[0]) : client;
+  const waiter = awaited === 0 ? undefined : client instanceof Cluster ? masterOf(client, keys[0]) : client;
   const known = client.exists(...keys);
   const added = backend.addJobToTransaction(connection, job.asJSON(), jobId);
   // Issued in the same turn, so in the same write, right behind the add on this connection.
-  const copied = waiter?.wait(replicas, timeoutMs);
+  const copied = waiter?.wait(awaited, durability.timeoutMs);
   const [found, , acknowledged] = await Promise.all([known, added, copied]);
-  if (acknowledged !== undefined) assertReplicated(acknowledged, durability);
-  return found > 0 ? "duplicate" : "enqueued";
+  if (acknowledged !== undefined && !(acknowledged >= awaited)) {
+    // Nothing proves the add was copied. The reading may name a replica that is gone: the
+    // next deliveries should know.
+    present?.doubt();
+    throw new NotReplicatedError(acknowledged, awaited, durability.timeoutMs);
+  }
+  return { outcome: found > 0 ? "duplicate" : "enqueued", unreplicated: awaited === 0 && durability.replicas > 0 };
+}
+
+/**
+ * The replicas a webhook's add waits for: as many as REDIS_WAIT_REPLICAS asks, but no more
+ * than the master has now, so a master left without a replica (a failover's promoted
+ * replica, until a new one syncs) takes webhooks on its own; or all that are asked, whatever
+ * the master has, when the operator chose to refuse instead (REDIS_WAIT_STRICT), or when
+ * nothing is known of the master (a WAIT that comes back short then answers 503).
+ */
+function replicasToAwait(durability: Durability, key: string, present: ReplicaCount | undefined): number {
+  if (durability.replicas === 0 || durability.strict || !present) return durability.replicas;
+  const replicas = present.of(key, durability.replicas);
+  return replicas === undefined ? durability.replicas : Math.min(durability.replicas, replicas);
 }
 
 /**
@@ -137,41 +166,48 @@ function masterOf(cluster: Cluster, key: string): Redis {
 }
 
 /**
- * How many replicas must hold a webhook's job before it is answered 200 (REDIS_WAIT_REPLICAS),
- * and how long to wait for them. Redis replicates after it answers: a master lost right after
- * an add takes the add with it, and the replica promoted in its place never saw the job.
+ * How many replicas should hold a webhook's job before it is answered 200 (REDIS_WAIT_REPLICAS),
+ * how long to wait for them, and whether a master with fewer refuses webhooks (`strict`).
+ * Redis replicates after it answers: a master lost right after an add takes the add with it,
+ * and the replica promoted in its place never saw the job.
  */
 export interface Durability {
   replicas: number;
   timeoutMs: number;
+  /** REDIS_WAIT_STRICT: wait for `replicas` even when the master has fewer, so 503 until they are back. */
+  strict: boolean;
 }
 
-/** Fewer replicas than required acknowledged an add in time: the item is not safely queued yet. */
+/** Fewer replicas than awaited acknowledged an add in time: the item is not safely queued yet. */
 class NotReplicatedError extends Error {
   override readonly name = "NotReplicatedError";
-  constructor(acknowledged: number, durability: Durability) {
-    super(`${acknowledged} of ${durability.replicas} Redis replicas acknowledged the add within ${durability.timeoutMs} ms`);
+  constructor(acknowledged: number, awaited: number, timeoutMs: number) {
+    super(`${acknowledged} of ${awaited} Redis replicas acknowledged the add within ${timeoutMs} ms`);
   }
 }
 
-function assertReplicated(acknowledged: number, durability: Durability): void {
-  if (!(acknowledged >= durability.replicas)) throw new NotReplicatedError(acknowledged, durability);
-}
-
-/** A webhook item's job: its id and how to add it (in the same script as its claim). */
-export function webhookJobOf(queues: Queues, job: WebhookJob, durability: Durability): { id: string; enqueue: () => Promise<EnqueueOutcome> } {
+/**
+ * A webhook item's job: its id and how to add it (in the same script as its claim). `present`
+ * says how many replicas the master has now; without it the add waits for all `durability` asks.
+ */
+export function webhookJobOf(
+  queues: Queues,
+  job: WebhookJob,
+  durability: Durability,
+  present?: ReplicaCount,
+): { id: string; enqueue: () => Promise<EnqueueResult> } {
   switch (job.queue) {
     case "inbound": {
       const id = inboundJobId(job.data.message.id);
-      return { id, enqueue: () => addOnce(queues.inbound, "inbound", job.data, id, durability) };
+      return { id, enqueue: () => addOnce(queues.inbound, "inbound", job.data, id, durability, present) };
     }
     case "status": {
       const id = statusJobId(job.data.status.id, job.data.status.status);
-      return { id, enqueue: () => addOnce(queues.status, "status", job.data, id, durability) };
+      return { id, enqueue: () => addOnce(queues.status, "status", job.data, id, durability, present) };
     }
     case "events": {
       const id = eventJobId(job.data);
-      return { id, enqueue: () => addOnce(queues.events, job.data.type, job.data, id, durability) };
+      return { id, enqueue: () => addOnce(queues.events, job.data.type, job.data, id, durability, present) };
     }
   }
 }

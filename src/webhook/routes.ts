@@ -1,10 +1,11 @@
 import { SpanKind, type Tracer } from "@opentelemetry/api";
-import { type FastifyInstance, type FastifyPluginAsync, type FastifyReply, type FastifyRequest, LogController } from "fastify";
+import { type FastifyBaseLogger, type FastifyInstance, type FastifyPluginAsync, type FastifyReply, type FastifyRequest, LogController } from "fastify";
 import type { ServedNumbers } from "../config/numbers.ts";
 import { safeEqual } from "../crypto/safe-equal.ts";
 import type { Metrics } from "../metrics/metrics.ts";
 import { type Durability, type EnqueueOutcome, type Queues, webhookJobOf } from "../queue/queues.ts";
 import { REDIS_READY_GRACE_MS, type RedisClient, watchReadiness } from "../queue/redis.ts";
+import { watchReplicas } from "../queue/replicas.ts";
 import { inSpan } from "../tracing/tracing.ts";
 import { verifyMetaSignature } from "./signature.ts";
 import { jobFor, type WebhookItem, walkWebhook } from "./walk.ts";
@@ -18,13 +19,20 @@ export interface WebhookDeps {
   /** The business numbers answered; another number's items are acknowledged, counted and dropped. */
   servedNumbers: ServedNumbers;
   metrics: Metrics;
-  /** How many Redis replicas must hold a job before its delivery is answered 200 (law 2). */
+  /** How many Redis replicas must hold a job before its delivery is answered 200 (law 2), of those the master has. */
   durability: Durability;
   /** Traces on: each delivery is a span, the root of its messages' traces. Absent: the handler runs bare. */
   tracer?: Tracer | undefined;
   /** How long after the connection was lost a webhook still waits for it (default REDIS_READY_GRACE_MS). */
   redisGraceMs?: number | undefined;
 }
+
+/**
+ * A master without a replica takes every webhook on its own, and a refused ROLE would fail
+ * every reading: each is said in a log line at most this often per process (the metric
+ * counts each item), not once per delivery.
+ */
+const REDIS_WARNING_EVERY_MS = 60_000;
 
 /** Meta's payloads are up to 3 MB (WHATSAPP.md §4); a little headroom, then 413. */
 export const WEBHOOK_BODY_LIMIT = 4 * 1024 * 1024;
@@ -103,6 +111,32 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
       413: timed("too_large"),
     };
     const otherDuration = timed("error");
+    const unreplicatedCounter = deps.metrics.redisUnreplicatedWrites;
+
+    const replicasUnreadable = { lastAt: Number.NEGATIVE_INFINITY };
+    const unreplicatedWarning = { lastAt: Number.NEGATIVE_INFINITY, writes: 0 };
+    // Only a wait that settles for the replicas there are asks how many there are.
+    const { durability } = deps;
+    const present =
+      durability.replicas > 0 && !durability.strict
+        ? watchReplicas(deps.redis, (error) => {
+            if (due(replicasUnreadable))
+              app.log.warn(
+                { event: "redis.replicas_unreadable", err: error },
+                "cannot read how many replicas the Redis master has; webhooks wait for all REDIS_WAIT_REPLICAS",
+              );
+          })
+        : undefined;
+    app.addHook("onClose", async () => present?.close());
+    const warnUnreplicated = (log: FastifyBaseLogger, writes: number) => {
+      unreplicatedWarning.writes += writes; // since the last line
+      if (!due(unreplicatedWarning)) return;
+      log.warn(
+        { event: "webhook.unreplicated", writes: unreplicatedWarning.writes },
+        "webhooks accepted on the Redis master alone: it has no replica, so losing it would lose their jobs; restore a replica (REDIS_WAIT_STRICT=true refuses them instead)",
+      );
+      unreplicatedWarning.writes = 0;
+    };
 
     app.get<{ Querystring: Record<string, string | undefined> }>("/webhook", async (request, reply) => {
       const mode = request.query["hub.mode"];
@@ -143,12 +177,13 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
       // Law 2: a connection that is not ready cannot enqueue. One coming back within the grace
       // is waited for; one away longer is refused at once, and Meta delivers again later.
       // The ready case stays synchronous: this is the hot path.
-      const redisAway = deps.redis.status !== "ready" && items.some((item) => item.kind !== "ignored");
+      const redisAway = deps.redis.status !== "ready" && items.some((item) => item.kind !== "ignored" && item.kind !== "not_ours");
       const notReady = redisAway && !(await readiness.ready()) ? new RedisNotReadyError(deps.redis.status, graceMs) : undefined;
       const enqueued: string[] = [];
       const duplicates: string[] = [];
       let ignored = 0;
       let notOurs = 0;
+      let unreplicated = 0;
       // Every item is enqueued on its own; 200 only when all are safe (law 2). One failing
       // item does not stop the others (law 9): they are queued, and the redelivery finds them.
       const results = await Promise.allSettled(
@@ -171,17 +206,22 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
             }
             return;
           }
-          const job = webhookJobOf(deps.queues, jobFor(item, receivedAt), deps.durability);
-          const outcome = await (notReady ? Promise.reject(notReady) : job.enqueue()).catch((error: unknown) => {
+          const job = webhookJobOf(deps.queues, jobFor(item, receivedAt), durability, present);
+          const { outcome, unreplicated: alone } = await (notReady ? Promise.reject(notReady) : job.enqueue()).catch((error: unknown) => {
             itemCounter[item.kind].failed.inc();
             throw error;
           });
           itemCounter[item.kind][outcome].inc();
+          if (alone) {
+            unreplicatedCounter.inc();
+            unreplicated++;
+          }
           const id = item.kind === "message" ? item.message.id : item.kind === "status" ? item.status.id : job.id;
           (outcome === "enqueued" ? enqueued : duplicates).push(id);
           request.log.debug({ event: `webhook.${outcome}`, kind: item.kind, wamid: id }, outcome);
         }),
       );
+      if (unreplicated > 0) warnUnreplicated(request.log, unreplicated);
       const failed = results.filter((r): r is PromiseRejectedResult => r.status === "rejected");
       if (failed.length > 0) {
         request.log.error(
@@ -211,4 +251,12 @@ export function webhookRoutes(deps: WebhookDeps): FastifyPluginAsync {
       : deliver;
     app.post("/webhook", { bodyLimit: WEBHOOK_BODY_LIMIT, onResponse }, tracedDeliver);
   };
+}
+
+/** Whether a rate-limited log line is due now; if so, its clock restarts. */
+function due(limit: { lastAt: number }): boolean {
+  const now = Date.now();
+  if (now - limit.lastAt < REDIS_WARNING_EVERY_MS) return false;
+  limit.lastAt = now;
+  return true;
 }

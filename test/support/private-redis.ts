@@ -18,10 +18,12 @@ export class PrivateRedis {
     readonly port: number,
     private readonly dir: string,
     private readonly aof: boolean,
+    private readonly replicaOf: number | undefined,
   ) {}
 
-  static async start(options: { aof?: boolean } = {}): Promise<PrivateRedis> {
-    const server = new PrivateRedis(await freePort(), await mkdtemp(join(tmpdir(), "private-redis-")), options.aof ?? false);
+  /** `replicaOf`: the port of a master on loopback, which this server copies (its replica). */
+  static async start(options: { aof?: boolean; replicaOf?: number } = {}): Promise<PrivateRedis> {
+    const server = new PrivateRedis(await freePort(), await mkdtemp(join(tmpdir(), "private-redis-")), options.aof ?? false, options.replicaOf);
     await server.resume();
     return server;
   }
@@ -37,9 +39,10 @@ export class PrivateRedis {
   async resume(): Promise<void> {
     if (this.running) return;
     const persistence = this.aof ? ["--appendonly", "yes", "--appendfsync", "always"] : ["--appendonly", "no"];
+    const replication = this.replicaOf === undefined ? [] : ["--replicaof", "127.0.0.1", String(this.replicaOf)];
     const child = spawn(
       "redis-server",
-      ["--port", String(this.port), "--bind", "127.0.0.1", "--save", "", ...persistence, "--dir", this.dir, "--maxmemory-policy", "noeviction"],
+      ["--port", String(this.port), "--bind", "127.0.0.1", "--save", "", ...persistence, "--dir", this.dir, "--maxmemory-policy", "noeviction", ...replication],
       { stdio: "ignore" },
     );
     this.child = child;

@@ -63,6 +63,13 @@ class Server {
     return stdout.split("\n").filter((key) => key !== "");
   }
 
+  /** The replicas connected to it now, as it counts them (INFO replication's connected_slaves). */
+  async connectedReplicas(): Promise<number> {
+    const match = /connected_slaves:(\d+)/.exec(await cli(this.port, "INFO", "replication"));
+    if (!match) throw new Error(`redis-server on port ${this.port} did not say how many replicas it has`);
+    return Number(match[1]);
+  }
+
   /** SIGSTOP freezes it (it keeps its sockets and answers nothing); SIGCONT thaws it. */
   signal(signal: "SIGSTOP" | "SIGCONT"): void {
     if (this.running) this.child!.kill(signal);
@@ -267,13 +274,19 @@ export class PrivateRedisSentinels implements ReplicatedRedis {
     return master;
   }
 
-  /** Resolves once the Sentinels agree on a master that has a replica in sync and a quorum to fail it over. */
+  /**
+   * Resolves once the Sentinels agree on a master that has a replica in sync and a quorum to
+   * fail it over, and each of them knows that replica: a Sentinel learns of replicas from the
+   * master's INFO every 10 s, and promotes none it has not heard of.
+   */
   async healthy(): Promise<void> {
     await until("the Sentinels to watch a replicated master", async () => {
       const master = await this.masterOf();
       if (!/slave\d+:.*state=online/.test(await cli(master.port, "INFO", "replication"))) return undefined;
       for (const sentinel of this.sentinels) {
         if (!(await cli(sentinel.port, "SENTINEL", "CKQUORUM", SENTINEL_MASTER_NAME)).startsWith("OK")) return undefined;
+        const known = (await cli(sentinel.port, "SENTINEL", "REPLICAS", SENTINEL_MASTER_NAME)).split("\n");
+        if (!known.some((line, i) => line === "flags" && known[i + 1] === "slave")) return undefined;
       }
       return true;
     });
