@@ -133,13 +133,15 @@ export type JobRead<T> =
 
 /** A clock may be off by this much: Meta's timestamp of a message is never later than its receipt by more. */
 const CLOCK_SKEW_MS = 10 * 60 * 1000;
+/** Meta gives up redelivering after 7 days (WHATSAPP.md §4): nothing it sends is older than that, and a day more. */
+const OLDEST_DELIVERY_MS = 8 * 24 * 60 * 60 * 1000;
 
 /**
  * A job's data as its worker may use it, or why it never can be. Cleaned first, so that
  * Postgres can store it: NUL characters are removed (text and jsonb refuse them), a lone UTF-16
  * surrogate becomes U+FFFD (jsonb refuses it; only a hostile body carries one), and a
- * timestamp no clock could have written (not a date, or later than the job's receipt) is read
- * as the time the webhook received it. `receivedAtMs` is that time when the data does not say
+ * timestamp Meta could not have written (not a date, later than the job's receipt, or older
+ * than Meta's redeliveries last) is read as the time the webhook received it. `receivedAtMs` is that time when the data does not say
  * (BullMQ's job timestamp). The job id was derived from the original (src/queue/queues.ts).
  */
 export function readJob(queue: "inbound", data: unknown, receivedAtMs: number): JobRead<InboundJobData>;
@@ -202,10 +204,13 @@ function timestamped(queue: QueueName, data: Record<string, unknown>): { timesta
   return holders.filter((h): h is { timestamp: unknown } => h !== undefined && h !== null && typeof h === "object" && "timestamp" in h);
 }
 
-/** Seconds since the epoch that make a date no later than the receipt (and its clock's skew). */
+/**
+ * Seconds since the epoch that make a date Meta could have written for something it delivers
+ * now: no later than the receipt (and its clock's skew), no earlier than its redeliveries last.
+ */
 function possibleTimestamp(timestamp: unknown, receivedAtMs: number): boolean {
   const ms = Number(timestamp) * 1000;
-  return Number.isSafeInteger(ms) && ms >= 0 && ms <= receivedAtMs + CLOCK_SKEW_MS;
+  return Number.isSafeInteger(ms) && ms >= receivedAtMs - OLDEST_DELIVERY_MS && ms <= receivedAtMs + CLOCK_SKEW_MS;
 }
 
 function describeIssues(error: z.ZodError): string {
