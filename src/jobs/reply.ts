@@ -17,7 +17,7 @@ import type { Lease } from "../replies/state/fence.ts";
 import { markAccepted, markRefused, markSending, type Outbox, unsentParts } from "../replies/state/parts.ts";
 import { armGeneration, markReplySent, releaseGeneration, storeDraft } from "../replies/state/replies.ts";
 import { templateInstead, windowOpen } from "../replies/window.ts";
-import type { GraphClient, Recipient } from "../whatsapp/graph-client.ts";
+import { type GraphClient, type Recipient, SendTooLate } from "../whatsapp/graph-client.ts";
 import { decideFate, isInfrastructureFailure, type RetryDelaySettings, retryDelayMs } from "./policy.ts";
 
 export interface ReplyDeps {
@@ -307,12 +307,11 @@ async function sendParts(deps: ReplyDeps, lease: Lease, conversation: Conversati
       }
     }
     const attempt = marked.attempt;
-    // A run frozen right here (a GC pause, a stopped VM) must not send late: by now another
-    // worker may have counted this part as maybe-sent and be waiting out `resend_after`.
-    if (performance.now() - markedAt > leaseMs) {
-      await markRefused(deps.db, part.id, attempt); // it never left: whoever runs next may send it
-      throw new FencedOut(`the send lease of part ${part.id} lapsed before the request went out`);
-    }
+    // A run frozen right here (a GC pause, a stopped VM), or whose connection to Meta comes up
+    // late, must not send late: by now another worker may have counted this part as maybe-sent
+    // and be waiting out `resend_after`. Checked again as the request is written (startBy).
+    const startBy = markedAt + leaseMs;
+    if (performance.now() > startBy) await sentTooLate(deps, part.id, attempt, leaseMs);
     // Law 5's unavoidable window: we started this send before and never learned its outcome.
     if (part.sendState === "sending")
       log.warn({ event: "reply.resend_unconfirmed", part: part.id }, "no status came for an earlier send of this part; sending it again");
@@ -325,6 +324,7 @@ async function sendParts(deps: ReplyDeps, lease: Lease, conversation: Conversati
             name: template.name,
             language: template.language,
             bizOpaqueCallbackData: part.id,
+            startBy,
           })
         : await deps.graph.sendText({
             phoneNumberId: conversation.phoneNumberId,
@@ -332,8 +332,10 @@ async function sendParts(deps: ReplyDeps, lease: Lease, conversation: Conversati
             text: part.text,
             bizOpaqueCallbackData: part.id,
             replyTo: part.seq === firstSeq ? quote : undefined,
+            startBy,
           }));
     } catch (error) {
+      if (error instanceof SendTooLate) await sentTooLate(deps, part.id, attempt, leaseMs);
       // Meta answered with its error body, so it did not take the message: safe to send again.
       if ((error instanceof RetryableError || error instanceof PermanentError) && !error.ambiguous) await markRefused(deps.db, part.id, attempt);
       else log.warn({ event: "reply.maybe_sent", part: part.id }, "Meta may have taken this send; it waits for its status before any resend");
@@ -351,6 +353,19 @@ async function sendParts(deps: ReplyDeps, lease: Lease, conversation: Conversati
     }
   }
   return replySent;
+}
+
+/**
+ * The send did not start within its lease, so nothing of it left: the part goes back to
+ * pending (whoever runs next may send it) and this attempt counts as a retryable failure.
+ */
+async function sentTooLate(deps: ReplyDeps, partId: string, attempt: number, leaseMs: number): Promise<never> {
+  await markRefused(deps.db, partId, attempt);
+  throw new RetryableError({
+    source: "graph",
+    code: "send_late",
+    reason: `The send could not start within ${leaseMs} ms of being marked (the connection to Meta came up late, or the worker froze): nothing was sent`,
+  });
 }
 
 /** The phone number when known (Meta's advice), else the BSUID (WHATSAPP.md §9). */

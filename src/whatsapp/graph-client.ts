@@ -1,3 +1,4 @@
+import { Readable } from "node:stream";
 import { SpanKind, type Tracer } from "@opentelemetry/api";
 import { request as undiciRequest } from "undici";
 import { z } from "zod";
@@ -76,6 +77,18 @@ export interface SendTextInput {
   bizOpaqueCallbackData: string;
   /** Quote this message (the customer's) above ours. */
   replyTo?: string | undefined;
+  /** The send must start by then (performance.now()), or not at all: see SendTooLate. */
+  startBy?: number | undefined;
+}
+
+/**
+ * A send whose request was not written by its `startBy` (a slow connect or TLS handshake, a
+ * process frozen on the way): nothing of it left, so Meta cannot have it; the caller may send
+ * it again at once. Checked as the body is written, after the connection is up (law 5: a part
+ * is sent only promptly after it was marked sending).
+ */
+export class SendTooLate extends Error {
+  override readonly name = "SendTooLate";
 }
 
 /**
@@ -95,7 +108,7 @@ export class GraphClient {
   ) {}
 
   async sendText(input: SendTextInput): Promise<{ wamid: string }> {
-    return this.sent("text", input.phoneNumberId, input.bizOpaqueCallbackData, {
+    return this.sent("text", input.phoneNumberId, input.bizOpaqueCallbackData, input.startBy, {
       messaging_product: "whatsapp",
       recipient_type: "individual",
       ...addressed(input.to),
@@ -113,8 +126,9 @@ export class GraphClient {
     name: string;
     language: string;
     bizOpaqueCallbackData: string;
+    startBy?: number | undefined;
   }): Promise<{ wamid: string }> {
-    return this.sent("template", input.phoneNumberId, input.bizOpaqueCallbackData, {
+    return this.sent("template", input.phoneNumberId, input.bizOpaqueCallbackData, input.startBy, {
       messaging_product: "whatsapp",
       recipient_type: "individual",
       ...addressed(input.to),
@@ -125,10 +139,16 @@ export class GraphClient {
   }
 
   /** One send, in a span of its own (ids only: no text, no phone number). */
-  private sent(type: "text" | "template", phoneNumberId: string, partId: string, message: Record<string, unknown>): Promise<{ wamid: string }> {
+  private sent(
+    type: "text" | "template",
+    phoneNumberId: string,
+    partId: string,
+    startBy: number | undefined,
+    message: Record<string, unknown>,
+  ): Promise<{ wamid: string }> {
     const attributes = { "messaging.system": "whatsapp", "messaging.operation.name": "send", "whatsapp.message.type": type, "whatsapp.part.id": partId };
     return inSpan(this.tracer, "whatsapp send", { kind: SpanKind.CLIENT, attributes }, async (span) => {
-      const accepted = acceptedWamid(await this.request("POST", messagesPath(phoneNumberId), message));
+      const accepted = acceptedWamid(await this.request("POST", messagesPath(phoneNumberId), message, startBy));
       span.setAttribute("messaging.message.id", accepted.wamid);
       return accepted;
     });
@@ -176,16 +196,21 @@ export class GraphClient {
    * is the reply path's hot call, twice per reply (the send, and read-with-typing), and fetch's
    * web streams cost four times its CPU (bench/RESULTS.md).
    */
-  private async request(method: "GET" | "POST", path: string, payload?: unknown): Promise<GraphAnswer> {
+  private async request(method: "GET" | "POST", path: string, payload?: unknown, startBy?: number): Promise<GraphAnswer> {
     let response: Awaited<ReturnType<typeof undiciRequest>>;
+    const json = payload === undefined ? undefined : JSON.stringify(payload);
     try {
       response = await undiciRequest(`${this.options.baseUrl}/${this.options.version}/${path}`, {
         method,
-        headers: { ...this.headers(), ...(payload === undefined ? {} : { "content-type": "application/json" }) },
-        ...(payload === undefined ? {} : { body: JSON.stringify(payload) }),
+        headers: {
+          ...this.headers(),
+          ...(json === undefined ? {} : { "content-type": "application/json", "content-length": String(Buffer.byteLength(json)) }),
+        },
+        ...(json === undefined ? {} : { body: startBy === undefined ? json : Readable.from(writtenBy(json, startBy)) }),
         signal: AbortSignal.timeout(this.options.timeoutMs),
       });
     } catch (error) {
+      if (error instanceof SendTooLate) throw error;
       throw this.counted(transportFailure(error, this.options.timeoutMs));
     }
     let text: string;
@@ -230,6 +255,16 @@ export class GraphClient {
       "user-agent": "Mozilla/5.0 (compatible; whatsapp-ai-reply)",
     };
   }
+}
+
+/**
+ * A body that undici reads once the connection (and TLS) is up, right before it writes the
+ * request, headers included: the moment the send starts. Later than `startBy`, nothing is
+ * written and the connection is dropped.
+ */
+async function* writtenBy(json: string, startBy: number): AsyncGenerator<Buffer> {
+  if (performance.now() > startBy) throw new SendTooLate(`the send's start was due ${Math.round(performance.now() - startBy)} ms ago`);
+  yield Buffer.from(json);
 }
 
 /** Connection failures before a byte of the request could be written: Meta cannot have it. */
