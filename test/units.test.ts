@@ -4,6 +4,7 @@ import { classifyAnthropicError, toAlternatingMessages } from "../src/ai/claude.
 import { FencedOut, PermanentError, Postpone, RetryableError } from "../src/errors.ts";
 import { decideFate, retryDelayMs } from "../src/jobs/policy.ts";
 import { type PendingMessage, planNextAnswer } from "../src/messages/plan.ts";
+import { readJob } from "../src/queue/catalog.ts";
 import { splitForWhatsApp } from "../src/replies/split.ts";
 import { ruleForGraphCode } from "../src/whatsapp/error-codes.ts";
 
@@ -176,5 +177,32 @@ describe("planning the next answer, in the order the customer wrote", () => {
       answer: { kind: "canned", text: "A person will answer" },
       effects: { handoffWamid: human.wamid },
     });
+  });
+});
+
+describe("reading a job's data when it is taken (the job catalog)", () => {
+  it("takes any id Postgres's uuid takes, not only RFC 9562's versions, and refuses what is not one", () => {
+    const md5Shaped = "a3c65c29-7427-0e7f-5b94-4d2c6d1ef73c"; // md5(...)::uuid: version bits 0
+    expect(readJob("reply", { conversationId: md5Shaped }, Date.now())).toMatchObject({ ok: true, data: { conversationId: md5Shaped } });
+    expect(readJob("reply", { conversationId: "not-a-uuid" }, Date.now())).toMatchObject({ ok: false, reason: expect.stringContaining("conversationId") });
+  });
+
+  it("reads a timestamp older than Meta's redeliveries last, or from the future, as the time received, and keeps a possible one", () => {
+    const received = Date.UTC(2026, 11, 2, 12, 0, 0);
+    const message = (timestamp: string) => ({
+      phoneNumberId: "106540352242922",
+      sender: { waId: "34600000000" },
+      message: { id: "wamid.A", from: "34600000000", timestamp, type: "text", text: { body: "hi" } },
+    });
+    const read = (timestamp: string) => {
+      const result = readJob("inbound", message(timestamp), received);
+      if (!result.ok) throw new Error(result.reason);
+      return result.data.message.timestamp;
+    };
+    const seconds = (ms: number) => String(Math.floor(ms / 1000));
+    expect(read(seconds(received - 6 * 86_400_000))).toBe(seconds(received - 6 * 86_400_000)); // a redelivery days late
+    expect(read(seconds(received - 30 * 86_400_000))).toBe(seconds(received));
+    expect(read("99999999999999")).toBe(seconds(received));
+    expect(read(seconds(received + 3_600_000))).toBe(seconds(received));
   });
 });

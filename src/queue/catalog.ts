@@ -88,6 +88,8 @@ const senderSchema = z
   })
   .refine((s) => s.waId !== undefined || s.userId !== undefined, { message: "a sender needs a phone number or a BSUID" });
 const tokens = z.number().int().nonnegative();
+// Postgres's uuid: any 32 hex digits in the 8-4-4-4-12 shape (zod's z.uuid() asks for RFC 9562's version bits, which rows made otherwise lack).
+const uuid = z.guid();
 
 const JOB_SCHEMAS = {
   inbound: z
@@ -106,10 +108,10 @@ const JOB_SCHEMAS = {
     z.object({ type: z.literal("user_id"), previous: z.string().min(1), current: z.string().min(1) }),
   ]),
   reply: z.object({
-    conversationId: z.uuid(),
+    conversationId: uuid,
     draft: z
       .object({
-        replyId: z.uuid(),
+        replyId: uuid,
         text: z.string(),
         model: z.string(),
         inputTokens: tokens,
@@ -118,7 +120,7 @@ const JOB_SCHEMAS = {
         cacheCreationTokens: tokens,
       })
       .optional(),
-    accepted: z.record(z.uuid(), z.string().min(1)).optional(),
+    accepted: z.record(uuid, z.string().min(1)).optional(),
   }),
   reconcile: z.object({}).passthrough(),
 } as const;
