@@ -58,7 +58,7 @@ export function formatReport(results: (ScenarioResult | ScenarioError)[]): strin
   const out = [
     table(["scenario", "sent in", "answered", "dead-lettered", "lost", "Claude calls/answer", "sends/part", "goal"], rows),
     "",
-    "  goal: 0 lost, Claude calls per answer 1.000 (5: plus the calls in flight in the frozen worker), sends per reply part 1.000",
+    "  goal: 0 lost, Claude calls per answer 1.000 (8: plus the calls in flight in the killed worker, whose answers nobody reads), sends per reply part 1.000",
     "  answered: its reply reached the customer (Meta took a send of one of its parts, or the reply is `sent`); dead-lettered: reply",
     "  dead with an open dead letter; lost: everything else (skipped messages aside), counted after the system settled or at the deadline.",
     "",

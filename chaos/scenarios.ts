@@ -62,6 +62,22 @@ async function waitFor<T>(probe: () => T | undefined | false, timeoutMs: number,
   }
 }
 
+/**
+ * `customers` write, 100 ms apart; then the worker process with Claude calls in flight, once
+ * they have been in flight for a moment, and how many (undefined when none ever started).
+ */
+async function workerAskingClaude(system: ChaosSystem, customers: number): Promise<{ victim: RoleProcess; calls: number } | undefined> {
+  for (let i = 0; i < customers; i++) {
+    system.customers.write(i);
+    await sleep(100);
+  }
+  const via = await waitFor(() => [...system.claudeInFlight].find(([v, n]) => n > 0 && v.startsWith("w"))?.[0], 15_000);
+  const victim = via ? system.processOf(via) : undefined;
+  if (!via || !victim) return undefined;
+  await sleep(300);
+  return { victim, calls: system.claudeInFlight.get(via) ?? 0 };
+}
+
 const totalClaudeInFlight = (system: ChaosSystem) => [...system.claudeInFlight.values()].reduce((a, b) => a + b, 0);
 
 export const SCENARIOS: Scenario[] = [
@@ -181,15 +197,9 @@ export const SCENARIOS: Scenario[] = [
     claudeLatencyMs: 3000,
     async run(system) {
       const customers = 4;
-      for (let i = 0; i < customers; i++) {
-        system.customers.write(i);
-        await sleep(100);
-      }
-      const via = await waitFor(() => [...system.claudeInFlight].find(([v, n]) => n > 0 && v.startsWith("w"))?.[0], 15_000);
-      const victim = via ? system.processOf(via) : undefined;
-      if (!via || !victim) return { note: "no Claude call ever started: nothing frozen", deadline: Date.now() + 30_000 };
-      await sleep(300);
-      const frozenCalls = system.claudeInFlight.get(via) ?? 0;
+      const caught = await workerAskingClaude(system, customers);
+      if (!caught) return { note: "no Claude call ever started: nothing frozen", deadline: Date.now() + 30_000 };
+      const { victim, calls: frozenCalls } = caught;
       victim.signal("SIGSTOP");
       const frozenAt = Date.now();
       await sleep(1000);
@@ -281,15 +291,9 @@ export const SCENARIOS: Scenario[] = [
     claudeLatencyMs: 3000,
     async run(system) {
       const customers = 4;
-      for (let i = 0; i < customers; i++) {
-        system.customers.write(i);
-        await sleep(100);
-      }
-      const via = await waitFor(() => [...system.claudeInFlight].find(([v, n]) => n > 0 && v.startsWith("w"))?.[0], 15_000);
-      const victim = via ? system.processOf(via) : undefined;
-      if (!via || !victim) return { note: "no Claude call ever started: nothing killed", deadline: Date.now() + 30_000 };
-      await sleep(300);
-      const killedCalls = system.claudeInFlight.get(via) ?? 0;
+      const caught = await workerAskingClaude(system, customers);
+      if (!caught) return { note: "no Claude call ever started: nothing killed", deadline: Date.now() + 30_000 };
+      const { victim, calls: killedCalls } = caught;
       victim.signal("SIGKILL");
       const killedAt = Date.now();
       await victim.exited;

@@ -1,6 +1,6 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { afterEach, describe, expect, it } from "vitest";
-import { deliverOverHttp, runEntryPoint } from "./support/entry-point.ts";
+import { deliverOverHttp, runEntryPoint, untilReady } from "./support/entry-point.ts";
 import { eventually, type Harness, startHarness } from "./support/harness.ts";
 import { freePort } from "./support/ports.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
@@ -22,15 +22,7 @@ describe("the process", () => {
     child = main.child;
 
     const base = `http://127.0.0.1:${port}`;
-    await eventually(
-      () =>
-        fetch(`${base}/readyz`).then(
-          (r) => r.ok,
-          () => false,
-        ),
-      "the process to be ready",
-      60_000,
-    );
+    await untilReady(base);
     expect(main.output).toContain('"event":"db.migrated"');
     expect(main.output).toContain('"event":"webhook.serving_every_number"'); // no PHONE_NUMBERS_FILE: it says so
     const scrape = await fetch(`http://127.0.0.1:${metricsPort}/metrics`);

@@ -3,7 +3,7 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import { inboundJobId } from "../src/queue/queues.ts";
-import { deliverOverHttp, runEntryPoint } from "./support/entry-point.ts";
+import { deliverOverHttp, runEntryPoint, untilReady } from "./support/entry-point.ts";
 import { eventually, type Harness, startHarness } from "./support/harness.ts";
 import { freePort } from "./support/ports.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
@@ -102,15 +102,7 @@ async function answerOneMessage(env: Record<string, string>): Promise<{ output: 
   child = main.child;
 
   const base = `http://127.0.0.1:${port}`;
-  await eventually(
-    () =>
-      fetch(`${base}/readyz`).then(
-        (r) => r.ok,
-        () => false,
-      ),
-    "the process to be ready",
-    60_000,
-  );
+  await untilReady(base);
   const { body, wamids } = textWebhook({ text: "is my order on its way?" });
   expect((await deliverOverHttp(base, body)).status).toBe(200);
   await eventually(async () => (await h!.db.reply.count({ where: { state: "sent" } })) === 1, "the reply to be sent", 30_000);

@@ -86,21 +86,25 @@ describe("the web's start-up", () => {
   }, 90_000);
 });
 
+/** The harness's web, waiting `graceMs` at most for a Redis connection that is coming back. */
+const webWithGrace = (h: Harness, graceMs: number) =>
+  buildApp({
+    config: h.config,
+    logger: pino({ level: "silent" }),
+    redis: h.redis,
+    queues: h.queues,
+    db: h.db,
+    metrics: createMetrics(),
+    redisGraceMs: graceMs,
+  });
+
 describe("a webhook while the web's Redis connection is coming back", () => {
   it("waits for the reconnection and is answered 200, its job queued once Redis is back", async () => {
     redis = await PrivateRedis.start();
     h = await startHarness({ workers: 0, env: { REDIS_URL: redis.url } });
     // A grace far above any restart here: the test is about waiting, not about the 2 s default,
     // and a loaded machine may take a second or two to start redis-server again.
-    const app = buildApp({
-      config: h.config,
-      logger: pino({ level: "silent" }),
-      redis: h.redis,
-      queues: h.queues,
-      db: h.db,
-      metrics: createMetrics(),
-      redisGraceMs: 30_000,
-    });
+    const app = webWithGrace(h, 30_000);
     try {
       const before = textWebhook({ text: "before the restart" });
       expect((await app.inject({ method: "POST", url: "/webhook", payload: before.body, headers: signed(before.body) })).statusCode).toBe(200);
@@ -127,15 +131,7 @@ describe("a webhook while the web's Redis connection is coming back", () => {
   it("is answered 503 when the connection is not back within the grace, and Meta's redelivery is accepted later", async () => {
     redis = await PrivateRedis.start();
     h = await startHarness({ workers: 0, env: { REDIS_URL: redis.url } });
-    const app = buildApp({
-      config: h.config,
-      logger: pino({ level: "silent" }),
-      redis: h.redis,
-      queues: h.queues,
-      db: h.db,
-      metrics: createMetrics(),
-      redisGraceMs: 300,
-    });
+    const app = webWithGrace(h, 300);
     try {
       await queuesStarted(h);
       await redis.kill();

@@ -11,6 +11,7 @@ import { type InboundJobData, senderOf, storableCopy } from "../queue/catalog.ts
 import { type Queues, scheduleReply } from "../queue/queues.ts";
 import { deadLetterMessage } from "../replies/state/dead-letters.ts";
 import { applyEdit, recordDeletion } from "../replies/state/messages.ts";
+import type { Sender } from "../whatsapp/webhook-payload.ts";
 
 export interface InboundDeps {
   db: Db;
@@ -175,8 +176,29 @@ export async function keepUnreadableMessage(deps: DeadLetterDeps, data: unknown,
   const { phoneNumberId, message } = found.data;
   const sender = { waId: found.data.sender?.waId ?? message.from, userId: found.data.sender?.userId, name: found.data.sender?.name };
   if (!sender.waId && !sender.userId) return;
+  await keepForStaff(
+    deps,
+    { phoneNumberId, sender, message, sentAt: new Date() },
+    {
+      code: "invalid_job",
+      reason: `The message could not be read (${reason}); it is kept here for staff to answer.`,
+    },
+  );
+}
+
+/**
+ * A message no worker could handle, stored as it came (no words for Claude: staff read it on
+ * the page) and dead-lettered on its own, for staff to answer; the conversation's other work
+ * goes on. Nothing when it was stored before (answered, or kept, already).
+ */
+export async function keepForStaff(
+  deps: DeadLetterDeps,
+  kept: { phoneNumberId: string; sender: Sender; message: { id: string; type?: string | undefined; text?: { body: string } | undefined }; sentAt: Date },
+  why: { code: string; reason: string; detail?: Record<string, unknown> | undefined },
+): Promise<void> {
+  const { message } = kept;
   const now = new Date();
-  const stored = await recordInbound(deps.db, { sender }, phoneNumberId, {
+  const stored = await recordInbound(deps.db, { sender: kept.sender }, kept.phoneNumberId, {
     wamid: message.id,
     type: message.type ?? "unreadable",
     text: message.text?.body ?? null,
@@ -185,16 +207,11 @@ export async function keepUnreadableMessage(deps: DeadLetterDeps, data: unknown,
     skipReason: null,
     refersTo: null,
     arrival: null,
-    sentAt: now,
+    sentAt: kept.sentAt,
     payload: message,
   });
-  if (!stored.messageId) return; // stored before: answered, or dead-lettered, already
-  const failure = {
-    source: "internal" as const,
-    code: "invalid_job",
-    reason: `The message could not be read (${reason}); it is kept here for staff to answer.`,
-    detail: undefined,
-  };
+  if (!stored.messageId) return;
+  const failure = { source: "internal" as const, ...why, detail: why.detail };
   const letter = await deadLetterMessage(deps.db, { conversationId: stored.conversationId, messageId: stored.messageId }, failure, now);
   if (letter?.created) countDeadLetter(deps, failure);
 }

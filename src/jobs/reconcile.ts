@@ -4,14 +4,13 @@ import type { Db } from "../db/client.ts";
 import { countDeadLetter, type DeadLetterDeps } from "../dlq/dead-letters.ts";
 import { forTheQueue } from "../errors.ts";
 import type { Logger } from "../logger.ts";
-import { recordInbound } from "../messages/store.ts";
 import { type EventJobData, type InboundJobData, type ReplyJobData, readJob, type StatusJobData, senderOf } from "../queue/catalog.ts";
 import { hasLiveReplyJob, type Queues, scheduleReply } from "../queue/queues.ts";
 import type { RedisClient } from "../queue/redis.ts";
 import { deadLetterConversation } from "../replies/state/dead-letters.ts";
 import { findPartOfStatus, markAccepted } from "../replies/state/parts.ts";
 import { storeDraft } from "../replies/state/replies.ts";
-import { keepUnreadableMessage } from "./inbound.ts";
+import { keepForStaff, keepUnreadableMessage } from "./inbound.ts";
 import { isInfrastructureFailure } from "./policy.ts";
 import { deadLetterFailedDelivery } from "./status.ts";
 
@@ -201,23 +200,16 @@ async function settleFailedInboundJob(deps: ReconcileDeps, job: Job<InboundJobDa
     return;
   }
   // It failed twice over: keep the message itself as a dead letter, for staff to answer.
-  const kept = await recordInbound(deps.db, { sender: senderOf(read.data) }, phoneNumberId, {
-    wamid: message.id,
-    type: message.type,
-    text: message.text?.body ?? null,
-    cannedText: null,
-    control: null,
-    skipReason: null,
-    refersTo: null,
-    arrival: null,
-    sentAt: new Date(Number(message.timestamp) * 1000),
-    payload: message,
-  });
-  result.deadLettered += await giveUp(deps, kept.conversationId, {
-    code: "inbound_failed",
-    reason: "The message could not be processed, even when tried again; it is kept here for staff to answer.",
-    detail: { failedReason: job.failedReason },
-  });
+  await keepForStaff(
+    deps,
+    { phoneNumberId, sender: senderOf(read.data), message, sentAt: new Date(Number(message.timestamp) * 1000) },
+    {
+      code: "inbound_failed",
+      reason: "The message could not be processed, even when tried again; it is kept here for staff to answer.",
+      detail: { failedReason: job.failedReason },
+    },
+  );
+  result.deadLettered++;
   await job.remove();
   log.error({ event: "reconcile.dead_lettered", queue: "inbound", failedReason: job.failedReason }, "inbound job failed twice; message dead-lettered");
 }

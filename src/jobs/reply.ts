@@ -289,8 +289,9 @@ async function sendParts(deps: ReplyDeps, lease: Lease, conversation: Conversati
     if (part.sendState === "sending" && part.resendAfter && part.resendAfter.getTime() > Date.now()) {
       throw new Postpone(part.resendAfter.getTime(), "a maybe-sent part waits for its status webhook");
     }
-    const marked = await markSending(deps.db, lease, part.id, leaseMs + timeoutMs + reconcileWaitMs, new Date());
+    // Taken before the statement, as its resend_after is: the lease never runs past what it promises.
     const markedAt = performance.now();
+    const marked = await markSending(deps.db, lease, part.id, leaseMs + timeoutMs + reconcileWaitMs, new Date());
     if (!marked.ok) {
       switch (marked.refused) {
         case "fenced_out":

@@ -65,3 +65,17 @@ export function deliverOverHttp(base: string, body: string): Promise<Response> {
     headers: { "content-type": "application/json", "x-hub-signature-256": signMetaBody(body, TEST_APP_SECRET) },
   });
 }
+
+/** Until the process at `base` answers /readyz with 200 (Redis and Postgres reachable). */
+export async function untilReady(base: string, timeoutMs = 60_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (
+    !(await fetch(`${base}/readyz`).then(
+      (r) => r.ok,
+      () => false,
+    ))
+  ) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${base} to be ready`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}

@@ -192,7 +192,7 @@ async function takeConversation(db: Db, conversationId: string): Promise<Taken |
   };
 }
 
-export type ReplyJson = {
+type ReplyJson = {
   id: string;
   conversation_id: string;
   state: ReplyState;
@@ -201,7 +201,7 @@ export type ReplyJson = {
   generation_deadline?: string | null;
 };
 type WaitingJson = Omit<WaitingMessage, "createdAt" | "control"> & { createdAt: string; control: string | null };
-export const replyOf = (r: ReplyJson): ReplyView => ({
+const replyOf = (r: ReplyJson): ReplyView => ({
   id: r.id,
   conversationId: r.conversation_id,
   state: r.state,

@@ -153,7 +153,7 @@ export async function markRefused(db: Db, partId: string, attempt: number): Prom
 }
 
 /** The delivery states Meta reports, in the order they only ever move (failed is terminal). */
-export const STATUS_RANK = { sent: 1, delivered: 2, read: 3, played: 3, failed: 4 } as const;
+const STATUS_RANK = { sent: 1, delivered: 2, read: 3, played: 3, failed: 4 } as const;
 export type DeliveryStatus = keyof typeof STATUS_RANK;
 
 export type StatusOutcome =
