@@ -1,4 +1,4 @@
-import { createHash } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import { cp, mkdtemp, readdir, readFile, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -199,6 +199,16 @@ describe("migrations", () => {
         sessions: [{ tokenHash: "t1", csrfToken: "c1" }],
       });
       expect((await db.staffMember.create({ data: { email: "ana@example.com", passwordHash: "$argon2id$y" } })).role).toBe("staff");
+      await db.knowledgeVersion.create({ data: { phoneNumberId: "106540352242922", version: "v1", passageCount: 1 } });
+      await db.knowledgePassage.create({
+        data: { id: randomUUID(), phoneNumberId: "106540352242922", version: "v1", source: "returns.md", title: "returns.md › Refunds", seq: 0, text: "t" },
+      });
+      expect(
+        await db.knowledgeVersion.findUniqueOrThrow({
+          where: { phoneNumberId_version: { phoneNumberId: "106540352242922", version: "v1" } },
+          include: { passages: true },
+        }),
+      ).toMatchObject({ passageCount: 1, indexedAt: expect.any(Date), usedAt: expect.any(Date), passages: [{ source: "returns.md", seq: 0, text: "t" }] });
       const loaded = await db.conversation.findUniqueOrThrow({
         where: { phoneNumberId_contactId: { phoneNumberId: "106540352242922", contactId: contact.id } },
         include: { contact: true, messages: true, replies: { include: { parts: true, deadLetters: true, messages: true } }, deadLetters: true },
