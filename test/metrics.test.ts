@@ -1,6 +1,5 @@
 import pino from "pino";
 import { describe, expect, it } from "vitest";
-import { estimateCostUsd } from "../src/ai/pricing.ts";
 import { buildMetricsApp } from "../src/app.ts";
 import { createMetrics, mergeMetrics } from "../src/metrics/metrics.ts";
 import { anthropicError } from "./support/fake-anthropic.ts";
@@ -87,17 +86,6 @@ describe("a reply", () => {
     h.claude.latencyMs = 0;
     const answered = await scrapeWhen("wa_claude_calls_total", { ...haiku, outcome: "ok" });
     expect(sampleValue(answered, "wa_claude_calls_total", { ...haiku, outcome: "timeout" })).toBeGreaterThanOrEqual(1);
-  });
-});
-
-describe("the price table", () => {
-  const usage = { inputTokens: 1_000_000, cacheCreationTokens: 0, cacheReadTokens: 0, outputTokens: 1_000_000 };
-
-  it("prices a dated model id as its alias, and gives no cost to a model it does not know", () => {
-    expect(estimateCostUsd("claude-haiku-4-5-20251001", usage)).toBe(6);
-    expect(estimateCostUsd("claude-sonnet-4-5", usage)).toBe(18);
-    expect(estimateCostUsd("claude-unknown-9", usage)).toBeUndefined();
-    expect(estimateCostUsd("constructor", usage)).toBeUndefined();
   });
 });
 

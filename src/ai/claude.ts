@@ -31,6 +31,8 @@ export interface GeneratedReply {
   outputTokens: number;
   cacheReadTokens: number;
   cacheCreationTokens: number;
+  /** Of `cacheCreationTokens`, those written for an hour (priced 2× input, the rest 1.25×); absent when Anthropic gave no split. */
+  cacheCreation1hTokens?: number;
 }
 
 export interface ClaudeOptions {
@@ -130,6 +132,7 @@ export class ClaudeClient {
       outputTokens: message.usage.output_tokens,
       cacheReadTokens: message.usage.cache_read_input_tokens ?? 0,
       cacheCreationTokens: message.usage.cache_creation_input_tokens ?? 0,
+      ...(message.usage.cache_creation ? { cacheCreation1hTokens: message.usage.cache_creation.ephemeral_1h_input_tokens } : {}),
     };
   }
 }
