@@ -1,17 +1,21 @@
 import type { ServerResponse } from "node:http";
 import { LocalServer, sendJson } from "../local-server.ts";
+import { PromptCache } from "./prompt-cache.ts";
 
 /**
  * Anthropic's Messages API (`POST /v1/messages`) over HTTP, as the real Anthropic SDK reaches
  * it through ANTHROPIC_BASE_URL: the demo's offline responder and the tests' fake Claude both
  * speak it, and differ only in what they answer. Answers carry Anthropic's message shape,
- * its error bodies and token usage, prompt caching included.
+ * its error bodies and token usage, prompt caching included (by Anthropic's rules: prompt-cache.ts).
  */
 
 export interface ClaudeRequest {
   model: string;
   system: unknown;
   messages: { role: string; content: unknown }[];
+  tools?: unknown;
+  /** Automatic caching: a breakpoint on the prompt's last block. */
+  cache_control?: unknown;
 }
 
 /** A message with this text, or an error of this HTTP status (Anthropic's error body unless given). */
@@ -24,9 +28,6 @@ export interface ClaudeArrival {
   answered: Promise<void>;
 }
 
-/** Prompt prefixes remembered for the cache accounting; a long demo run forgets the oldest. */
-const MAX_CACHED_PREFIXES = 2000;
-
 export abstract class MessagesApiServer {
   inFlight = 0;
   maxInFlight = 0;
@@ -38,12 +39,15 @@ export abstract class MessagesApiServer {
    * process is waiting on Claude.
    */
   onRequest: ((arrival: ClaudeArrival) => void) | undefined;
+  /** The clock the prompt cache's TTLs run on; a test moves it to expire entries. */
+  now: () => number;
   private readonly server: LocalServer;
-  private readonly cachedPrefixes = new Set<string>();
+  private readonly cache = new PromptCache(() => this.now());
   private counter = 0;
 
-  constructor(onError?: (error: unknown) => void) {
-    this.server = new LocalServer(onError);
+  constructor(options: { onError?: (error: unknown) => void; now?: () => number } = {}) {
+    this.server = new LocalServer(options.onError);
+    this.now = options.now ?? Date.now;
   }
 
   /** What to answer `request`; called once per request, after its arrival was announced. */
@@ -65,28 +69,6 @@ export abstract class MessagesApiServer {
     return this.server.stop();
   }
 
-  /**
-   * Token usage the way Anthropic reports it, at ~4 characters a token. The prompt up to its
-   * last cache_control breakpoint is cached; a later prompt that starts with a cached prefix
-   * reads that much back, writes the rest of its own prefix, and pays plain input after it.
-   */
-  private usage(request: ClaudeRequest) {
-    const blocks = [...blocksOf(request.system), ...request.messages.flatMap((m) => blocksOf(m.content))];
-    const tokens = (bs: Block[]) => Math.ceil(bs.reduce((n, b) => n + b.text.length, 0) / 4);
-    const key = (bs: Block[]) => bs.map((b) => b.text).join("\u0000");
-    const breakpoint = blocks.findLastIndex((b) => b.cache_control);
-    let read = 0; // blocks read back from the cache
-    for (let i = breakpoint; i >= 0 && read === 0; i--) if (this.cachedPrefixes.has(key(blocks.slice(0, i + 1)))) read = i + 1;
-    if (this.cachedPrefixes.size > MAX_CACHED_PREFIXES) this.cachedPrefixes.clear();
-    for (let i = 0; i <= breakpoint; i++) if (blocks[i]!.cache_control) this.cachedPrefixes.add(key(blocks.slice(0, i + 1)));
-    return {
-      input_tokens: tokens(blocks.slice(breakpoint + 1)),
-      cache_read_input_tokens: tokens(blocks.slice(0, read)),
-      cache_creation_input_tokens: tokens(blocks.slice(read, breakpoint + 1)),
-      output_tokens: 20,
-    };
-  }
-
   private async handle(path: string, raw: Buffer, res: ServerResponse): Promise<void> {
     if (!path.split("?")[0]!.endsWith("/v1/messages")) return sendJson(res, 404, anthropicError(404), { "request-id": "req_sim" });
     let request: ClaudeRequest;
@@ -96,6 +78,9 @@ export abstract class MessagesApiServer {
       return sendJson(res, 400, anthropicError(400), { "request-id": "req_sim" });
     }
     this.received(request);
+    // Refused before anyone is told of it, as Anthropic refuses it before any work.
+    const refusal = this.cache.refusal(request);
+    if (refusal) return sendJson(res, 400, { type: "error", error: { type: "invalid_request_error", message: refusal } }, { "request-id": "req_sim" });
     let answered!: () => void;
     const settled = new Promise<void>((resolve) => (answered = resolve));
     this.onRequest?.({ path, request, answered: settled });
@@ -119,7 +104,7 @@ export abstract class MessagesApiServer {
           content: [{ type: "text", text: answer.text }],
           stop_reason: "end_turn",
           stop_sequence: null,
-          usage: this.usage(request),
+          usage: { ...this.cache.account(request), output_tokens: 20 },
         },
         { "request-id": "req_sim" },
       );
