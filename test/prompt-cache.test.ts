@@ -7,8 +7,8 @@ import { FakeAnthropic } from "./support/fake-anthropic.ts";
 /**
  * Issue 19, caching that really caches: the fake Messages API caches by Anthropic's rules (a
  * model's minimum prefix, 5-minute and 1-hour TTLs on a clock a test moves, at most four
- * breakpoints, the hour first, a 20-block lookback) driven by the real Anthropic SDK over HTTP,
- * through our ClaudeClient where its request is the one.
+ * breakpoints, the hour first, a 20-block lookback) and answers scripted blocks, driven by
+ * the real Anthropic SDK over HTTP, through our ClaudeClient where its request is the one.
  */
 
 let fake: FakeAnthropic;
@@ -161,5 +161,56 @@ describe("the fake refuses breakpoints as Anthropic does", () => {
     expect(written.usage.cache_creation_input_tokens).toBeGreaterThan(0);
     expect((await ask(29)).usage.cache_read_input_tokens).toBe(0); // 27 blocks after it
     expect((await ask(22)).usage.cache_read_input_tokens).toBe(written.usage.cache_creation_input_tokens);
+  });
+});
+
+describe("scripted answers beyond one text", () => {
+  it("a tool call reaches the SDK as a ToolUseBlock, with an id made up for it and stop_reason tool_use", async () => {
+    fake.answer({
+      content: [
+        { type: "text", text: "Let me look that up." },
+        { type: "tool_use", name: "order_status", input: { order: "A-17" } },
+      ],
+    });
+    const message = await sdk().messages.create({
+      model: "claude-haiku-5-5",
+      max_tokens: 100,
+      messages: [{ role: "user", content: "Where is my order A-17?" }],
+    });
+    expect(message.stop_reason).toBe("tool_use");
+    const call = message.content.find((b): b is Anthropic.ToolUseBlock => b.type === "tool_use");
+    expect(call).toMatchObject({ type: "tool_use", name: "order_status", input: { order: "A-17" } });
+    expect(call?.id).toMatch(/^toolu_[A-Za-z0-9]+$/);
+  });
+
+  it("keeps a given tool call id, cited text and the stop reason it is told", async () => {
+    const citation = {
+      type: "search_result_location",
+      source: "faq",
+      title: "Hours",
+      cited_text: "Open 9 to 6",
+      search_result_index: 0,
+      start_block_index: 0,
+      end_block_index: 1,
+    };
+    fake.answer(
+      { content: [{ type: "tool_use", id: "toolu_given", name: "lookup", input: {} }] },
+      { content: [{ type: "text", text: "We open at 9.", citations: [citation] }], stopReason: "max_tokens" },
+    );
+    const first = await sdk().messages.create({ model: "claude-haiku-5-5", max_tokens: 100, messages: [{ role: "user", content: "hours?" }] });
+    expect(first.content[0]).toMatchObject({ type: "tool_use", id: "toolu_given" });
+    const second = await sdk().messages.create({ model: "claude-haiku-5-5", max_tokens: 100, messages: [{ role: "user", content: "hours?" }] });
+    expect(second).toMatchObject({ stop_reason: "max_tokens", content: [{ type: "text", text: "We open at 9.", citations: [citation] }] });
+  });
+
+  it("the Claude client reads the text after a thinking block, as Haiku 5.5 may begin its answer", async () => {
+    fake.answer({ content: [{ type: "thinking" }, { type: "text", text: "Yes, 10 to 4." }] });
+    expect((await claude("claude-haiku-5-5", "Be brief.").generate(question)).text).toBe("Yes, 10 to 4.");
+  });
+
+  it("text and status answers work as before", async () => {
+    fake.answer({ text: "Plain." }, { status: 529 });
+    expect((await claude("claude-haiku-5-5", "Be brief.").generate(question)).text).toBe("Plain.");
+    await expect(claude("claude-haiku-5-5", "Be brief.").generate(question)).rejects.toMatchObject({ code: "529" });
   });
 });

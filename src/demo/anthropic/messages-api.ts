@@ -1,3 +1,4 @@
+import { randomBytes } from "node:crypto";
 import type { ServerResponse } from "node:http";
 import { LocalServer, sendJson } from "../local-server.ts";
 import { PromptCache } from "./prompt-cache.ts";
@@ -18,8 +19,20 @@ export interface ClaudeRequest {
   cache_control?: unknown;
 }
 
-/** A message with this text, or an error of this HTTP status (Anthropic's error body unless given). */
-export type ClaudeAnswer = { status: number; body?: unknown } | { text: string };
+/** A block of a scripted answer, as Anthropic returns it (a tool call's id is made up when not given). */
+export type AnswerBlock =
+  | { type: "text"; text: string; citations?: unknown[] }
+  | { type: "tool_use"; id?: string; name: string; input: unknown }
+  | { type: "thinking"; thinking?: string; signature?: string };
+
+export type StopReason = "end_turn" | "tool_use" | "max_tokens" | "refusal" | "pause_turn" | "model_context_window_exceeded";
+
+/**
+ * What to answer: a message with this text; a message of these blocks, with this stop reason
+ * (default: "tool_use" when it calls a tool, else "end_turn"); or an error of this HTTP status
+ * (Anthropic's error body unless given).
+ */
+export type ClaudeAnswer = { status: number; body?: unknown } | { text: string } | { content: AnswerBlock[]; stopReason?: StopReason };
 
 /** One request as it arrives: the path it came on, and a promise settled once it has been answered. */
 export interface ClaudeArrival {
@@ -93,6 +106,8 @@ export abstract class MessagesApiServer {
         sendJson(res, answer.status, answer.body ?? anthropicError(answer.status), { "request-id": "req_sim" });
         return;
       }
+      const blocks: AnswerBlock[] = "text" in answer ? [{ type: "text", text: answer.text }] : answer.content;
+      const stopReason = ("stopReason" in answer ? answer.stopReason : undefined) ?? (blocks.some((b) => b.type === "tool_use") ? "tool_use" : "end_turn");
       sendJson(
         res,
         200,
@@ -101,8 +116,8 @@ export abstract class MessagesApiServer {
           type: "message",
           role: "assistant",
           model: request.model,
-          content: [{ type: "text", text: answer.text }],
-          stop_reason: "end_turn",
+          content: blocks.map(asReturned),
+          stop_reason: stopReason,
           stop_sequence: null,
           usage: { ...this.cache.account(request), output_tokens: 20 },
         },
@@ -112,6 +127,25 @@ export abstract class MessagesApiServer {
       this.inFlight--;
       answered();
     }
+  }
+}
+
+/** A scripted block in the shape Anthropic's answers have (every field the SDK's types name). */
+function asReturned(block: AnswerBlock): unknown {
+  switch (block.type) {
+    case "text":
+      return { type: "text", text: block.text, citations: block.citations ?? null };
+    case "tool_use":
+      return {
+        type: "tool_use",
+        id: block.id ?? `toolu_01${randomBytes(11).toString("hex")}`,
+        name: block.name,
+        input: block.input,
+        caller: { type: "direct" },
+      };
+    case "thinking":
+      // Haiku 5.5 omits the thinking text by default: an empty field and a signature.
+      return { type: "thinking", thinking: block.thinking ?? "", signature: block.signature ?? randomBytes(24).toString("base64") };
   }
 }
 
