@@ -62,7 +62,7 @@ describe("conversation history for Claude", () => {
     await converse(3);
     const replies = await h.db.reply.findMany({ orderBy: { createdAt: "asc" } });
     for (const reply of replies) {
-      expect(reply.model).toBe("claude-haiku-4-5");
+      expect(reply.model).toBe("claude-haiku-5-5");
       expect(reply.inputTokens).toBeGreaterThan(0);
       expect(reply.outputTokens).toBe(20);
     }

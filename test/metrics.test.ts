@@ -37,7 +37,7 @@ async function system(options?: HarnessOptions & { now?: () => number }) {
   return { h, scrape, scrapeWhen };
 }
 
-const haiku = { phone_number_id: PHONE_NUMBER_ID, model: "claude-haiku-4-5" };
+const haiku = { phone_number_id: PHONE_NUMBER_ID, model: "claude-haiku-5-5" };
 
 async function answeredReply(h: Harness) {
   return eventually(() => h.db.reply.findFirst({ where: { state: "sent" } }), "the reply to be sent");
@@ -56,8 +56,8 @@ describe("a reply", () => {
     expect(tokens("output")).toBe(reply.outputTokens);
     expect(tokens("cache_read")).toBe(reply.cacheReadTokens);
     expect(tokens("cache_write")).toBe(reply.cacheCreationTokens);
-    // Haiku 4.5: $1 in, $1.25 cache write, $0.10 cache read, $5 out, per million tokens.
-    const usd = (reply.inputTokens! * 1 + reply.cacheCreationTokens! * 1.25 + reply.cacheReadTokens! * 0.1 + reply.outputTokens! * 5) / 1e6;
+    // Haiku 5.5: $0.10 in, $0.125 cache write (5 minutes), $0.01 cache read, $0.50 out, per million tokens.
+    const usd = (reply.inputTokens! * 0.1 + reply.cacheCreationTokens! * 0.125 + reply.cacheReadTokens! * 0.01 + reply.outputTokens! * 0.5) / 1e6;
     expect(sampleValue(text, "wa_claude_cost_usd_total", haiku)).toBeCloseTo(usd, 12);
     expect(usd).toBeGreaterThan(0);
 
