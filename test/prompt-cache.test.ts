@@ -121,6 +121,27 @@ describe("the fake's prompt cache, by TTL", () => {
   });
 });
 
+describe("the fake's prompt cache, by position", () => {
+  it("tools come first: a breakpoint on the last tool caches their definitions, read back under a changing conversation", async () => {
+    const tools: Anthropic.Tool[] = [
+      { name: "order_status", description: "d".repeat(1000), input_schema: { type: "object", properties: { order: { type: "string" } } } },
+      { name: "book", description: "e".repeat(1000), input_schema: { type: "object" }, cache_control: { type: "ephemeral" } },
+    ];
+    const ask = (question: string) =>
+      sdk().messages.create({ model: "claude-haiku-5-5", max_tokens: 100, tools, messages: [{ role: "user", content: question }] });
+    const written = (await ask("Where is my order?")).usage.cache_creation_input_tokens ?? 0;
+    expect(written).toBeGreaterThan(512);
+    expect((await ask("Can I book for Friday?")).usage).toMatchObject({ cache_read_input_tokens: written, cache_creation_input_tokens: 0 });
+  });
+
+  it("automatic caching (a top-level cache_control) marks the prompt's last block", async () => {
+    const messages: Anthropic.MessageParam[] = [{ role: "user", content: "z".repeat(1800) }];
+    const ask = () => sdk().messages.create({ model: "claude-haiku-5-5", max_tokens: 100, cache_control: { type: "ephemeral" }, messages });
+    expect((await ask()).usage.cache_creation_input_tokens).toBe(600);
+    expect((await ask()).usage.cache_read_input_tokens).toBe(600);
+  });
+});
+
 describe("the fake refuses breakpoints as Anthropic does", () => {
   const text = (n: number, ttl?: "5m" | "1h"): Anthropic.TextBlockParam => ({
     type: "text",
