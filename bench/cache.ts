@@ -1,20 +1,48 @@
 import { readFileSync } from "node:fs";
+import { pathToFileURL } from "node:url";
+import { claudeModel } from "../src/ai/models.ts";
+import { estimateCostUsd } from "../src/ai/pricing.ts";
 import { startHarness } from "../test/support/harness.ts";
 import { textWebhook } from "../test/support/webhook-bodies.ts";
-import { sleep, table } from "./stats.ts";
+import { fmt, sleep, table } from "./stats.ts";
 
 /**
- * What prompt caching saves on a 20-message history: the real reply path shapes the request
- * (system prompt and history marked as the cached prefix), and the fake Anthropic counts
- * tokens the way Anthropic bills them (~4 characters a token; cached prefix read back).
+ * What prompt caching saves on a conversation of 11 replies (up to a 20-message history), with
+ * each model's real minimum in force: the real reply path shapes the request (system prompt and
+ * history marked as the cached prefix), and the fake Anthropic counts and caches the way
+ * Anthropic bills (src/demo/anthropic/prompt-cache.ts: the model's tokenizer, ~3 characters a
+ * token on Haiku 5.5 and ~4 on Haiku 4.5; no cache below the model's minimum prefix).
+ * The cached share is cache_read ÷ (input + cache_read + cache_write), the dashboard's figure.
  */
-export async function runCacheBench(historyMessages = 20): Promise<string> {
+
+interface Scenario {
+  model: string;
+  prompt: string;
+  label: string;
+}
+
+const BUSINESS_PROMPT = readFileSync("fixtures/system-prompt.example.txt", "utf8").repeat(6); // 1,752 characters
+
+const SCENARIOS: Scenario[] = [
+  { model: "claude-haiku-5-5", prompt: "", label: "default prompt (~60 words)" },
+  { model: "claude-haiku-5-5", prompt: BUSINESS_PROMPT, label: "business prompt (1,752 chars)" },
+  { model: "claude-haiku-4-5", prompt: BUSINESS_PROMPT, label: "business prompt (1,752 chars)" },
+  { model: "claude-haiku-4-5", prompt: BUSINESS_PROMPT.repeat(10), label: "business prompt ×10 (17,520 chars)" },
+];
+
+interface Measured {
+  scenario: Scenario;
+  replies: { input: number; read: number; written: number; output: number }[];
+}
+
+async function converse(scenario: Scenario, historyMessages: number): Promise<Measured> {
   const h = await startHarness({
     env: {
+      ANTHROPIC_MODEL: scenario.model,
       REPLY_DEBOUNCE_MS: "0",
       HISTORY_MESSAGES: String(historyMessages),
       HISTORY_TOKEN_BUDGET: "100000",
-      SYSTEM_PROMPT: readFileSync("fixtures/system-prompt.example.txt", "utf8").repeat(6), // a business prompt of ~550 tokens
+      ...(scenario.prompt ? { SYSTEM_PROMPT: scenario.prompt } : {}),
     },
   });
   // Realistic turn lengths: a customer's sentence, a few sentences back.
@@ -26,24 +54,79 @@ export async function runCacheBench(historyMessages = 20): Promise<string> {
       while (h.graph.sends.length < i) await sleep(10);
     }
     while ((await h.db.reply.count({ where: { state: "sent" } })) < pairs) await sleep(10);
-    const last = await h.db.reply.findFirstOrThrow({ orderBy: { createdAt: "desc" } });
-    const read = last.cacheReadTokens ?? 0;
-    const written = last.cacheCreationTokens ?? 0;
-    const plain = last.inputTokens ?? 0;
-    const total = read + written + plain;
-    // Anthropic's prices relative to plain input: cache reads 0.1x, cache writes 1.25x.
-    const billed = plain + written * 1.25 + read * 0.1;
-    return [
-      table(
-        ["reply with a history of", "input tokens", "of which read from cache", "written to cache", "plain", "billed as input-token equivalents"],
-        [
-          ["without caching", String(total), "0", "0", String(total), String(total)],
-          [`with caching (${historyMessages} messages)`, String(total), String(read), String(written), String(plain), billed.toFixed(0)],
-        ],
-      ),
-      `  saving on that reply: ${((1 - billed / total) * 100).toFixed(0)} % of its input cost (token counts by the fake: ~4 characters a token)`,
-    ].join("\n");
+    const rows = await h.db.reply.findMany({ orderBy: { createdAt: "asc" } });
+    return {
+      scenario,
+      replies: rows.map((r) => ({ input: r.inputTokens ?? 0, read: r.cacheReadTokens ?? 0, written: r.cacheCreationTokens ?? 0, output: r.outputTokens ?? 0 })),
+    };
   } finally {
     await h.close();
   }
+}
+
+const prompt = (r: Measured["replies"][number]) => r.input + r.read + r.written;
+const share = (replies: Measured["replies"]) =>
+  replies.reduce((n, r) => n + r.read, 0) /
+  Math.max(
+    1,
+    replies.reduce((n, r) => n + prompt(r), 0),
+  );
+
+/** Every reply costed as billed, and as it would be with nothing cached (every prompt token plain input). */
+function costs({ scenario, replies }: Measured): { cached: number; uncached: number } {
+  const usd = (usage: Parameters<typeof estimateCostUsd>[1]) => estimateCostUsd(scenario.model, usage) ?? Number.NaN;
+  return replies.reduce(
+    (sum, r) => ({
+      cached: sum.cached + usd({ inputTokens: r.input, cacheReadTokens: r.read, cacheCreationTokens: r.written, outputTokens: r.output }),
+      uncached: sum.uncached + usd({ inputTokens: prompt(r), cacheReadTokens: 0, cacheCreationTokens: 0, outputTokens: r.output }),
+    }),
+    { cached: 0, uncached: 0 },
+  );
+}
+
+export async function runCacheBench(historyMessages = 20): Promise<string> {
+  const results: Measured[] = [];
+  for (const scenario of SCENARIOS) results.push(await converse(scenario, historyMessages));
+  const rows = results.map((m) => {
+    const { scenario, replies } = m;
+    const first = replies[0]!;
+    const last = replies.at(-1)!;
+    const { cached, uncached } = costs(m);
+    const cachesFrom = replies.findIndex((r) => r.written > 0 || r.read > 0);
+    return [
+      `${scenario.model}, ${scenario.label}`,
+      fmt(claudeModel(scenario.model)?.minCacheableTokens),
+      `${fmt(prompt(first))} → ${fmt(prompt(last))}`,
+      cachesFrom < 0 ? "never" : `#${cachesFrom + 1}`,
+      `${fmt(share([last]) * 100)} %`,
+      `${fmt(share(replies) * 100)} %`,
+      `${fmt((cached * 1e6) / replies.length)} / ${fmt((uncached * 1e6) / replies.length)}`,
+    ];
+  });
+  return [
+    table(
+      [
+        `${results[0]?.replies.length ?? 0} replies, up to ${historyMessages} messages of history`,
+        "cache minimum",
+        "prompt, 1st → last reply",
+        "prefix cached from reply",
+        "cached, last reply",
+        "cached, all replies",
+        "µ$ a reply, cached / not",
+      ],
+      rows,
+    ),
+    "  prompt: input + cache_read + cache_write tokens, counted by the fake Anthropic with each model's tokenizer estimate;",
+    "  cached: cache_read ÷ that (the dashboard's share); a prefix below the model's minimum caches nothing, and the",
+    "  history's breakpoint starts caching once system prompt + history reach it; µ$: src/ai/models.ts's prices",
+  ].join("\n");
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
+  runCacheBench()
+    .then((text) => console.log(text))
+    .catch((error: unknown) => {
+      console.error(error);
+      process.exitCode = 1;
+    });
 }

@@ -156,7 +156,7 @@ async function main(): Promise<void> {
     }
   }
 
-  console.log("\n## Benchmark 3: Claude input tokens per reply, with and without prompt caching\n");
+  console.log("\n## Benchmark 3: prompt caching with each model's minimum prefix: the share of the prompt read from cache\n");
   console.log(await runCacheBench());
 
   console.log(`\n${machineLoad()}`);

@@ -71,6 +71,32 @@ describe("the Claude client over HTTP", () => {
     expect(seen?.body).toMatchObject({ model: "claude-test", max_tokens: 100, messages: [{ role: "user" }] });
   });
 
+  it("asks Haiku 5.5 for no thinking (it thinks by default, sharing max_tokens with the reply); to Haiku 4.5 and Opus 5.5 it says nothing of thinking", async () => {
+    const bodies: { model: string; thinking?: unknown }[] = [];
+    const url = await anthropicAt((_request, body, response) => {
+      bodies.push(JSON.parse(body) as { model: string; thinking?: unknown });
+      json(response, 200, message);
+    });
+    const ask = (model: string) =>
+      new ClaudeClient({ apiKey: "k", baseUrl: url, model, maxTokens: 100, timeoutMs: 2000, systemPrompt: "Be brief." }).generate(turns);
+    await ask("claude-haiku-5-5");
+    await ask("claude-haiku-4-5"); // off unless asked for
+    await ask("claude-opus-5-5"); // cannot be turned off
+    await ask("claude-sonnet-5-5"); // the least it goes: none up front
+    expect(bodies.map((b) => [b.model, b.thinking])).toEqual([
+      ["claude-haiku-5-5", { type: "disabled" }],
+      ["claude-haiku-4-5", undefined],
+      ["claude-opus-5-5", undefined],
+      ["claude-sonnet-5-5", { type: "between_tools" }],
+    ]);
+  });
+
+  it("reads the hour-long part of the cache writes from usage.cache_creation", async () => {
+    const usage = { ...message.usage, cache_creation_input_tokens: 30, cache_creation: { ephemeral_5m_input_tokens: 10, ephemeral_1h_input_tokens: 20 } };
+    const url = await anthropicAt((_request, _body, response) => json(response, 200, { ...message, usage }));
+    expect(await client(url).generate(turns)).toMatchObject({ cacheCreationTokens: 30, cacheCreation1hTokens: 20 });
+  });
+
   it("an answer slower than the timeout is a retryable timeout", async () => {
     const url = await anthropicAt((_request, _body, response) => setTimeout(() => json(response, 200, message), 1500));
     const error = await client(url, 200)

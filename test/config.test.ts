@@ -23,7 +23,7 @@ describe("configuration", () => {
       host: "0.0.0.0",
       queuePrefix: "{wa}",
       whatsapp: { graphBaseUrl: "https://graph.facebook.com", graphVersion: "v24.0" },
-      anthropic: { model: "claude-haiku-4-5", baseUrl: "https://api.anthropic.com" },
+      anthropic: { model: "claude-haiku-5-5", baseUrl: "https://api.anthropic.com" },
     });
     expect(Object.isFrozen(config)).toBe(true);
   });

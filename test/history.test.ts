@@ -1,3 +1,4 @@
+import { readFileSync } from "node:fs";
 import { afterEach, describe, expect, it } from "vitest";
 import { eventually, type Harness, startHarness } from "./support/harness.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
@@ -55,16 +56,30 @@ describe("conversation history for Claude", () => {
   });
 
   it("stores the model and token usage of every reply, including what the cache saved", async () => {
-    h = await startHarness({ env: { REPLY_DEBOUNCE_MS: "0" } });
+    // A business prompt longer than any model's minimum cacheable prefix (4,096 tokens at most).
+    const prompt = readFileSync("fixtures/system-prompt.example.txt", "utf8").repeat(60);
+    h = await startHarness({ env: { REPLY_DEBOUNCE_MS: "0", SYSTEM_PROMPT: prompt } });
     await converse(3);
     const replies = await h.db.reply.findMany({ orderBy: { createdAt: "asc" } });
     for (const reply of replies) {
-      expect(reply.model).toBe("claude-haiku-4-5");
+      expect(reply.model).toBe("claude-haiku-5-5");
       expect(reply.inputTokens).toBeGreaterThan(0);
       expect(reply.outputTokens).toBe(20);
     }
     expect(replies[0]).toMatchObject({ cacheReadTokens: 0 });
     expect(replies[0]!.cacheCreationTokens).toBeGreaterThan(0); // the system prompt is written once...
     expect(replies[2]!.cacheReadTokens).toBeGreaterThan(replies[1]!.cacheReadTokens!); // ...and the growing history read back
+  });
+
+  it("a prompt shorter than the model's minimum cacheable prefix caches nothing, as Anthropic does, silently", async () => {
+    h = await startHarness({ env: { REPLY_DEBOUNCE_MS: "0" } }); // the short default system prompt
+    await converse(3);
+    const replies = await h.db.reply.findMany({ orderBy: { createdAt: "asc" } });
+    expect(replies.map((r) => [r.cacheReadTokens, r.cacheCreationTokens])).toEqual([
+      [0, 0],
+      [0, 0],
+      [0, 0],
+    ]);
+    expect(h.claude.requests[2]!.system).toMatchObject([{ cache_control: { type: "ephemeral" } }]); // marked all the same
   });
 });

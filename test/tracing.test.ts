@@ -150,7 +150,7 @@ describe("traces", () => {
     for (const run of replyRuns) expect(parentOf(run)).toBe(scheduled);
 
     const claude = one("anthropic.messages.create"); // the Anthropic SDK's own span
-    expect(claude).toMatchObject({ kind: KIND.client, attributes: { "gen_ai.provider.name": "anthropic", "gen_ai.request.model": "claude-haiku-4-5" } });
+    expect(claude).toMatchObject({ kind: KIND.client, attributes: { "gen_ai.provider.name": "anthropic", "gen_ai.request.model": "claude-haiku-5-5" } });
     const send = one("whatsapp send");
     expect(send).toMatchObject({ kind: KIND.client, attributes: { "messaging.system": "whatsapp", "whatsapp.message.type": "text" } });
     const outbound = await h!.db.outboundMessage.findFirstOrThrow({ select: { wamid: true } });

@@ -2,6 +2,7 @@ import Anthropic from "@anthropic-ai/sdk";
 import type { TracerProvider } from "@opentelemetry/api";
 import { request } from "undici";
 import { PermanentError, RetryableError } from "../errors.ts";
+import { claudeModel } from "./models.ts";
 
 /** Claude writes the replies. One call per answer (law 4): the caller stores the result before sending. */
 
@@ -31,6 +32,8 @@ export interface GeneratedReply {
   outputTokens: number;
   cacheReadTokens: number;
   cacheCreationTokens: number;
+  /** Of `cacheCreationTokens`, those written for an hour (priced 2× input, the rest 1.25×); absent when Anthropic gave no split. */
+  cacheCreation1hTokens?: number;
 }
 
 export interface ClaudeOptions {
@@ -73,6 +76,12 @@ const RETRYABLE_STATUS = new Set([408, 409, 429]);
 
 export class ClaudeClient {
   private readonly client: Anthropic;
+  /**
+   * Thinking turned off where the model thinks by default and lets it be turned off (Haiku
+   * 5.5: src/ai/models.ts). Its thinking would share max_tokens with the reply, and a reply cut
+   * off after a thinking block has no text: one short answer is asked for as Haiku 4.5 gave it.
+   */
+  private readonly thinking: Anthropic.ThinkingConfigParam | undefined;
 
   /** The model every call asks for (Anthropic answers with its dated id). */
   get model(): string {
@@ -99,6 +108,8 @@ export class ClaudeClient {
       maxRetries: 0,
       fetch: undiciFetch,
     });
+    const thinking = claudeModel(options.model)?.thinking;
+    this.thinking = thinking?.onByDefault && thinking.off ? { type: thinking.off } : undefined;
   }
 
   /** `systemPrompt` overrides the configured one (a business number's own prompt). */
@@ -108,6 +119,7 @@ export class ClaudeClient {
       message = await this.client.messages.create({
         model: this.options.model,
         max_tokens: this.options.maxTokens,
+        ...(this.thinking ? { thinking: this.thinking } : {}),
         // The system prompt and the history repeat from one reply to the next: prompt caching
         // bills them at a tenth of the price when they are read back.
         system: [{ type: "text", text: systemPrompt, cache_control: { type: "ephemeral" } }],
@@ -130,6 +142,7 @@ export class ClaudeClient {
       outputTokens: message.usage.output_tokens,
       cacheReadTokens: message.usage.cache_read_input_tokens ?? 0,
       cacheCreationTokens: message.usage.cache_creation_input_tokens ?? 0,
+      ...(message.usage.cache_creation ? { cacheCreation1hTokens: message.usage.cache_creation.ephemeral_1h_input_tokens } : {}),
     };
   }
 }

@@ -33,7 +33,8 @@ export const envSchema = z.object({
   SEND_RECONCILE_WAIT_MS: int("SEND_RECONCILE_WAIT_MS", 15_000, 0, 3_600_000),
   ANTHROPIC_API_KEY: required("ANTHROPIC_API_KEY"),
   ANTHROPIC_BASE_URL: url("ANTHROPIC_BASE_URL", "https://api.anthropic.com"),
-  ANTHROPIC_MODEL: z.string().optional().default("claude-haiku-4-5"),
+  // The current Haiku-class model (released 2026-10-07); src/ai/models.ts has its prices and cache minimum.
+  ANTHROPIC_MODEL: z.string().optional().default("claude-haiku-5-5"),
   ANTHROPIC_MAX_TOKENS: int("ANTHROPIC_MAX_TOKENS", 1024, 1, 64_000),
   ANTHROPIC_TIMEOUT_MS: int("ANTHROPIC_TIMEOUT_MS", 60_000, 100, 600_000),
   SYSTEM_PROMPT: z.string().optional(),

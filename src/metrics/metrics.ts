@@ -79,13 +79,13 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
     }),
     claudeTokens: new Counter({
       name: "wa_claude_tokens_total",
-      help: "Tokens Claude billed, by business number, model and kind (input, cache_read, cache_write, output)",
+      help: "Tokens Claude billed, by business number, model and kind (input, cache_read, cache_write: 5-minute and 1-hour together, output); the share read from cache is cache_read / (input + cache_read + cache_write)",
       labelNames: ["phone_number_id", "model", "kind"],
       registers,
     }),
     claudeCost: new Counter({
       name: "wa_claude_cost_usd_total",
-      help: "Estimated cost of Claude's answers in USD (src/ai/pricing.ts), by business number and model; models without a price are not counted",
+      help: "Estimated cost of Claude's answers in USD (src/ai/models.ts's prices, cache writes at their TTL's), by business number and model; models without a price are not counted",
       labelNames: ["phone_number_id", "model"],
       registers,
     }),

@@ -7,7 +7,7 @@ import { anthropicError, blocksOf, type ClaudeAnswer, type ClaudeRequest, Messag
  * answers from a script, else with `reply`.
  */
 
-export type { ClaudeAnswer, ClaudeArrival, ClaudeRequest } from "../../src/demo/anthropic/messages-api.ts";
+export type { AnswerBlock, ClaudeAnswer, ClaudeArrival, ClaudeRequest, StopReason } from "../../src/demo/anthropic/messages-api.ts";
 export { anthropicError };
 
 export class FakeAnthropic extends MessagesApiServer {

@@ -1,21 +1,38 @@
+import { randomBytes } from "node:crypto";
 import type { ServerResponse } from "node:http";
 import { LocalServer, sendJson } from "../local-server.ts";
+import { PromptCache } from "./prompt-cache.ts";
 
 /**
  * Anthropic's Messages API (`POST /v1/messages`) over HTTP, as the real Anthropic SDK reaches
  * it through ANTHROPIC_BASE_URL: the demo's offline responder and the tests' fake Claude both
  * speak it, and differ only in what they answer. Answers carry Anthropic's message shape,
- * its error bodies and token usage, prompt caching included.
+ * its error bodies and token usage, prompt caching included (by Anthropic's rules: prompt-cache.ts).
  */
 
 export interface ClaudeRequest {
   model: string;
   system: unknown;
   messages: { role: string; content: unknown }[];
+  tools?: unknown;
+  /** Automatic caching: a breakpoint on the prompt's last block. */
+  cache_control?: unknown;
 }
 
-/** A message with this text, or an error of this HTTP status (Anthropic's error body unless given). */
-export type ClaudeAnswer = { status: number; body?: unknown } | { text: string };
+/** A block of a scripted answer, as Anthropic returns it (a tool call's id is made up when not given). */
+export type AnswerBlock =
+  | { type: "text"; text: string; citations?: unknown[] }
+  | { type: "tool_use"; id?: string; name: string; input: unknown }
+  | { type: "thinking"; thinking?: string; signature?: string };
+
+export type StopReason = "end_turn" | "tool_use" | "max_tokens" | "refusal" | "pause_turn" | "model_context_window_exceeded";
+
+/**
+ * What to answer: a message with this text; a message of these blocks, with this stop reason
+ * (default: "tool_use" when it calls a tool, else "end_turn"); or an error of this HTTP status
+ * (Anthropic's error body unless given).
+ */
+export type ClaudeAnswer = { status: number; body?: unknown } | { text: string } | { content: AnswerBlock[]; stopReason?: StopReason };
 
 /** One request as it arrives: the path it came on, and a promise settled once it has been answered. */
 export interface ClaudeArrival {
@@ -23,9 +40,6 @@ export interface ClaudeArrival {
   request: ClaudeRequest;
   answered: Promise<void>;
 }
-
-/** Prompt prefixes remembered for the cache accounting; a long demo run forgets the oldest. */
-const MAX_CACHED_PREFIXES = 2000;
 
 export abstract class MessagesApiServer {
   inFlight = 0;
@@ -38,12 +52,15 @@ export abstract class MessagesApiServer {
    * process is waiting on Claude.
    */
   onRequest: ((arrival: ClaudeArrival) => void) | undefined;
+  /** The clock the prompt cache's TTLs run on; a test moves it to expire entries. */
+  now: () => number;
   private readonly server: LocalServer;
-  private readonly cachedPrefixes = new Set<string>();
+  private readonly cache = new PromptCache(() => this.now());
   private counter = 0;
 
-  constructor(onError?: (error: unknown) => void) {
-    this.server = new LocalServer(onError);
+  constructor(options: { onError?: (error: unknown) => void; now?: () => number } = {}) {
+    this.server = new LocalServer(options.onError);
+    this.now = options.now ?? Date.now;
   }
 
   /** What to answer `request`; called once per request, after its arrival was announced. */
@@ -65,28 +82,6 @@ export abstract class MessagesApiServer {
     return this.server.stop();
   }
 
-  /**
-   * Token usage the way Anthropic reports it, at ~4 characters a token. The prompt up to its
-   * last cache_control breakpoint is cached; a later prompt that starts with a cached prefix
-   * reads that much back, writes the rest of its own prefix, and pays plain input after it.
-   */
-  private usage(request: ClaudeRequest) {
-    const blocks = [...blocksOf(request.system), ...request.messages.flatMap((m) => blocksOf(m.content))];
-    const tokens = (bs: Block[]) => Math.ceil(bs.reduce((n, b) => n + b.text.length, 0) / 4);
-    const key = (bs: Block[]) => bs.map((b) => b.text).join("\u0000");
-    const breakpoint = blocks.findLastIndex((b) => b.cache_control);
-    let read = 0; // blocks read back from the cache
-    for (let i = breakpoint; i >= 0 && read === 0; i--) if (this.cachedPrefixes.has(key(blocks.slice(0, i + 1)))) read = i + 1;
-    if (this.cachedPrefixes.size > MAX_CACHED_PREFIXES) this.cachedPrefixes.clear();
-    for (let i = 0; i <= breakpoint; i++) if (blocks[i]!.cache_control) this.cachedPrefixes.add(key(blocks.slice(0, i + 1)));
-    return {
-      input_tokens: tokens(blocks.slice(breakpoint + 1)),
-      cache_read_input_tokens: tokens(blocks.slice(0, read)),
-      cache_creation_input_tokens: tokens(blocks.slice(read, breakpoint + 1)),
-      output_tokens: 20,
-    };
-  }
-
   private async handle(path: string, raw: Buffer, res: ServerResponse): Promise<void> {
     if (!path.split("?")[0]!.endsWith("/v1/messages")) return sendJson(res, 404, anthropicError(404), { "request-id": "req_sim" });
     let request: ClaudeRequest;
@@ -96,6 +91,9 @@ export abstract class MessagesApiServer {
       return sendJson(res, 400, anthropicError(400), { "request-id": "req_sim" });
     }
     this.received(request);
+    // Refused before anyone is told of it, as Anthropic refuses it before any work.
+    const refusal = this.cache.refusal(request);
+    if (refusal) return sendJson(res, 400, { type: "error", error: { type: "invalid_request_error", message: refusal } }, { "request-id": "req_sim" });
     let answered!: () => void;
     const settled = new Promise<void>((resolve) => (answered = resolve));
     this.onRequest?.({ path, request, answered: settled });
@@ -108,6 +106,8 @@ export abstract class MessagesApiServer {
         sendJson(res, answer.status, answer.body ?? anthropicError(answer.status), { "request-id": "req_sim" });
         return;
       }
+      const blocks: AnswerBlock[] = "text" in answer ? [{ type: "text", text: answer.text }] : answer.content;
+      const stopReason = ("stopReason" in answer ? answer.stopReason : undefined) ?? (blocks.some((b) => b.type === "tool_use") ? "tool_use" : "end_turn");
       sendJson(
         res,
         200,
@@ -116,10 +116,10 @@ export abstract class MessagesApiServer {
           type: "message",
           role: "assistant",
           model: request.model,
-          content: [{ type: "text", text: answer.text }],
-          stop_reason: "end_turn",
+          content: blocks.map(asReturned),
+          stop_reason: stopReason,
           stop_sequence: null,
-          usage: this.usage(request),
+          usage: { ...this.cache.account(request), output_tokens: 20 },
         },
         { "request-id": "req_sim" },
       );
@@ -127,6 +127,25 @@ export abstract class MessagesApiServer {
       this.inFlight--;
       answered();
     }
+  }
+}
+
+/** A scripted block in the shape Anthropic's answers have (every field the SDK's types name). */
+function asReturned(block: AnswerBlock): unknown {
+  switch (block.type) {
+    case "text":
+      return { type: "text", text: block.text, citations: block.citations ?? null };
+    case "tool_use":
+      return {
+        type: "tool_use",
+        id: block.id ?? `toolu_01${randomBytes(11).toString("hex")}`,
+        name: block.name,
+        input: block.input,
+        caller: { type: "direct" },
+      };
+    case "thinking":
+      // Haiku 5.5 omits the thinking text by default: an empty field and a signature.
+      return { type: "thinking", thinking: block.thinking ?? "", signature: block.signature ?? randomBytes(24).toString("base64") };
   }
 }
 

@@ -26,7 +26,7 @@ export class OfflineClaude extends MessagesApiServer {
     private readonly observe: (call: OfflineCall) => void = () => undefined,
     onError?: (error: unknown) => void,
   ) {
-    super(onError);
+    super({ onError });
   }
 
   protected override respond(request: ClaudeRequest): ClaudeAnswer {
