@@ -1,8 +1,11 @@
-import { readFileSync } from "node:fs";
+import { readFileSync, statSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { z } from "zod";
 
-/** Per business number (`phone_number_id`): its own system prompt, and a template for when the window has closed. */
+/**
+ * Per business number (`phone_number_id`): its own system prompt, a template for when the
+ * window has closed, and the business's own knowledge. Paths are relative to the file's directory.
+ */
 const numberSettingsSchema = z
   .object({
     systemPrompt: z.string().trim().min(1).optional(),
@@ -11,6 +14,7 @@ const numberSettingsSchema = z
       .object({ name: z.string().min(1), language: z.string().min(2) })
       .strict()
       .optional(),
+    knowledgeDir: z.string().min(1).optional(),
   })
   .strict();
 const numbersFileSchema = z.record(z.string(), numberSettingsSchema);
@@ -25,6 +29,8 @@ export type ServedNumbers = "every" | ReadonlySet<string>;
 export interface NumberSettings {
   readonly systemPrompt?: string;
   readonly windowClosedTemplate?: { readonly name: string; readonly language: string };
+  /** The directory of the business's knowledge files, absolute; checked at start-up to be one. */
+  readonly knowledgeDir?: string;
 }
 
 export function loadNumbers(path: string, problems: string[]): ReadonlyMap<string, NumberSettings> {
@@ -59,10 +65,25 @@ export function loadNumbers(path: string, problems: string[]): ReadonlyMap<strin
         problems.push(`PHONE_NUMBERS_FILE ${id}.systemPromptFile cannot be read: ${(error as Error).message}`);
       }
     }
+    const knowledgeDir =
+      settings.knowledgeDir === undefined ? undefined : directoryAt(resolve(dirname(path), settings.knowledgeDir), `${id}.knowledgeDir`, problems);
     numbers.set(id, {
       ...(systemPrompt ? { systemPrompt } : {}),
       ...(settings.windowClosedTemplate ? { windowClosedTemplate: settings.windowClosedTemplate } : {}),
+      ...(knowledgeDir ? { knowledgeDir } : {}),
     });
   }
   return numbers;
+}
+
+/** `path` when it is a directory; else a problem naming the setting and the path, and undefined. */
+function directoryAt(path: string, setting: string, problems: string[]): string | undefined {
+  try {
+    if (statSync(path).isDirectory()) return path;
+    problems.push(`PHONE_NUMBERS_FILE ${setting}: ${path} is not a directory`);
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    problems.push(`PHONE_NUMBERS_FILE ${setting}: ${path} ${code === "ENOENT" ? "does not exist" : `cannot be read (${code ?? (error as Error).message})`}`);
+  }
+  return undefined;
 }
