@@ -1,8 +1,13 @@
+// biome-ignore-all lint/suspicious/noTemplateCurlyInString: "${NAME}" in a header is the tools file's own syntax for an environment variable.
 import { mkdir, mkdtemp, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { Writable } from "node:stream";
+import { inspect } from "node:util";
+import { deserialize, serialize } from "node:v8";
 import { describe, expect, it } from "vitest";
 import { ConfigError, loadConfig } from "../src/config/config.ts";
+import { createLogger } from "../src/logger.ts";
 import { testEnv } from "./support/harness.ts";
 
 /** Issue 19: each business number's knowledge and tools, as start-up reads and checks them. */
@@ -71,3 +76,215 @@ describe("a number's knowledgeDir", () => {
     ]);
   });
 });
+
+/** A tool as a business would write it; `overrides` replace its top-level fields, `request` its request's. */
+function lookupOrder(overrides: Record<string, unknown> = {}, request: Record<string, unknown> = {}): Record<string, unknown> {
+  return {
+    name: "lookup_order",
+    description: "Looks up one of the customer's orders by its number: its state and delivery date.",
+    input_schema: { type: "object", properties: { orderId: { type: "string" } }, required: ["orderId"] },
+    ...overrides,
+    request: {
+      method: "GET",
+      url: "https://orders.shop.example/v1/orders/{orderId}",
+      headers: { Authorization: "Bearer ${ORDERS_API_TOKEN}" },
+      ...request,
+    },
+  };
+}
+
+const TOKEN = "orders-secret-0123456789";
+
+/** Loads a config whose SHOP number has `tools` as its tools file (raw text when a string). */
+async function withTools(tools: unknown, env: Record<string, string> = { ORDERS_API_TOKEN: TOKEN }) {
+  const { path } = await numbersFile(
+    { [SHOP]: { toolsFile: "shop/tools.json" } },
+    { "shop/tools.json": typeof tools === "string" ? tools : JSON.stringify(tools) },
+  );
+  return testEnv({ PHONE_NUMBERS_FILE: path, ...env });
+}
+
+const WHERE = `PHONE_NUMBERS_FILE ${SHOP}.toolsFile (shop/tools.json)`;
+
+describe("a number's toolsFile", () => {
+  it("loads each tool with its headers' environment variables resolved, a 10 s timeout and the SSRF guard on by default", async () => {
+    const config = loadConfig(
+      await withTools({ tools: [lookupOrder(), lookupOrder({ name: "cancel_order", allowPrivateNetwork: true }, { method: "POST", timeoutMs: 2500 })] }),
+    );
+    const tools = config.numbers.get(SHOP)?.tools ?? [];
+    expect(tools.map((t) => [t.name, t.request.method, t.request.timeoutMs, t.allowPrivateNetwork])).toEqual([
+      ["lookup_order", "GET", 10_000, false],
+      ["cancel_order", "POST", 2500, true],
+    ]);
+    expect(tools[0]?.request).toEqual({
+      method: "GET",
+      url: "https://orders.shop.example/v1/orders/{orderId}",
+      timeoutMs: 10_000,
+      headerNames: ["Authorization"],
+    });
+    expect(tools[0]?.headersToSend()).toEqual({ Authorization: `Bearer ${TOKEN}` });
+    expect(tools[0]?.inputSchema).toEqual({ type: "object", properties: { orderId: { type: "string" } }, required: ["orderId"] });
+  });
+
+  it("that is not JSON, or not { tools: [...] }, is named", async () => {
+    expect(problemsOf(await withTools("{ tools: "))[0]).toMatch(new RegExp(`^${escapeRegExp(WHERE)} cannot be read as JSON: `));
+    expect(problemsOf(await withTools([lookupOrder()]))).toEqual([`${WHERE}: the file: Invalid input: expected object, received array`]);
+    expect(problemsOf(await withTools({ tool: [] }))).toEqual([`${WHERE}: tools: is required`, `${WHERE}: tool: is not a known field`]);
+  });
+
+  it("that is missing is named", async () => {
+    const { path } = await numbersFile({ [SHOP]: { toolsFile: "shop/tools.json" } });
+    expect(problemsOf(testEnv({ PHONE_NUMBERS_FILE: path }))[0]).toMatch(new RegExp(`^${escapeRegExp(WHERE)} cannot be read as JSON: ENOENT`));
+  });
+
+  it("reports every problem at once, each naming the number, the tool and the field", async () => {
+    const problems = problemsOf(
+      await withTools({
+        tools: [
+          lookupOrder({ name: "look up order", extra: true }, { retries: 3, timeoutMs: 5 }),
+          lookupOrder({ name: "handoff_to_human" }, { method: "get" }),
+          lookupOrder({ name: "refund", description: "" }, { url: "ftp://orders.shop.example/{orderId}" }),
+          lookupOrder({ name: "refund" }, { url: "/v1/orders/{orderId}" }),
+          lookupOrder({ name: undefined }),
+        ],
+      }),
+    );
+    expect(problems).toEqual([
+      `${WHERE}: tool "look up order" request.timeoutMs: must be from 100 to 120000`,
+      `${WHERE}: tool "look up order" request.retries: is not a known field`,
+      `${WHERE}: tool "look up order" extra: is not a known field`,
+      `${WHERE}: tool "look up order" name: must be 1 to 64 letters, digits, _ or - (Anthropic's rule for tool names)`,
+      `${WHERE}: tool "handoff_to_human" request.method: Invalid option: expected one of "GET"|"POST"|"PUT"|"PATCH"|"DELETE"`,
+      `${WHERE}: tool "handoff_to_human" name: handoff_to_human is built in: choose another name`,
+      `${WHERE}: tool "refund" description: must say what the tool does, for Claude`,
+      `${WHERE}: tool "refund" request.url: must be an http:// or https:// URL, not ftp://`,
+      `${WHERE}: tool "refund" request.url: must be an absolute http:// or https:// URL`,
+      `${WHERE}: tool "refund" name: is used by another tool in this file`,
+      `${WHERE}: tools[4] name: is required`,
+    ]);
+  });
+
+  it("reports an input_schema that is not an object schema, or does not compile", async () => {
+    const problems = problemsOf(
+      await withTools({
+        tools: [
+          lookupOrder({ name: "a", input_schema: { type: "array" } }, { url: "https://x.example/a" }),
+          lookupOrder({ name: "b", input_schema: { type: "object", properties: { orderId: { type: "strng" } }, required: ["orderId"] } }),
+          lookupOrder({ name: "c", input_schema: { type: "object", propertys: { orderId: { type: "string" } } } }, { url: "https://x.example/c" }),
+          lookupOrder(
+            { name: "d", input_schema: { type: "object", properties: { day: { type: "string", format: "weekday" } } } },
+            { url: "https://x.example/d" },
+          ),
+          lookupOrder({ name: "e", input_schema: "object" }, { url: "https://x.example/e" }),
+        ],
+      }),
+    );
+    expect(problems).toEqual([
+      `${WHERE}: tool "a" input_schema: must have "type": "object"`,
+      expect.stringMatching(
+        new RegExp(
+          `^${escapeRegExp(WHERE)}: tool "b" input_schema: schema is invalid: data/properties/orderId/type must be equal to one of the allowed values`,
+        ),
+      ),
+      `${WHERE}: tool "c" input_schema: strict mode: unknown keyword: "propertys"`,
+      `${WHERE}: tool "d" input_schema: unknown format "weekday" ignored in schema at path "#/properties/day"`,
+      `${WHERE}: tool "e" input_schema: Invalid input: expected record, received string`,
+    ]);
+  });
+
+  it("reports URL placeholders that the input cannot fill, in the host, and URLs with credentials", async () => {
+    const problems = problemsOf(
+      await withTools({
+        tools: [
+          lookupOrder({ name: "a" }, { url: "https://orders.shop.example/v1/orders/{order_id}" }),
+          lookupOrder({ name: "b", input_schema: { type: "object", properties: { orderId: { type: "string" } } } }),
+          lookupOrder(
+            { name: "c", input_schema: { type: "object", properties: { shop: { type: "string" } }, required: ["shop"] } },
+            { url: "https://{shop}.example/orders" },
+          ),
+          lookupOrder({ name: "d" }, { url: "https://user:pass@orders.shop.example/v1/orders/{orderId}" }),
+          lookupOrder({ name: "e" }, { url: "https://orders.shop.example/v1/{orderId}/{" }),
+          lookupOrder({ name: "f" }, { url: "https://orders.shop.example/v1/../admin/{orderId}" }),
+        ],
+      }),
+    );
+    expect(problems).toEqual([
+      `${WHERE}: tool "a" request.url: placeholder {order_id} is not a property of input_schema`,
+      `${WHERE}: tool "b" request.url: placeholder {orderId} must be in input_schema's "required": the URL cannot be made without it`,
+      `${WHERE}: tool "c" request.url: must not have a placeholder in its host or port: input may only fill the path or the query`,
+      `${WHERE}: tool "d" request.url: must not carry credentials: put them in a header, from an environment variable`,
+      `${WHERE}: tool "e" request.url: has an unmatched "{" or "}"`,
+      `${WHERE}: tool "f" request.url: must not have a "." or ".." path segment`,
+    ]);
+  });
+
+  it("names a header's missing environment variable and never shows a value", async () => {
+    const problems = problemsOf(
+      await withTools(
+        {
+          tools: [
+            lookupOrder({ name: "a" }, { headers: { Authorization: "Bearer ${ORDERS_API_TOKEN}", "X-Shop": "${SHOP_ID}-${SHOP_REGION}" } }),
+            lookupOrder({ name: "b" }, { headers: { "X-Key": "${ORDERS_API_TOKEN", "Idempotency-Key": "fixed", "bad header": "literal-secret-value" } }),
+            lookupOrder({ name: "c" }, { headers: { Authorization: "Bearer ${MULTILINE_TOKEN}", "X-Count": 3 } }),
+          ],
+        },
+        { ORDERS_API_TOKEN: TOKEN, SHOP_REGION: "", MULTILINE_TOKEN: "line-one\r\nX-Injected: yes" },
+      ),
+    );
+    expect(problems).toEqual([
+      `${WHERE}: tool "a" request.headers.X-Shop: environment variable SHOP_ID is not set`,
+      `${WHERE}: tool "a" request.headers.X-Shop: environment variable SHOP_REGION is not set`,
+      `${WHERE}: tool "b" request.headers.X-Key: has a "\${" without its closing "}"`,
+      `${WHERE}: tool "b" request.headers.Idempotency-Key: is set by the call itself and cannot be configured`,
+      `${WHERE}: tool "b" request.headers.bad header: is not a valid header name`,
+      `${WHERE}: tool "c" request.headers.X-Count: Invalid input: expected string, received number`,
+      `${WHERE}: tool "c" request.headers.Authorization: environment variable MULTILINE_TOKEN holds a line break or another character no header may carry`,
+    ]);
+    const said = problems.join("\n");
+    for (const secret of [TOKEN, "literal-secret-value", "line-one", "X-Injected"]) expect(said).not.toContain(secret);
+  });
+});
+
+describe("a tool's secrets", () => {
+  it("never show in JSON, a log line, util.inspect or a structured clone of the config or its tools", async () => {
+    const config = loadConfig(
+      await withTools({ tools: [lookupOrder(), lookupOrder({ name: "literal" }, { headers: { "X-Api-Key": "literal-secret-value" } })] }),
+    );
+    const settings = config.numbers.get(SHOP)!;
+    const tools = settings.tools!;
+    expect(tools[1]?.headersToSend()).toEqual({ "X-Api-Key": "literal-secret-value" });
+
+    const lines: string[] = [];
+    const logger = createLogger({
+      level: "info",
+      destination: new Writable({
+        write(chunk: Buffer, _encoding, done) {
+          lines.push(chunk.toString("utf8"));
+          done();
+        },
+      }),
+    });
+    logger.info({ config, numbers: [...config.numbers], settings, tools, tool: tools[0] }, "everything");
+    // JSON (and so pino) writes a Map as {}: the tools show only where the numbers are listed.
+    expect(JSON.stringify(config)).not.toContain(TOKEN);
+    const shown = [
+      lines.join(""),
+      JSON.stringify([...config.numbers]),
+      JSON.stringify(settings),
+      inspect(config, { depth: Number.POSITIVE_INFINITY, showHidden: true }),
+      inspect(tools, { depth: Number.POSITIVE_INFINITY, showHidden: true }),
+      JSON.stringify(deserialize(serialize([...config.numbers]))),
+      inspect(deserialize(serialize(config)), { depth: Number.POSITIVE_INFINITY }),
+    ];
+    for (const text of shown) {
+      expect(text).toContain("lookup_order"); // the tool is there...
+      expect(text).not.toContain(TOKEN); // ...without its secrets
+      expect(text).not.toContain("literal-secret-value");
+    }
+    expect(JSON.parse(JSON.stringify(tools[0]))).toMatchObject({ request: { headerNames: ["Authorization"] } });
+  });
+});
+
+function escapeRegExp(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+}

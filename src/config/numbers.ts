@@ -1,10 +1,13 @@
 import { readFileSync, statSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { z } from "zod";
+import type { BusinessTool } from "../tools/business-tool.ts";
+import { loadToolsFile } from "./tools-file.ts";
 
 /**
  * Per business number (`phone_number_id`): its own system prompt, a template for when the
- * window has closed, and the business's own knowledge. Paths are relative to the file's directory.
+ * window has closed, the business's own knowledge, and its own tools (src/config/tools-file.ts).
+ * Paths are relative to the file's directory.
  */
 const numberSettingsSchema = z
   .object({
@@ -15,6 +18,7 @@ const numberSettingsSchema = z
       .strict()
       .optional(),
     knowledgeDir: z.string().min(1).optional(),
+    toolsFile: z.string().min(1).optional(),
   })
   .strict();
 const numbersFileSchema = z.record(z.string(), numberSettingsSchema);
@@ -31,9 +35,12 @@ export interface NumberSettings {
   readonly windowClosedTemplate?: { readonly name: string; readonly language: string };
   /** The directory of the business's knowledge files, absolute; checked at start-up to be one. */
   readonly knowledgeDir?: string;
+  /** The business's HTTP endpoints Claude may call, from the number's tools file; their secrets never show (src/tools/business-tool.ts). */
+  readonly tools?: readonly BusinessTool[];
 }
 
-export function loadNumbers(path: string, problems: string[]): ReadonlyMap<string, NumberSettings> {
+/** `env` resolves the environment variables the tools files' headers name. */
+export function loadNumbers(path: string, env: Readonly<Record<string, string | undefined>>, problems: string[]): ReadonlyMap<string, NumberSettings> {
   const numbers = new Map<string, NumberSettings>();
   let raw: unknown;
   try {
@@ -67,10 +74,15 @@ export function loadNumbers(path: string, problems: string[]): ReadonlyMap<strin
     }
     const knowledgeDir =
       settings.knowledgeDir === undefined ? undefined : directoryAt(resolve(dirname(path), settings.knowledgeDir), `${id}.knowledgeDir`, problems);
+    const tools =
+      settings.toolsFile === undefined
+        ? undefined
+        : loadToolsFile(resolve(dirname(path), settings.toolsFile), `PHONE_NUMBERS_FILE ${id}.toolsFile (${settings.toolsFile})`, env, problems);
     numbers.set(id, {
       ...(systemPrompt ? { systemPrompt } : {}),
       ...(settings.windowClosedTemplate ? { windowClosedTemplate: settings.windowClosedTemplate } : {}),
       ...(knowledgeDir ? { knowledgeDir } : {}),
+      ...(tools ? { tools: Object.freeze(tools) } : {}),
     });
   }
   return numbers;
