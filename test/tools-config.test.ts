@@ -1,4 +1,6 @@
 // biome-ignore-all lint/suspicious/noTemplateCurlyInString: "${NAME}" in a header is the tools file's own syntax for an environment variable.
+import type { ChildProcess } from "node:child_process";
+import { EventEmitter } from "node:events";
 import { mkdir, mkdtemp, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -8,6 +10,9 @@ import { deserialize, serialize } from "node:v8";
 import { describe, expect, it } from "vitest";
 import { ConfigError, loadConfig } from "../src/config/config.ts";
 import { createLogger } from "../src/logger.ts";
+import { createMetrics } from "../src/metrics/metrics.ts";
+import { answerParent, superviseWorkerChild, type ToWorkerChild } from "../src/process/worker-child.ts";
+import { BusinessTool } from "../src/tools/business-tool.ts";
 import { testEnv } from "./support/harness.ts";
 
 /** Issue 19: each business number's knowledge and tools, as start-up reads and checks them. */
@@ -282,6 +287,47 @@ describe("a tool's secrets", () => {
       expect(text).not.toContain("literal-secret-value");
     }
     expect(JSON.parse(JSON.stringify(tools[0]))).toMatchObject({ request: { headerNames: ["Authorization"] } });
+  });
+});
+
+describe("the worker child of npm start", () => {
+  it("gets each tool whole: its secrets and its input check cross the IPC channel, which keeps no class", async () => {
+    const config = loadConfig(await withTools({ tools: [lookupOrder()] }));
+    const logger = createLogger({ level: "silent" });
+    // The parent's end, with a stand-in child that keeps what it is sent.
+    const sent: ToWorkerChild[] = [];
+    const child = Object.assign(new EventEmitter(), {
+      pid: 1000,
+      connected: true,
+      send: (message: ToWorkerChild, callback?: (error: Error | null) => void) => {
+        sent.push(message);
+        callback?.(null);
+        return true;
+      },
+      kill: () => true,
+    });
+    const parent = superviseWorkerChild({ fork: () => child as unknown as ChildProcess, config, logger, metrics: createMetrics() });
+    parent.start();
+    // The child's end, given the message as the channel's "advanced" serialisation delivers it.
+    const channel = new EventEmitter();
+    let received: typeof config | undefined;
+    answerParent(channel, {
+      start(childConfig) {
+        received = childConfig;
+        return { metrics: createMetrics(), logger };
+      },
+      drain() {},
+    });
+    channel.emit("message", deserialize(serialize(sent[0])));
+
+    const tool = received?.numbers.get(SHOP)?.tools?.[0];
+    expect(tool).toBeInstanceOf(BusinessTool);
+    expect(tool?.headersToSend()).toEqual({ Authorization: `Bearer ${TOKEN}` });
+    expect(tool?.inputProblem({ orderId: 17 })).toBe("input/orderId must be string");
+    expect(tool?.inputProblem({ orderId: "A-17" })).toBeUndefined();
+    expect(Object.isFrozen(received)).toBe(true);
+    child.emit("exit", 0, null); // gone, so stop() has no child to drain and cancels the restart
+    await parent.stop();
   });
 });
 
