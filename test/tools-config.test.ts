@@ -223,6 +223,29 @@ describe("a number's toolsFile", () => {
     ]);
   });
 
+  it("names a URL whose host is plainly private, unless the tool allows the private network", async () => {
+    const problems = problemsOf(
+      await withTools({
+        tools: [
+          lookupOrder({ name: "a" }, { url: "http://127.0.0.1:8080/orders/{orderId}" }),
+          lookupOrder({ name: "b" }, { url: "http://169.254.169.254/latest/{orderId}" }),
+          lookupOrder({ name: "c" }, { url: "http://[::1]/orders/{orderId}" }),
+          lookupOrder({ name: "d" }, { url: "http://localhost/orders/{orderId}" }),
+          lookupOrder({ name: "e", allowPrivateNetwork: true }, { url: "http://10.0.0.7/orders/{orderId}" }),
+          lookupOrder({ name: "f" }, { url: "https://8.8.8.8/orders/{orderId}" }),
+        ],
+      }),
+    );
+    const said = (host: string) =>
+      `${host} is a loopback, private or otherwise non-public address, which calls are refused; say "allowPrivateNetwork": true if that is meant`;
+    expect(problems).toEqual([
+      `${WHERE}: tool "a" request.url: ${said("127.0.0.1")}`,
+      `${WHERE}: tool "b" request.url: ${said("169.254.169.254")}`,
+      `${WHERE}: tool "c" request.url: ${said("[::1]")}`,
+      `${WHERE}: tool "d" request.url: ${said("localhost")}`,
+    ]);
+  });
+
   it("names a header's missing environment variable and never shows a value", async () => {
     const problems = problemsOf(
       await withTools(

@@ -1,5 +1,7 @@
 import { readFileSync } from "node:fs";
+import { isIP } from "node:net";
 import { z } from "zod";
+import { isPublicAddress } from "../tools/addresses.ts";
 import { BusinessTool, compileInputSchema, type InputSchema, TOOL_METHODS } from "../tools/business-tool.ts";
 import { HANDOFF_TOOL_NAME } from "../tools/definitions.ts";
 import { placeholdersOf, templateProblems } from "../tools/url-template.ts";
@@ -133,6 +135,13 @@ function checkTool(
   if (typeof request.url === "string") {
     for (const problem of templateProblems(request.url)) report("request.url", problem);
     if (isRecord(raw.input_schema)) for (const problem of placeholderProblems(request.url, raw.input_schema)) report("request.url", problem);
+    const host = privateHost(request.url);
+    if (host && raw.allowPrivateNetwork !== true) {
+      report(
+        "request.url",
+        `${host} is a loopback, private or otherwise non-public address, which calls are refused; say "allowPrivateNetwork": true if that is meant`,
+      );
+    }
   }
 
   const headers = isRecord(request.headers) ? resolveHeaders(request.headers, env, report) : undefined;
@@ -146,6 +155,19 @@ function checkTool(
     request: { method: tool.request.method, url: tool.request.url, headers, timeoutMs: tool.request.timeoutMs ?? DEFAULT_TOOL_TIMEOUT_MS },
     allowPrivateNetwork: tool.allowPrivateNetwork ?? false,
   });
+}
+
+/** The URL's host when it is plainly not public (an address, or localhost): every call would be refused, so it is said at start-up. */
+function privateHost(url: string): string | undefined {
+  let hostname: string;
+  try {
+    hostname = new URL(url.replace(/\{[^{}]*\}/g, "x")).hostname;
+  } catch {
+    return undefined; // reported by templateProblems
+  }
+  const address = hostname.replace(/^\[(.*)\]$/, "$1");
+  if (isIP(address) !== 0) return isPublicAddress(address) ? undefined : hostname;
+  return hostname === "localhost" || hostname.endsWith(".localhost") ? hostname : undefined;
 }
 
 /** Each placeholder must name a required property: else the URL could not be filled. */
