@@ -13,7 +13,9 @@ import { createLogger } from "../src/logger.ts";
 import { createMetrics } from "../src/metrics/metrics.ts";
 import { answerParent, superviseWorkerChild, type ToWorkerChild } from "../src/process/worker-child.ts";
 import { BusinessTool } from "../src/tools/business-tool.ts";
+import { runEntryPoint } from "./support/entry-point.ts";
 import { testEnv } from "./support/harness.ts";
+import { freePort } from "./support/ports.ts";
 
 /** Issue 19: each business number's knowledge and tools, as start-up reads and checks them. */
 
@@ -351,6 +353,24 @@ describe("the worker child of npm start", () => {
     expect(Object.isFrozen(received)).toBe(true);
     child.emit("exit", 0, null); // gone, so stop() has no child to drain and cancels the restart
     await parent.stop();
+  });
+});
+
+describe("start-up", () => {
+  it("warns of each tool allowed onto private networks, naming the number, the tool and the host, and never a secret", async () => {
+    const env = await withTools({
+      tools: [lookupOrder(), lookupOrder({ name: "stock", allowPrivateNetwork: true }, { url: "http://inventory.internal:8080/stock/{orderId}" })],
+    });
+    const web = runEntryPoint(["web"], { ...env, LOG_LEVEL: "info", PORT: String(await freePort()), QUEUE_PREFIX: `{tools-${process.pid}}` });
+    try {
+      const warning = await web.event("tools.private_network_allowed");
+      expect(warning).toMatchObject({ level: 40, number: SHOP, tool: "stock", host: "inventory.internal:8080" });
+      expect(web.events("tools.private_network_allowed")).toHaveLength(1);
+    } finally {
+      web.child.kill("SIGTERM");
+      await web.exited;
+    }
+    expect(web.output).not.toContain(TOKEN);
   });
 });
 
