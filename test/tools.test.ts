@@ -269,7 +269,11 @@ describe("calling a business's tool", () => {
   it("a connection never made (refused, or a host that does not resolve) did not act", async () => {
     const port = await freePort();
     const refused = await call(localTool(`http://127.0.0.1:${port}`), { orderId: "A-17" });
-    expect(refused).toMatchObject({ isError: true, maybeActed: false, text: expect.stringMatching(/could not connect to 127\.0\.0\.1:\d+ \(ECONNREFUSED\)/) });
+    expect(refused).toMatchObject({
+      isError: true,
+      maybeActed: false,
+      text: expect.stringMatching(/^Not sent: could not connect to 127\.0\.0\.1:\d+ \(ECONNREFUSED\)/),
+    });
     const unknown = await call(localTool("http://orders.shop.invalid", { timeoutMs: 5000 }), { orderId: "A-17" });
     expect(unknown).toMatchObject({ isError: true, maybeActed: false, text: expect.stringMatching(/^Not sent: /) });
   });

@@ -66,17 +66,17 @@ export async function callTool(tool: BusinessTool, input: unknown, options: Call
   const stopped = () => (timeout.aborted ? `${tool.name} did not answer within ${timeoutMs} ms` : "the reply's time for tool calls ran out");
   if (signal.aborted) return notSent(stopped());
 
+  const hostname = target.hostname.replace(/^\[(.*)\]$/, "$1"); // an IPv6 address without its URL brackets
   let addresses: LookupAddress[];
   try {
-    addresses = await resolve(target.hostname.replace(/^\[(.*)\]$/, "$1"), signal);
+    addresses = await resolve(hostname, signal);
   } catch (error) {
     return notSent(signal.aborted ? stopped() : `${target.hostname} could not be resolved (${codeOf(error)})`);
   }
   const refused = tool.allowPrivateNetwork ? undefined : addresses.find((a) => !isPublicAddress(a.address));
   if (refused) {
-    return notSent(
-      `${target.hostname} is at ${refused.address}, a loopback, private or otherwise non-public address; only a tool with allowPrivateNetwork may call one`,
-    );
+    const what = hostname === refused.address ? refused.address : `${target.hostname} is at ${refused.address}, which`;
+    return notSent(`${what} is a loopback, private or otherwise non-public address; only a tool with allowPrivateNetwork may call one`);
   }
 
   const connection = pinnedDispatcher(addresses, timeoutMs);
@@ -91,12 +91,12 @@ export async function callTool(tool: BusinessTool, input: unknown, options: Call
     try {
       response = await request(url, { method, headers, body, signal, dispatcher: connection.agent });
     } catch (error) {
-      const failed = signal.aborted
-        ? stopped()
-        : connection.made()
-          ? `the connection to ${target.host} broke off before an answer`
-          : `could not connect to ${target.host}`;
-      return outcome({ isError: true, text: `${failed} (${codeOf(error)})`, maybeActed: connection.made() });
+      const made = connection.made();
+      let failed: string;
+      if (made) failed = signal.aborted ? stopped() : `the connection to ${target.host} broke off before an answer`;
+      else if (timeout.aborted) failed = `Not sent: could not connect to ${target.host} within ${timeoutMs} ms`;
+      else failed = signal.aborted ? `Not sent: ${stopped()} before a connection was made` : `Not sent: could not connect to ${target.host}`;
+      return outcome({ isError: true, text: `${failed} (${codeOf(error)})`, maybeActed: made });
     }
     const status = response.statusCode;
     let answer: string;
