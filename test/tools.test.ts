@@ -1,4 +1,5 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
+import type Anthropic from "@anthropic-ai/sdk";
 import { request } from "undici";
 import { afterEach, describe, expect, it } from "vitest";
 import { isPublicAddress } from "../src/tools/addresses.ts";
@@ -33,13 +34,15 @@ function spec(overrides: Partial<BusinessToolSpec> = {}, request: Partial<Busine
 
 describe("what Claude is given", () => {
   it("is each tool's name, description and input_schema, and nothing of its request", () => {
-    const definitions = toolDefinitions([new BusinessTool(spec())]);
+    // Typed as the SDK takes them: the reply path hands them to messages.create as they are.
+    const definitions: Anthropic.Tool[] = [...toolDefinitions([new BusinessTool(spec())]), HANDOFF_TOOL];
     expect(definitions).toEqual([
       {
         name: "lookup_order",
         description: "Looks up one of the customer's orders by its number.",
         input_schema: { type: "object", properties: { orderId: { type: "string" } }, required: ["orderId"] },
       },
+      HANDOFF_TOOL,
     ]);
     expect(JSON.stringify(definitions)).not.toMatch(/secret-token|orders\.shop\.example|GET/);
   });
