@@ -139,6 +139,11 @@ describe("a number's toolsFile", () => {
     expect(problemsOf(await withTools({ tool: [] }))).toEqual([`${WHERE}: tools: is required`, `${WHERE}: tool: is not a known field`]);
   });
 
+  it("that is not JSON is named without quoting the text, which may hold a secret", async () => {
+    const problems = problemsOf(await withTools('{ "tools": [ { "request": { "headers": { "X-Api-Key": sk-live-0123456789 } } } ] }'));
+    expect(problems).toEqual([`${WHERE} cannot be read as JSON: Unexpected token 's'`]);
+  });
+
   it("that is missing is named", async () => {
     const { path } = await numbersFile({ [SHOP]: { toolsFile: "shop/tools.json" } });
     expect(problemsOf(testEnv({ PHONE_NUMBERS_FILE: path }))[0]).toMatch(new RegExp(`^${escapeRegExp(WHERE)} cannot be read as JSON: ENOENT`));

@@ -80,7 +80,9 @@ export function loadToolsFile(path: string, where: string, env: Readonly<Record<
   try {
     raw = JSON.parse(readFileSync(path, "utf8"));
   } catch (error) {
-    problems.push(`${where} cannot be read as JSON: ${(error as Error).message}`);
+    // V8 quotes the text around a syntax error, and this file may hold a literal header value.
+    const message = (error as Error).message.replace(/, (\.\.\.)?".*$/s, "");
+    problems.push(`${where} cannot be read as JSON: ${message}`);
     return undefined;
   }
   const file = fileSchema.safeParse(raw, parseOptions);
