@@ -116,7 +116,18 @@ const WHERE = `PHONE_NUMBERS_FILE ${SHOP}.toolsFile (shop/tools.json)`;
 describe("a number's toolsFile", () => {
   it("loads each tool with its headers' environment variables resolved, a 10 s timeout and the SSRF guard on by default", async () => {
     const config = loadConfig(
-      await withTools({ tools: [lookupOrder(), lookupOrder({ name: "cancel_order", allowPrivateNetwork: true }, { method: "POST", timeoutMs: 2500 })] }),
+      await withTools(
+        {
+          tools: [
+            lookupOrder(),
+            lookupOrder(
+              { name: "cancel_order", allowPrivateNetwork: true },
+              { method: "POST", timeoutMs: 2500, headers: { "X-Shop": "${SHOP_ID}/${SHOP_REGION}", Accept: "application/json" } },
+            ),
+          ],
+        },
+        { ORDERS_API_TOKEN: TOKEN, SHOP_ID: "s1", SHOP_REGION: "eu" },
+      ),
     );
     const tools = config.numbers.get(SHOP)?.tools ?? [];
     expect(tools.map((t) => [t.name, t.request.method, t.request.timeoutMs, t.allowPrivateNetwork])).toEqual([
@@ -130,6 +141,7 @@ describe("a number's toolsFile", () => {
       headerNames: ["Authorization"],
     });
     expect(tools[0]?.headersToSend()).toEqual({ Authorization: `Bearer ${TOKEN}` });
+    expect(tools[1]?.headersToSend()).toEqual({ "X-Shop": "s1/eu", Accept: "application/json" });
     expect(tools[0]?.inputSchema).toEqual({ type: "object", properties: { orderId: { type: "string" } }, required: ["orderId"] });
   });
 
