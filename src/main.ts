@@ -46,6 +46,7 @@ async function main(): Promise<void> {
     throw error;
   }
   const logger = createLogger({ level: config.logLevel, traceIds: config.tracing !== undefined && role !== "migrate" });
+  if (role !== "migrate") warnOfToolsOnPrivateNetworks(config, logger);
 
   if (role === "migrate" || process.argv.includes("--migrate")) {
     const result = await migrate(config.databaseUrl);
@@ -259,6 +260,24 @@ function sayWhichNumbersAreServed(config: Config, logger: Logger): void {
       { event: "webhook.serving_numbers", numbers },
       `answering ${numbers.length} business number(s) from PHONE_NUMBERS_FILE; others are acknowledged and dropped`,
     );
+  }
+}
+
+/**
+ * A business tool with allowPrivateNetwork may reach this host and its network (Redis, Postgres,
+ * a cloud's metadata service), which the SSRF guard otherwise refuses: that is the operator's
+ * choice, said at every start so it is never forgotten.
+ */
+function warnOfToolsOnPrivateNetworks(config: Config, logger: Logger): void {
+  for (const [number, settings] of config.numbers) {
+    for (const tool of settings.tools ?? []) {
+      if (!tool.allowPrivateNetwork) continue;
+      const host = new URL(tool.request.url).host;
+      logger.warn(
+        { event: "tools.private_network_allowed", number, tool: tool.name, host },
+        `tool ${tool.name} of number ${number} may call private and loopback addresses (allowPrivateNetwork): ${host}`,
+      );
+    }
   }
 }
 

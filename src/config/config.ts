@@ -54,6 +54,20 @@ export interface Config {
     readonly historyMessages: number;
     readonly historyTokenBudget: number;
   };
+  /** A business's own files, given to Claude as cited documents (each number's `knowledgeDir`). */
+  readonly knowledge: {
+    /** Up to this many tokens, a number's knowledge goes to Claude whole; above it, the passages Postgres's full-text search finds. */
+    readonly tokenBudget: number;
+  };
+  /** The business's own HTTP endpoints, run as Claude's client tools (each number's `toolsFile`; src/tools/). */
+  readonly tools: {
+    /** Tool calls one reply may make. */
+    readonly maxSteps: number;
+    /** How long all tool calls of one reply may take together. */
+    readonly maxMs: number;
+    /** A tool's answer is cut to this many bytes before Claude reads it. */
+    readonly answerMaxBytes: number;
+  };
   /** Settings of individual business numbers (PHONE_NUMBERS_FILE); without the file, none, and every number uses the defaults. */
   readonly numbers: ReadonlyMap<string, NumberSettings>;
   /** The numbers answered: PHONE_NUMBERS_FILE's, or every one when it is not set. */
@@ -172,7 +186,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     systemPrompt = env.SYSTEM_PROMPT.trim();
   }
 
-  const numbers = env.PHONE_NUMBERS_FILE ? loadNumbers(env.PHONE_NUMBERS_FILE, problems) : new Map<string, NumberSettings>();
+  const numbers = env.PHONE_NUMBERS_FILE ? loadNumbers(env.PHONE_NUMBERS_FILE, env, problems) : new Map<string, NumberSettings>();
 
   if (parsed.success && parsed.data.METRICS_PORT !== undefined && parsed.data.METRICS_PORT !== 0 && parsed.data.METRICS_PORT === parsed.data.PORT) {
     problems.push(`METRICS_PORT must differ from PORT (both ${parsed.data.PORT}): metrics have a listener of their own; 0 turns it off`);
@@ -209,6 +223,8 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
       historyMessages: e.HISTORY_MESSAGES,
       historyTokenBudget: e.HISTORY_TOKEN_BUDGET,
     },
+    knowledge: { tokenBudget: e.KNOWLEDGE_TOKEN_BUDGET },
+    tools: { maxSteps: e.TOOL_MAX_STEPS, maxMs: e.TOOL_MAX_MS, answerMaxBytes: e.TOOL_ANSWER_MAX_BYTES },
     numbers,
     servedNumbers: env.PHONE_NUMBERS_FILE ? new Set(numbers.keys()) : "every",
     redis,

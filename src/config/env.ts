@@ -42,6 +42,13 @@ export const envSchema = z.object({
   PHONE_NUMBERS_FILE: z.string().optional(),
   HISTORY_MESSAGES: int("HISTORY_MESSAGES", 20, 0, 200),
   HISTORY_TOKEN_BUDGET: int("HISTORY_TOKEN_BUDGET", 4000, 0, 150_000),
+  // Claude's context is 200k tokens; beside history and the answer, this much knowledge fits whole.
+  KNOWLEDGE_TOKEN_BUDGET: int("KNOWLEDGE_TOKEN_BUDGET", 30_000, 0, 150_000),
+  TOOL_MAX_STEPS: int("TOOL_MAX_STEPS", 5, 1, 50),
+  // All tool calls of one reply together: the customer waits for them.
+  TOOL_MAX_MS: int("TOOL_MAX_MS", 30_000, 1000, 600_000),
+  // Every byte of a tool's answer is read by Claude at each later step of the reply: it costs.
+  TOOL_ANSWER_MAX_BYTES: int("TOOL_ANSWER_MAX_BYTES", 16 * 1024, 256, 1024 * 1024),
   REDIS_URL: url("REDIS_URL", "redis://127.0.0.1:6379").refine((v) => /^rediss?:/.test(v), {
     error: "REDIS_URL must start with redis:// or rediss://",
   }),

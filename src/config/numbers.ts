@@ -1,8 +1,14 @@
-import { readFileSync } from "node:fs";
+import { readFileSync, statSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { z } from "zod";
+import type { BusinessTool } from "../tools/business-tool.ts";
+import { loadToolsFile } from "./tools-file.ts";
 
-/** Per business number (`phone_number_id`): its own system prompt, and a template for when the window has closed. */
+/**
+ * Per business number (`phone_number_id`): its own system prompt, a template for when the
+ * window has closed, the business's own knowledge, and its own tools (src/config/tools-file.ts).
+ * Paths are relative to the file's directory.
+ */
 const numberSettingsSchema = z
   .object({
     systemPrompt: z.string().trim().min(1).optional(),
@@ -11,6 +17,8 @@ const numberSettingsSchema = z
       .object({ name: z.string().min(1), language: z.string().min(2) })
       .strict()
       .optional(),
+    knowledgeDir: z.string().min(1).optional(),
+    toolsFile: z.string().min(1).optional(),
   })
   .strict();
 const numbersFileSchema = z.record(z.string(), numberSettingsSchema);
@@ -25,9 +33,14 @@ export type ServedNumbers = "every" | ReadonlySet<string>;
 export interface NumberSettings {
   readonly systemPrompt?: string;
   readonly windowClosedTemplate?: { readonly name: string; readonly language: string };
+  /** The directory of the business's knowledge files, absolute; checked at start-up to be one. */
+  readonly knowledgeDir?: string;
+  /** The business's HTTP endpoints Claude may call, from the number's tools file; their secrets never show (src/tools/business-tool.ts). */
+  readonly tools?: readonly BusinessTool[];
 }
 
-export function loadNumbers(path: string, problems: string[]): ReadonlyMap<string, NumberSettings> {
+/** `env` resolves the environment variables the tools files' headers name. */
+export function loadNumbers(path: string, env: Readonly<Record<string, string | undefined>>, problems: string[]): ReadonlyMap<string, NumberSettings> {
   const numbers = new Map<string, NumberSettings>();
   let raw: unknown;
   try {
@@ -59,10 +72,30 @@ export function loadNumbers(path: string, problems: string[]): ReadonlyMap<strin
         problems.push(`PHONE_NUMBERS_FILE ${id}.systemPromptFile cannot be read: ${(error as Error).message}`);
       }
     }
+    const knowledgeDir =
+      settings.knowledgeDir === undefined ? undefined : directoryAt(resolve(dirname(path), settings.knowledgeDir), `${id}.knowledgeDir`, problems);
+    const tools =
+      settings.toolsFile === undefined
+        ? undefined
+        : loadToolsFile(resolve(dirname(path), settings.toolsFile), `PHONE_NUMBERS_FILE ${id}.toolsFile (${settings.toolsFile})`, env, problems);
     numbers.set(id, {
       ...(systemPrompt ? { systemPrompt } : {}),
       ...(settings.windowClosedTemplate ? { windowClosedTemplate: settings.windowClosedTemplate } : {}),
+      ...(knowledgeDir ? { knowledgeDir } : {}),
+      ...(tools ? { tools: Object.freeze(tools) } : {}),
     });
   }
   return numbers;
+}
+
+/** `path` when it is a directory; else a problem naming the setting and the path, and undefined. */
+function directoryAt(path: string, setting: string, problems: string[]): string | undefined {
+  try {
+    if (statSync(path).isDirectory()) return path;
+    problems.push(`PHONE_NUMBERS_FILE ${setting}: ${path} is not a directory`);
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    problems.push(`PHONE_NUMBERS_FILE ${setting}: ${path} ${code === "ENOENT" ? "does not exist" : `cannot be read (${code ?? (error as Error).message})`}`);
+  }
+  return undefined;
 }

@@ -1,6 +1,7 @@
 import type { ChildProcess } from "node:child_process";
 import { Counter, Gauge } from "prom-client";
 import type { Config } from "../config/config.ts";
+import { configFromPortable, type PortableConfig, portableConfig } from "../config/portable.ts";
 import type { Logger } from "../logger.ts";
 import type { Metrics, MetricsSnapshot } from "../metrics/metrics.ts";
 
@@ -18,7 +19,7 @@ import type { Metrics, MetricsSnapshot } from "../metrics/metrics.ts";
  */
 
 /** Parent to child. */
-export type ToWorkerChild = { type: "start"; config: Config } | { type: "metrics"; id: number } | { type: "drain" };
+export type ToWorkerChild = { type: "start"; config: PortableConfig } | { type: "metrics"; id: number } | { type: "drain" };
 
 /** Child to parent. */
 export type FromWorkerChild = { type: "started" } | { type: "metrics"; id: number; metrics: MetricsSnapshot };
@@ -125,7 +126,7 @@ export function superviseWorkerChild(deps: WorkerChildDeps): WorkerChild {
       if (current.pid === undefined) end(null, null); // it never started: no exit event is coming
     });
     current.once("exit", end);
-    send(current, { type: "start", config: deps.config });
+    send(current, { type: "start", config: portableConfig(deps.config) });
   };
 
   const onExit = (exited: ChildProcess, code: number | null, signal: NodeJS.Signals | null) => {
@@ -222,8 +223,8 @@ export function answerParent(channel: ParentChannel, role: ChildRole): void {
     const message = raw as ToWorkerChild;
     if (message.type === "start") {
       if (started) return;
-      // Structured cloning drops the freeze; it is the same validated object otherwise (its Map included).
-      started = role.start(Object.freeze(message.config));
+      // The same validated configuration, its business tools made again (structured cloning keeps no class).
+      started = role.start(configFromPortable(message.config));
       reply({ type: "started" });
     } else if (message.type === "metrics") {
       const running = started;
