@@ -65,6 +65,7 @@ describe("the Claude client over HTTP", () => {
       outputTokens: 7,
       cacheReadTokens: 3,
       cacheCreationTokens: 0,
+      cacheCreation1hTokens: 0,
     });
     expect(seen?.headers["x-api-key"] ?? seen?.headers.authorization).toMatch(/test-key/); // the SDK's choice of header
     expect(seen?.headers["anthropic-version"]).toBeTruthy();

@@ -1,4 +1,3 @@
-import { readFileSync } from "node:fs";
 import { afterEach, describe, expect, it } from "vitest";
 import { eventually, type Harness, startHarness } from "./support/harness.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
@@ -11,8 +10,14 @@ afterEach(async () => h?.close());
 interface Block {
   type: string;
   text: string;
-  cache_control?: { type: string };
+  cache_control?: { type: string; ttl?: string };
 }
+
+/**
+ * A system prompt long enough to pass any model's minimum cacheable prefix (512 tokens on
+ * Haiku 5.5, 4 096 on Haiku 4.5): below it Anthropic caches nothing, and no breakpoint is placed.
+ */
+const LONG_PROMPT = `You are the assistant of Sapataria Lusa. ${"Our shoes are made by hand in Porto from leather we tan ourselves. ".repeat(240)}`;
 
 /**
  * A conversation of `n` question/answer pairs, one after the other: each question waits until
@@ -28,8 +33,8 @@ async function converse(n: number): Promise<void> {
 }
 
 describe("conversation history for Claude", () => {
-  it("Claude sees the recent history in order, then the new message, with the stable prefix marked for caching", async () => {
-    h = await startHarness({ env: { HISTORY_MESSAGES: "4", REPLY_DEBOUNCE_MS: "0" } });
+  it("Claude sees the recent history in order, then the new message; the stable prefix is cached for an hour, the history for five minutes", async () => {
+    h = await startHarness({ env: { HISTORY_MESSAGES: "4", REPLY_DEBOUNCE_MS: "0", SYSTEM_PROMPT: LONG_PROMPT } });
     await converse(4);
     const request = h.claude.requests[3]!;
     const turns = request.messages.map((m) => ({ role: m.role, texts: (m.content as Block[]).map((b) => b.text) }));
@@ -41,9 +46,21 @@ describe("conversation history for Claude", () => {
       { role: "user", texts: ["question 4"] },
     ]);
     const system = request.system as Block[];
-    expect(system[0]!.cache_control).toEqual({ type: "ephemeral" });
+    expect(system[0]!.cache_control).toEqual({ type: "ephemeral", ttl: "1h" });
     const blocks = request.messages.flatMap((m) => m.content as Block[]);
-    expect(blocks.map((b) => b.cache_control !== undefined)).toEqual([false, false, false, true, false]); // the end of the history
+    expect(blocks.map((b) => b.cache_control)).toEqual([undefined, undefined, undefined, { type: "ephemeral" }, undefined]); // the end of the history, for 5 minutes (the default TTL)
+  });
+
+  it("places no breakpoint where the prefix is below the model's minimum: Anthropic would cache nothing and bill the write anyway", async () => {
+    h = await startHarness({ env: { HISTORY_MESSAGES: "4", REPLY_DEBOUNCE_MS: "0", SYSTEM_PROMPT: "You sell shoes." } });
+    await converse(2);
+    const request = h.claude.requests[1]!;
+    expect(JSON.stringify(request)).not.toContain("cache_control");
+    const replies = await h.db.reply.findMany({ orderBy: { createdAt: "asc" } });
+    expect(replies.map((r) => [r.cacheReadTokens, r.cacheCreationTokens])).toEqual([
+      [0, 0],
+      [0, 0],
+    ]);
   });
 
   it("keeps only the newest history that fits HISTORY_TOKEN_BUDGET", async () => {
@@ -56,9 +73,7 @@ describe("conversation history for Claude", () => {
   });
 
   it("stores the model and token usage of every reply, including what the cache saved", async () => {
-    // A business prompt longer than any model's minimum cacheable prefix (4,096 tokens at most).
-    const prompt = readFileSync("fixtures/system-prompt.example.txt", "utf8").repeat(60);
-    h = await startHarness({ env: { REPLY_DEBOUNCE_MS: "0", SYSTEM_PROMPT: prompt } });
+    h = await startHarness({ env: { REPLY_DEBOUNCE_MS: "0", SYSTEM_PROMPT: LONG_PROMPT } });
     await converse(3);
     const replies = await h.db.reply.findMany({ orderBy: { createdAt: "asc" } });
     for (const reply of replies) {
@@ -69,17 +84,5 @@ describe("conversation history for Claude", () => {
     expect(replies[0]).toMatchObject({ cacheReadTokens: 0 });
     expect(replies[0]!.cacheCreationTokens).toBeGreaterThan(0); // the system prompt is written once...
     expect(replies[2]!.cacheReadTokens).toBeGreaterThan(replies[1]!.cacheReadTokens!); // ...and the growing history read back
-  });
-
-  it("a prompt shorter than the model's minimum cacheable prefix caches nothing, as Anthropic does, silently", async () => {
-    h = await startHarness({ env: { REPLY_DEBOUNCE_MS: "0" } }); // the short default system prompt
-    await converse(3);
-    const replies = await h.db.reply.findMany({ orderBy: { createdAt: "asc" } });
-    expect(replies.map((r) => [r.cacheReadTokens, r.cacheCreationTokens])).toEqual([
-      [0, 0],
-      [0, 0],
-      [0, 0],
-    ]);
-    expect(h.claude.requests[2]!.system).toMatchObject([{ cache_control: { type: "ephemeral" } }]); // marked all the same
   });
 });

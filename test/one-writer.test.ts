@@ -11,8 +11,8 @@ import { describe, expect, it } from "vitest";
 
 const ROOT = join(import.meta.dirname, "..");
 const STATE = "src/replies/state/";
-const TABLES = ["conversations", "replies", "outbound_messages", "inbound_messages", "dead_letters", "dead_letter_actions"];
-const MODELS = ["conversation", "reply", "outboundMessage", "inboundMessage", "deadLetter", "deadLetterAction"];
+const TABLES = ["conversations", "replies", "outbound_messages", "inbound_messages", "dead_letters", "dead_letter_actions", "claude_steps", "tool_calls"];
+const MODELS = ["conversation", "reply", "outboundMessage", "inboundMessage", "deadLetter", "deadLetterAction", "claudeStep", "toolCall"];
 
 const SQL_WRITE = new RegExp(`\\b(UPDATE|INSERT\\s+INTO|DELETE\\s+FROM)\\s+"?(${TABLES.join("|")})\\b`, "gi");
 const PRISMA_WRITE = new RegExp(

@@ -1,6 +1,7 @@
 import Anthropic from "@anthropic-ai/sdk";
 import { describe, expect, it } from "vitest";
-import { classifyAnthropicError, toAlternatingMessages } from "../src/ai/claude.ts";
+import { classifyAnthropicError } from "../src/ai/claude.ts";
+import { toAlternatingMessages } from "../src/ai/request.ts";
 import { FencedOut, PermanentError, Postpone, RetryableError } from "../src/errors.ts";
 import { decideFate, retryDelayMs } from "../src/jobs/policy.ts";
 import { type PendingMessage, planNextAnswer } from "../src/messages/plan.ts";

@@ -158,6 +158,40 @@ const outbound = z.object({
   statusAt: when.nullable(),
 });
 
+const citation = z
+  .object({
+    source: z.string().describe("the knowledge file (or passage source) cited"),
+    title: z.string().nullable(),
+    citedText: z.string(),
+    location: z.string().nullable().describe('where in it: "characters 120–240", "page 3", "passage 2"'),
+  })
+  .describe("a passage of the business's knowledge Claude cited for the reply's words");
+
+const toolCall = z
+  .object({
+    id: z.string().describe("Claude's tool_use id; the business's Idempotency-Key derives from it"),
+    name: z.string(),
+    input: z.unknown(),
+    state: z.enum(["requested", "done", "failed"]).describe("requested: recorded, and it may have gone out; done or failed: its answer is stored"),
+    attempts: z.number().int().describe("how many times it was sent (more than once only after a worker died on it, with the same key)"),
+    request: z.object({ method: z.string(), url: z.string() }).nullable().describe("what was sent: never a header"),
+    answer: z.string().nullable(),
+    isError: z.boolean().nullable(),
+    status: z.number().int().nullable(),
+    requestedAt: when,
+    finishedAt: when.nullable(),
+  })
+  .describe("a business action Claude asked for while writing the reply");
+
+const replyWork = z.object({
+  id,
+  state: z.enum(ReplyState),
+  kind: z.string(),
+  text: z.string().nullable(),
+  citations: z.array(citation),
+  toolCalls: z.array(toolCall),
+});
+
 export const deadLetterDetail = answer(
   z.object({
     id,
@@ -183,8 +217,11 @@ export const deadLetterDetail = answer(
         kind: z.string(),
         maybeSent: z.boolean(),
         deliveredAfterAll: z.boolean(),
+        citations: z.array(citation),
+        toolCalls: z.array(toolCall),
       })
       .nullable(),
+    replies: z.array(replyWork).describe("each reply in the timeline, with the knowledge it cited and the business actions it took, oldest first"),
     timeline: z.array(z.discriminatedUnion("direction", [inbound, outbound])).describe("both sides, oldest first"),
     actions: z.array(z.object({ actor: z.string(), action: z.string(), detail: details, at: when })),
     handled: z.object({ by: z.string().nullable(), at: when.nullable(), note: z.string().nullable() }).nullable(),

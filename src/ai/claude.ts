@@ -3,26 +3,94 @@ import type { TracerProvider } from "@opentelemetry/api";
 import { request } from "undici";
 import { PermanentError, RetryableError } from "../errors.ts";
 import { claudeModel } from "./models.ts";
+import { assembleRequest, type ChatTurn, type ClaudeAsk, type ContentBlockJson } from "./request.ts";
 
-/** Claude writes the replies. One call per answer (law 4): the caller stores the result before sending. */
+/** Claude writes the replies: each call is stored before anything it asks for runs (law 4). What a call is shown: request.ts. */
 
-export interface ChatTurn {
-  role: "user" | "assistant";
-  text: string;
-  /** The end of the stable prefix (system prompt + history): cached by Anthropic for the next reply. */
-  cacheBreakpoint?: boolean;
-  /** An image or PDF the customer sent, shown to Claude before the turn's text. */
-  media?: { kind: "image" | "pdf"; mimeType: string; data: Buffer };
+/** One call's answer: Claude's content blocks as they came, why it stopped, what it cost. */
+export interface ClaudeAnswer {
+  content: ContentBlockJson[];
+  stopReason: string;
+  usage: {
+    model: string;
+    inputTokens: number;
+    outputTokens: number;
+    cacheReadTokens: number;
+    cacheCreationTokens: number;
+    /** Of the cache writes, those for an hour (priced 2× input; the rest 1.25×). */
+    cacheCreation1hTokens: number;
+  };
 }
 
-const IMAGE_TYPES = new Set(["image/jpeg", "image/png", "image/gif", "image/webp"]);
+/** A passage of the business's knowledge Claude cited for its words, as staff see it beside the reply. */
+export interface Citation {
+  /** The file (or search result source) cited. */
+  source: string;
+  title: string | null;
+  citedText: string;
+  /** Where in it: "characters 120–240", "pages 2–3", "passage 4". */
+  location: string | null;
+}
 
-function mediaBlock(media: NonNullable<ChatTurn["media"]>): Anthropic.ContentBlockParam | undefined {
-  const data = media.data.toString("base64");
-  if (media.kind === "pdf") return { type: "document", source: { type: "base64", media_type: "application/pdf", data } };
-  const mimeType = media.mimeType.split(";")[0]!.trim();
-  if (!IMAGE_TYPES.has(mimeType)) return undefined;
-  return { type: "image", source: { type: "base64", media_type: mimeType as "image/jpeg" | "image/png" | "image/gif" | "image/webp", data } };
+/** The words of an answer, plain (what WhatsApp receives: citations are not marked in the text). */
+export function textOf(content: readonly ContentBlockJson[]): string {
+  return content
+    .flatMap((block) => (block.type === "text" && typeof block.text === "string" ? [block.text] : []))
+    .join("")
+    .trim();
+}
+
+/** The tool calls an answer asks for, in its order. */
+export function toolUsesOf(content: readonly ContentBlockJson[]): { id: string; name: string; input: unknown }[] {
+  return content.flatMap((block) =>
+    block.type === "tool_use" && typeof block.id === "string" && typeof block.name === "string" ? [{ id: block.id, name: block.name, input: block.input }] : [],
+  );
+}
+
+interface CitationJson {
+  type?: string;
+  cited_text?: string;
+  document_title?: string | null;
+  source?: string;
+  title?: string | null;
+  start_char_index?: number;
+  end_char_index?: number;
+  start_page_number?: number;
+  end_page_number?: number;
+  start_block_index?: number;
+  search_result_index?: number;
+}
+
+/** What an answer's words rest on: every citation of its text blocks, once each. */
+export function citationsOf(content: readonly ContentBlockJson[]): Citation[] {
+  const seen = new Set<string>();
+  const out: Citation[] = [];
+  for (const block of content) {
+    if (block.type !== "text" || !Array.isArray(block.citations)) continue;
+    for (const c of block.citations as CitationJson[]) {
+      const citation: Citation = {
+        source: c.source ?? c.document_title ?? "(untitled)",
+        title: c.title ?? c.document_title ?? null,
+        citedText: c.cited_text ?? "",
+        location:
+          c.type === "char_location"
+            ? `characters ${c.start_char_index}–${c.end_char_index}`
+            : c.type === "page_location"
+              ? c.start_page_number === (c.end_page_number ?? 0) - 1
+                ? `page ${c.start_page_number}`
+                : `pages ${c.start_page_number}–${(c.end_page_number ?? 1) - 1}`
+              : c.type === "search_result_location"
+                ? `passage ${(c.search_result_index ?? 0) + 1}`
+                : null,
+      };
+      const key = JSON.stringify(citation);
+      if (!seen.has(key)) {
+        seen.add(key);
+        out.push(citation);
+      }
+    }
+  }
+  return out;
 }
 
 export interface GeneratedReply {
@@ -33,7 +101,9 @@ export interface GeneratedReply {
   cacheReadTokens: number;
   cacheCreationTokens: number;
   /** Of `cacheCreationTokens`, those written for an hour (priced 2× input, the rest 1.25×); absent when Anthropic gave no split. */
-  cacheCreation1hTokens?: number;
+  cacheCreation1hTokens?: number | undefined;
+  /** The knowledge it cited (issue 19); absent for an answer without knowledge. */
+  citations?: Citation[] | undefined;
 }
 
 export interface ClaudeOptions {
@@ -88,6 +158,11 @@ export class ClaudeClient {
     return this.options.model;
   }
 
+  /** SYSTEM_PROMPT: what a number without a prompt of its own is told. */
+  get systemPrompt(): string {
+    return this.options.systemPrompt;
+  }
+
   /**
    * `tracerProvider` (traces on): the SDK's own span for each call ("anthropic.messages.create",
    * with the GenAI attributes: model, tokens, cache reads and writes; metadata only, never the
@@ -112,63 +187,46 @@ export class ClaudeClient {
     this.thinking = thinking?.onByDefault && thinking.off ? { type: thinking.off } : undefined;
   }
 
-  /** `systemPrompt` overrides the configured one (a business number's own prompt). */
-  async generate(turns: ChatTurn[], systemPrompt = this.options.systemPrompt): Promise<GeneratedReply> {
+  /**
+   * One call of a reply's conversation with Claude (src/ai/request.ts says what it is shown):
+   * its content blocks whole, why it stopped, and what it cost. The caller stores it before
+   * anything it asks for runs (law 4).
+   */
+  async ask(ask: ClaudeAsk): Promise<ClaudeAnswer> {
     let message: Anthropic.Message;
     try {
       message = await this.client.messages.create({
         model: this.options.model,
         max_tokens: this.options.maxTokens,
         ...(this.thinking ? { thinking: this.thinking } : {}),
-        // The system prompt and the history repeat from one reply to the next: prompt caching
-        // bills them at a tenth of the price when they are read back.
-        system: [{ type: "text", text: systemPrompt, cache_control: { type: "ephemeral" } }],
-        messages: toAlternatingMessages(turns),
+        ...assembleRequest(this.options.model, ask),
       });
     } catch (error) {
       throw classifyAnthropicError(error);
     }
-    const text = message.content
-      .flatMap((block) => (block.type === "text" ? [block.text] : []))
-      .join("")
-      .trim();
-    if (!text) {
-      throw new PermanentError({ source: "anthropic", code: "empty", reason: `Claude returned no text (stop reason ${message.stop_reason})` });
-    }
     return {
-      text,
-      model: message.model,
-      inputTokens: message.usage.input_tokens,
-      outputTokens: message.usage.output_tokens,
-      cacheReadTokens: message.usage.cache_read_input_tokens ?? 0,
-      cacheCreationTokens: message.usage.cache_creation_input_tokens ?? 0,
-      ...(message.usage.cache_creation ? { cacheCreation1hTokens: message.usage.cache_creation.ephemeral_1h_input_tokens } : {}),
+      content: message.content as unknown as ContentBlockJson[],
+      stopReason: message.stop_reason ?? "end_turn",
+      usage: {
+        model: message.model,
+        inputTokens: message.usage.input_tokens,
+        outputTokens: message.usage.output_tokens,
+        cacheReadTokens: message.usage.cache_read_input_tokens ?? 0,
+        cacheCreationTokens: message.usage.cache_creation_input_tokens ?? 0,
+        cacheCreation1hTokens: message.usage.cache_creation?.ephemeral_1h_input_tokens ?? 0,
+      },
     };
   }
-}
 
-/**
- * Claude wants alternating roles starting with the user: consecutive turns of one role
- * become text blocks of one message. History that opens with the business speaking (a person
- * wrote first from the WhatsApp Business app, or the window slid past the customer's first
- * message) is kept as a note at the start of the first user message.
- */
-export function toAlternatingMessages(turns: ChatTurn[]): Anthropic.MessageParam[] {
-  const out: { role: "user" | "assistant"; content: Anthropic.ContentBlockParam[] }[] = [];
-  for (const turn of turns) {
-    const opening = out.length === 0 && turn.role === "assistant";
-    const words = opening ? `[Earlier in this chat, the business wrote: "${turn.text}"]` : turn.text;
-    const text: Anthropic.TextBlockParam = turn.cacheBreakpoint
-      ? { type: "text", text: words, cache_control: { type: "ephemeral" } }
-      : { type: "text", text: words };
-    const media = turn.media ? mediaBlock(turn.media) : undefined;
-    const blocks = media ? [media, text] : [text];
-    const role = opening ? "user" : turn.role;
-    const last = out.at(-1);
-    if (last && last.role === role) last.content.push(...blocks);
-    else out.push({ role, content: blocks });
+  /** One call for these turns alone (no knowledge, no tools): its words and what it cost. `systemPrompt` overrides the configured one. */
+  async generate(turns: ChatTurn[], systemPrompt = this.options.systemPrompt): Promise<GeneratedReply> {
+    const answer = await this.ask({ systemPrompt, turns });
+    const text = textOf(answer.content);
+    if (!text) {
+      throw new PermanentError({ source: "anthropic", code: "empty", reason: `Claude returned no text (stop reason ${answer.stopReason})` });
+    }
+    return { text, ...answer.usage };
   }
-  return out;
 }
 
 export function classifyAnthropicError(error: unknown): RetryableError | PermanentError {

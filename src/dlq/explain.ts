@@ -15,7 +15,7 @@ export const REASON_KINDS = {
   setup: "Set-up problem",
   claude: "Claude could not reply",
   stuck: "Stuck in our system",
-  handoff: "Asked for a person",
+  handoff: "Handed to a person",
   other: "Other",
 } as const;
 
@@ -260,6 +260,15 @@ function explainFailure(failure: ExplainedFailure): Explanation {
   const { source, code } = failure;
   switch (source) {
     case "handoff":
+      if (code === "claude") {
+        const said = failure.reason.replace(/^Claude handed the customer to a person: /, "");
+        return {
+          kind: "handoff",
+          title: "Claude handed the customer to a person",
+          text: `Claude could not help from the business's knowledge and tools, and said why: “${said}”. The customer was told a person will answer; the bot is paused for this conversation.`,
+          next: "Answer them yourself (from the WhatsApp Business app, or call them), then resume the bot and discard this item with a note.",
+        };
+      }
       return {
         kind: "handoff",
         title: "The customer asked for a person",

@@ -1,6 +1,7 @@
+import type { Citation } from "../ai/claude.ts";
 import { contactLabel } from "../contacts/identity.ts";
 import type { Db } from "../db/client.ts";
-import type { Contact, Prisma } from "../generated/prisma/client.ts";
+import type { Contact, Prisma, ToolCall } from "../generated/prisma/client.ts";
 import { delivered, maybeSent } from "../replies/state/parts.ts";
 import { windowOpen } from "../replies/window.ts";
 import { explain, type ReasonKind } from "./explain.ts";
@@ -107,6 +108,24 @@ export async function getDeadLetter(db: Db, id: string, around = 30) {
     db.inboundMessage.findMany({ where: { conversationId }, orderBy: { createdAt: "desc" }, take: around }),
     db.outboundMessage.findMany({ where: { reply: { conversationId } }, orderBy: { createdAt: "desc" }, take: around }),
   ]);
+  // Why the bot said what it said: the knowledge each reply cited, the actions it took.
+  const replyIds = [
+    ...new Set([...(row.replyId ? [row.replyId] : []), ...parts.map((p) => p.replyId), ...inbound.flatMap((m) => (m.replyId ? [m.replyId] : []))]),
+  ];
+  const work = await db.reply.findMany({
+    where: { id: { in: replyIds } },
+    orderBy: { createdAt: "asc" },
+    select: { id: true, state: true, kind: true, text: true, citations: true, toolCalls: { orderBy: [{ requestedAt: "asc" }, { id: "asc" }] } },
+  });
+  const replies = work.map((r) => ({
+    id: r.id,
+    state: r.state,
+    kind: r.kind,
+    text: r.text,
+    citations: citationsOf(r.citations),
+    toolCalls: r.toolCalls.map(toolCallView),
+  }));
+  const workOf = (replyId: string) => replies.find((r) => r.id === replyId);
   const timeline = [
     ...inbound.map((m) => ({
       direction: "in" as const,
@@ -161,10 +180,35 @@ export async function getDeadLetter(db: Db, id: string, around = 30) {
           // A resend of such a reply may reach the customer twice: staff are told before they press it.
           maybeSent: uncertain,
           deliveredAfterAll: row.reply.parts.length > 0 && row.reply.parts.every(delivered),
+          citations: workOf(row.reply.id)?.citations ?? [],
+          toolCalls: workOf(row.reply.id)?.toolCalls ?? [],
         }
       : null,
+    replies,
     timeline,
     actions: row.actions.map((a) => ({ actor: a.actor, action: a.action, detail: a.detail, at: a.createdAt })),
     handled: row.state === "open" ? null : { by: row.actedBy, at: row.actedAt, note: row.note },
   };
+}
+
+/** A reply's stored citations (written by storeDraft from Claude's own), as the staff API gives them. */
+function citationsOf(stored: Prisma.JsonValue): Citation[] {
+  return Array.isArray(stored) ? (stored as unknown as Citation[]) : [];
+}
+
+function toolCallView(call: ToolCall) {
+  const state = call.state === "done" || call.state === "failed" ? call.state : "requested";
+  return {
+    id: call.id,
+    name: call.name,
+    input: call.input,
+    state,
+    attempts: call.attempts,
+    request: (call.request as { method: string; url: string } | null) ?? null,
+    answer: call.answer,
+    isError: call.isError,
+    status: call.status,
+    requestedAt: call.requestedAt,
+    finishedAt: call.finishedAt,
+  } as const;
 }

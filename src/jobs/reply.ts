@@ -7,20 +7,20 @@ import type { Db } from "../db/client.ts";
 import { countHandoff, recordDeadLetter } from "../dlq/dead-letters.ts";
 import { FencedOut, PermanentError, Postpone, RetryableError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
-import { countClaudeCall, type Metrics } from "../metrics/metrics.ts";
+import type { Metrics } from "../metrics/metrics.ts";
 import type { ReplyJobData } from "../queue/catalog.ts";
 import { type Queues, scheduleReply } from "../queue/queues.ts";
-import { conversationTurns, readHistory } from "../replies/history.ts";
+import { type GenerationDeps, generationBudgetMs, type ReplyCost, type Written, writeAnswer } from "../replies/generation.ts";
 import { type Begun, beginReply, type ConversationView } from "../replies/state/conversations.ts";
-import { openHandoffItem } from "../replies/state/dead-letters.ts";
+import { handOff, openHandoffItem } from "../replies/state/dead-letters.ts";
 import type { Lease } from "../replies/state/fence.ts";
 import { markAccepted, markRefused, markSending, type Outbox, unsentParts } from "../replies/state/parts.ts";
-import { armGeneration, markReplySent, releaseGeneration, storeDraft } from "../replies/state/replies.ts";
+import { markReplySent, storeDraft } from "../replies/state/replies.ts";
 import { templateInstead, windowOpen } from "../replies/window.ts";
 import { type GraphClient, type Recipient, SendTooLate } from "../whatsapp/graph-client.ts";
 import { decideFate, isInfrastructureFailure, type RetryDelaySettings, retryDelayMs } from "./policy.ts";
 
-export interface ReplyDeps {
+export interface ReplyDeps extends GenerationDeps {
   db: Db;
   queues: Queues;
   graph: GraphClient;
@@ -35,21 +35,7 @@ export interface ReplyDeps {
   replyDebounceMs: number;
   conversation: Config["conversation"];
   send: SendTiming;
-  generation: GenerationTiming;
 }
-
-/** How long a reply's Claude call may take to start and to answer (law 4 across a takeover). */
-export interface GenerationTiming {
-  /** A run starts its call only this soon after it armed the reply's deadline (history and media read on the way). */
-  startWithinMs: number;
-  /** The Claude client's own timeout: a call started in time is answered or abandoned by the deadline. */
-  timeoutMs: number;
-}
-
-/** The reply's generation deadline, from the moment a run arms it: a call that may still answer is waited for until then. */
-export const generationBudgetMs = (timing: GenerationTiming) => timing.startWithinMs + timing.timeoutMs + GENERATION_MARGIN_MS;
-/** Clocks and statements between the run's own check and the database's deadline. */
-const GENERATION_MARGIN_MS = 1000;
 
 /** How long a send may take, and how long a maybe-sent part waits for its status before it is sent again (law 5). */
 export interface SendTiming {
@@ -90,7 +76,7 @@ export async function processReply(deps: ReplyDeps, job: Job<ReplyJobData>, keep
       historyMessages: deps.historyMessages,
       generationBudgetMs: generationBudgetMs(deps.generation),
       openHandoff: async (tx, id, wamid) => {
-        await openHandoffItem(tx, id, wamid);
+        await openHandoffItem(tx, id, { key: wamid });
         handoffOpened = true;
       },
     },
@@ -179,19 +165,26 @@ async function completeReply(
   // Checked before Claude is paid for a reply that could not be sent anyway, and again after.
   if (!windowOpen(conversation.lastInboundAt)) await templateInstead(deps, lease, conversation, reply.id, log, new Date());
   else if (reply.state === "generating") {
-    const draft = kept?.replyId === reply.id ? kept : await generate(deps, begun, armedAt, log);
+    const written: Written = kept?.replyId === reply.id ? { kind: "draft", draft: kept } : await writeAnswer(deps, begun, armedAt, log);
     let stored: Awaited<ReturnType<typeof storeDraft>>;
     try {
-      stored = await storeDraft(deps.db, lease, reply.id, draft, new Date());
+      stored =
+        written.kind === "handoff"
+          ? await handOff(deps.db, lease, reply.id, { key: written.toolUseId, reason: written.reason, reply: handoffReply(deps, written.cost) }, new Date())
+          : await storeDraft(deps.db, lease, reply.id, written.draft, new Date());
     } catch (error) {
       // Paid for: if Postgres cannot take it now, Redis keeps it until it can (law 4).
-      if (isInfrastructureFailure(error) && draft !== kept) {
-        await keep({ draft: { replyId: reply.id, ...draft } });
+      if (isInfrastructureFailure(error) && written.kind === "draft" && written.draft !== kept) {
+        await keep({ draft: { replyId: reply.id, ...written.draft } });
         log.warn({ event: "reply.draft_kept_in_job" }, "database unavailable; Claude's answer is kept in the job until it can be stored");
       }
       throw error;
     }
     if (kept?.replyId === reply.id) log.info({ event: "reply.draft_recovered" }, "stored the answer the job kept while the database was away");
+    if (written.kind === "handoff" && stored.outbox) {
+      countHandoff(deps);
+      log.info({ event: "reply.handed_off", reason: written.reason }, "Claude handed the customer to a person; the bot pauses for them");
+    }
     // Overtaken while Claude wrote: the answer is stored for the run that holds the conversation now, which sends it.
     if (!stored.held) throw new FencedOut(`conversation ${lease.conversationId} was taken over while Claude wrote; its answer is stored for the new holder`);
     if (!windowOpen(stored.lastInboundAt)) {
@@ -208,64 +201,8 @@ function showTyping(deps: ReplyDeps, conversation: ConversationView, wamid: stri
   });
 }
 
-/**
- * The one Claude call for these messages (law 4). Its deadline is armed before it starts: by
- * the bind, for a reply this run planned, or anew for a retry or a takeover, which first waits
- * out a call another run may still be waiting on (its answer is stored whichever run receives
- * it). The call starts only well before the deadline, by this run's own clock, so one that
- * froze on the way (a GC pause, a stopped VM) pays nobody twice; and when it ends without an
- * answer, the deadline is released so the retry need not wait for it.
- */
-async function generate(deps: ReplyDeps, begun: Extract<Begun, { kind: "reply" }>, armedAt: number, log: Logger): Promise<GeneratedReply> {
-  const { lease, conversation, reply, planned } = begun;
-  let deadline = planned ? reply.generationDeadline : null;
-  if (!deadline) {
-    armedAt = performance.now();
-    const armed = await armGeneration(deps.db, lease, reply.id, generationBudgetMs(deps.generation), new Date());
-    if (!armed.ok) {
-      if (armed.refused === "fenced_out") throw new FencedOut(`conversation ${lease.conversationId} was taken over before Claude was asked`);
-      if (armed.refused === "in_flight") throw new Postpone(armed.until.getTime(), "a Claude call for this reply may still answer");
-      throw new Postpone(Date.now(), "the reply was answered or dead-lettered meanwhile; taken again");
-    }
-    deadline = armed.deadline;
-  }
-  const { messages, history } = planned?.history
-    ? { messages: planned.messages, history: planned.history }
-    : await readHistory(deps.db, reply, deps.historyMessages);
-  const turns = await conversationTurns(deps, messages, history);
-  if (turns.length === 0) throw new Error(`reply ${reply.id} has no messages to answer`);
-  if (performance.now() - armedAt > deps.generation.startWithinMs) {
-    await releaseGeneration(deps.db, reply.id, deadline);
-    throw new RetryableError({
-      source: "internal",
-      code: "slow_start",
-      reason: `Claude was not asked within ${deps.generation.startWithinMs} ms of the reply's start (reading its history and media took longer)`,
-    });
-  }
-  const asked = { phoneNumberId: conversation.phoneNumberId, model: deps.claude.model };
-  let generated: GeneratedReply;
-  try {
-    generated = await deps.claude.generate(turns, deps.numbers.get(conversation.phoneNumberId)?.systemPrompt);
-  } catch (error) {
-    const timedOut = error instanceof RetryableError && error.code === "timeout";
-    countClaudeCall(deps.metrics, asked, { error: { retryable: !(error instanceof PermanentError), timedOut } });
-    if (timedOut) log.warn({ event: "reply.claude_timeout" }, "Claude did not answer in time; the call may be billed, and a retry is another");
-    await releaseGeneration(deps.db, reply.id, deadline).catch(() => undefined); // at worst the retry waits for the deadline
-    throw error;
-  }
-  countClaudeCall(deps.metrics, asked, { ok: generated });
-  log.info(
-    {
-      event: "reply.generated",
-      model: generated.model,
-      inputTokens: generated.inputTokens,
-      outputTokens: generated.outputTokens,
-      cacheReadTokens: generated.cacheReadTokens,
-    },
-    "reply generated",
-  );
-  return generated;
-}
+/** What a customer handed to a person hears (HANDOFF_REPLY; empty: nothing), with what Claude's calls deciding it cost. */
+const handoffReply = (deps: ReplyDeps, cost: ReplyCost): GeneratedReply => ({ text: deps.conversation.handoffReply, ...cost });
 
 /**
  * Sends the reply's unsent parts in order. A part is sent only by the run that marked it

@@ -3,11 +3,14 @@ import { ClaudeClient } from "../ai/claude.ts";
 import type { Config } from "../config/config.ts";
 import type { Db } from "../db/client.ts";
 import { forTheQueue } from "../errors.ts";
+import { startKnowledgeBase } from "../knowledge/knowledge.ts";
 import type { Logger } from "../logger.ts";
 import type { Metrics } from "../metrics/metrics.ts";
 import { type EventJobData, type InboundJobData, QUEUE_NAMES, type QueueName, type ReplyJobData, readJob, type StatusJobData } from "../queue/catalog.ts";
 import { closeQueues, createQueues, oldestReadySince } from "../queue/queues.ts";
 import type { RedisClient } from "../queue/redis.ts";
+import type { KnowledgeSource } from "../replies/generation.ts";
+import { businessActions } from "../tools/actions.ts";
 import type { Tracing } from "../tracing/tracing.ts";
 import { GraphClient } from "../whatsapp/graph-client.ts";
 import { processEvent } from "./events.ts";
@@ -45,6 +48,21 @@ const SEND_LEASE_MAX_MS = 5_000;
 const generationStartWithinMs = (graphTimeoutMs: number) => 2 * graphTimeoutMs + 5_000;
 
 /**
+ * The numbers' knowledge, read and watched by this worker process once a number has a
+ * knowledgeDir. Started in the background: the first reply that needs it waits for its first
+ * reading.
+ */
+function configuredKnowledge(config: Config, db: Db, logger: Logger): (KnowledgeSource & { close(): Promise<void> }) | undefined {
+  const dirs = new Map([...config.numbers].flatMap(([id, settings]) => (settings.knowledgeDir ? [[id, settings.knowledgeDir] as const] : [])));
+  if (dirs.size === 0) return undefined;
+  const started = startKnowledgeBase({ db, logger, dirs, tokenBudget: config.knowledge.tokenBudget });
+  return {
+    forReply: async (phoneNumberId, query) => (await started).forReply(phoneNumberId, query),
+    close: async () => (await started).close(),
+  };
+}
+
+/**
  * The worker role as configured: its own Graph and Claude clients, and its own queue handles
  * on its own connection (one that waits out a Redis outage, unlike the web role's).
  */
@@ -56,6 +74,7 @@ export function startConfiguredWorkers(
   const queues = createQueues(shared.connection, { prefix: config.queuePrefix, attempts: config.jobs.attempts, telemetry: shared.tracing?.queues }, (error) =>
     shared.logger.warn({ event: "queue.error", role: "worker", err: error }, "queue connection error"),
   );
+  const knowledge = configuredKnowledge(config, shared.db, shared.logger);
   const workers = startWorkers({
     ...shared,
     queues,
@@ -86,13 +105,16 @@ export function startConfiguredWorkers(
       reconcileWaitMs: config.whatsapp.sendReconcileWaitMs,
     },
     generation: { startWithinMs: generationStartWithinMs(config.whatsapp.graphTimeoutMs), timeoutMs: config.anthropic.timeoutMs },
+    actions: businessActions(config.numbers, config.tools.answerMaxBytes),
+    knowledge,
+    tools: config.tools,
     reconcile: config.reconcile,
   });
   return {
     all: workers.all,
     async close(timeoutMs) {
       await workers.close(timeoutMs);
-      await closeQueues(queues);
+      await Promise.all([closeQueues(queues), knowledge?.close()]);
     },
   };
 }

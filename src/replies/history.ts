@@ -1,4 +1,4 @@
-import type { ChatTurn } from "../ai/claude.ts";
+import type { ChatTurn } from "../ai/request.ts";
 import { type Db, Prisma } from "../db/client.ts";
 import { PermanentError } from "../errors.ts";
 import { readableMedia } from "../messages/describe.ts";

@@ -132,9 +132,11 @@ function renderNotes(data) {
     const by =
       data.conversation.pausedBy === "business app"
         ? " (a person answered from the WhatsApp Business app)"
-        : data.conversation.pausedBy
-          ? ` (by ${data.conversation.pausedBy})`
-          : "";
+        : data.conversation.pausedBy === "claude"
+          ? " (Claude handed the customer to a person)"
+          : data.conversation.pausedBy
+            ? ` (by ${data.conversation.pausedBy})`
+            : "";
     $("#paused-note").textContent = indefinitely
       ? `The bot is paused for this conversation until someone resumes it${by}.`
       : `The bot is paused for this conversation until ${new Date(paused).toLocaleString()}${by}; it resumes by itself then.`;
@@ -176,6 +178,58 @@ function bubble(entry, failedReply) {
   );
 }
 
+const TOOL_STATE_WORDS = {
+  requested: "asked for; no answer stored (it may have reached the business)",
+  done: "answered",
+  failed: "failed",
+};
+
+/** The citations and business actions behind one reply, as a fold under its bubble; nothing when it had none. */
+function replyWork(work) {
+  if (work.citations.length === 0 && work.toolCalls.length === 0) return [];
+  const citations = work.citations.map((c) =>
+    h(
+      "li",
+      { class: "citation" },
+      h("span", { class: "source" }, c.title && c.title !== c.source ? `${c.title} (${c.source})` : c.source),
+      c.location ? ` · ${c.location}` : "",
+      h("blockquote", {}, c.citedText),
+    ),
+  );
+  const calls = work.toolCalls.map((call) =>
+    h(
+      "li",
+      { class: `tool-call tool-${call.state}${call.isError ? " tool-error" : ""}` },
+      h("span", { class: "source" }, call.name),
+      ` · ${TOOL_STATE_WORDS[call.state] ?? call.state}`,
+      call.status ? ` · HTTP ${call.status}` : "",
+      call.attempts > 1 ? ` · sent ${call.attempts} times with the same key` : "",
+      h("code", { class: "tool-input" }, JSON.stringify(call.input)),
+      call.request ? h("span", { class: "tool-request" }, `${call.request.method} ${call.request.url}`) : null,
+      call.answer !== null ? h("pre", { class: "tool-answer" }, call.answer) : null,
+    ),
+  );
+  const summary = [
+    work.citations.length ? `${work.citations.length} source${work.citations.length === 1 ? "" : "s"} cited` : null,
+    work.toolCalls.length ? `${work.toolCalls.length} business action${work.toolCalls.length === 1 ? "" : "s"}` : null,
+  ]
+    .filter(Boolean)
+    .join(", ");
+  return [
+    h(
+      "li",
+      { class: "work" },
+      h(
+        "details",
+        {},
+        h("summary", {}, `Why the bot said this: ${summary}`),
+        citations.length ? h("ol", { class: "citations", "aria-label": "Sources cited" }, citations) : null,
+        calls.length ? h("ol", { class: "tool-calls", "aria-label": "Business actions" }, calls) : null,
+      ),
+    ),
+  ];
+}
+
 function renderTimeline(data) {
   const replyId = data.reply?.id;
   const failedReply = data.state === "open" && data.reply?.state === "dead" && !data.reply.deliveredAfterAll;
@@ -189,6 +243,11 @@ function renderTimeline(data) {
     if (day !== lastDay) items.push(h("li", { class: "day" }, day));
     lastDay = day;
     items.push(bubble(entry, failedReply && entry.replyId === replyId));
+    // What the reply stood on, under its last part: the knowledge it cited, the actions it took.
+    if (entry.direction === "out" && !data.timeline.slice(index + 1).some((later) => later.direction === "out" && later.replyId === entry.replyId)) {
+      const work = data.replies?.find((reply) => reply.id === entry.replyId);
+      if (work) items.push(...replyWork(work));
+    }
     // A reply that was never written (Claude refused, the work stalled) still has its place: after the messages it answers.
     if (replyId && !hasParts && index === lastAnswered) {
       items.push(

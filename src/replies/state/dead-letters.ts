@@ -1,9 +1,11 @@
+import type { GeneratedReply } from "../../ai/claude.ts";
 import type { Db, Prisma } from "../../db/client.ts";
 import type { Failure } from "../../errors.ts";
+import { PAUSED_INDEFINITELY } from "../../messages/controls.ts";
 import { assertLease, fenceOff, type Lease } from "./fence.ts";
 import { bindStranded } from "./messages.ts";
 import { delivered, maybeSent } from "./parts.ts";
-import { reopenForResend } from "./replies.ts";
+import { reopenForResend, storeDraft } from "./replies.ts";
 
 /**
  * A dead letter is a reply that could not be made or delivered (law 6), or a customer waiting
@@ -131,18 +133,48 @@ export async function deadLetterMessage(
 }
 
 /**
- * The staff item of a customer's request for a person (no reply to resend: the bot is paused
- * for them), inside the caller's transaction (the bind that applied the handoff word).
+ * The staff item of a customer handed to a person (no reply to resend: the bot is paused for
+ * them), inside the caller's transaction: the bind that applied a handoff word (keyed by its
+ * wamid), or Claude's handoff (keyed by its tool_use id, with Claude's reason).
  */
-export async function openHandoffItem(tx: Tx, conversationId: string, wamid: string): Promise<void> {
+export async function openHandoffItem(tx: Tx, conversationId: string, handoff: { key: string; reason?: string | undefined }): Promise<void> {
   await tx.deadLetter.create({
     data: {
       conversationId,
-      dedupKey: `handoff.${wamid}`,
+      dedupKey: `handoff.${handoff.key}`,
       source: "handoff",
-      reason: "The customer asked for a person; the bot is paused for this conversation until staff resume it",
-      detail: { wamid },
+      // Claude's own handoff (handoff_to_human, or a refusal) says so, for the staff page's words.
+      code: handoff.reason ? "claude" : null,
+      reason: handoff.reason
+        ? `Claude handed the customer to a person: ${handoff.reason}`
+        : "The customer asked for a person; the bot is paused for this conversation until staff resume it",
+      detail: handoff.reason ? { toolUseId: handoff.key, reason: handoff.reason } : { wamid: handoff.key },
     },
+  });
+}
+
+/**
+ * generating → ready, with the customer handed to a person (Claude's handoff_to_human, or its
+ * refusal): the reply says HANDOFF_REPLY (nothing when it is empty), the bot pauses for the
+ * conversation and staff get the item with Claude's reason, in one transaction, for the lease
+ * holder. Returns what storeDraft returns.
+ */
+export async function handOff(
+  db: Db,
+  lease: Lease,
+  replyId: string,
+  handoff: { key: string; reason: string; reply: GeneratedReply },
+  now: Date,
+): Promise<Awaited<ReturnType<typeof storeDraft>>> {
+  return db.$transaction(async (tx) => {
+    await assertLease(tx, lease);
+    const stored = await storeDraft(tx, lease, replyId, handoff.reply, now);
+    if (!stored.outbox) return stored; // handed off before (a retry): the item exists
+    await tx.$executeRaw`
+      UPDATE conversations SET paused_until = ${PAUSED_INDEFINITELY}::timestamptz, paused_by = 'claude', updated_at = ${now}::timestamptz
+      WHERE id = ${lease.conversationId}::uuid`;
+    await openHandoffItem(tx, lease.conversationId, { key: handoff.key, reason: handoff.reason });
+    return stored;
   });
 }
 

@@ -1,6 +1,7 @@
 import type { GeneratedReply } from "../../ai/claude.ts";
 import { type Db, isUniqueViolation, type Prisma } from "../../db/client.ts";
 import { FencedOut } from "../../errors.ts";
+
 import { splitForWhatsApp } from "../split.ts";
 import type { Lease } from "./fence.ts";
 import { delivered, type Outbox, type OutboxJson, outboxOf, partJson, quoteOf } from "./parts.ts";
@@ -33,7 +34,7 @@ type Tx = Prisma.TransactionClient;
  * longer generating).
  */
 export async function storeDraft(
-  db: Db,
+  db: Db | Tx,
   lease: Lease | null,
   replyId: string,
   draft: GeneratedReply,
@@ -48,7 +49,9 @@ export async function storeDraft(
     stored AS (
       UPDATE replies SET state = 'ready', text = ${draft.text}, model = ${draft.model}, input_tokens = ${draft.inputTokens}::int,
         output_tokens = ${draft.outputTokens}::int, cache_read_tokens = ${draft.cacheReadTokens ?? null}::int,
-        cache_creation_tokens = ${draft.cacheCreationTokens ?? null}::int, generation_deadline = NULL, updated_at = ${now}::timestamptz
+        cache_creation_tokens = ${draft.cacheCreationTokens ?? null}::int,
+        cache_creation_1h_tokens = ${draft.cacheCreation1hTokens ?? null}::int, citations = ${draft.citations ? JSON.stringify(draft.citations) : null}::jsonb,
+        generation_deadline = NULL, updated_at = ${now}::timestamptz
       WHERE id = ${replyId}::uuid AND state = 'generating'
       RETURNING id
     ),
@@ -58,7 +61,7 @@ export async function storeDraft(
       -- stays as history, so new parts never reuse its number.
       INSERT INTO outbound_messages (id, reply_id, seq, text)
       SELECT gen_random_uuid(), stored.id, COALESCE(before.last, -1) + t.n, t.text
-      FROM stored, before, unnest(${splitForWhatsApp(draft.text)}::text[]) WITH ORDINALITY AS t(text, n)
+      FROM stored, before, unnest(${partsOf(draft.text)}::text[]) WITH ORDINALITY AS t(text, n)
       RETURNING id, seq, text, template, send_state, resend_after
     )
     SELECT COALESCE((SELECT held FROM conversation), false) AS held, (SELECT last_inbound_at FROM conversation) AS "lastInboundAt",
@@ -70,6 +73,9 @@ export async function storeDraft(
   const outbox = outboxOf(row);
   return { held, lastInboundAt: row.lastInboundAt, outbox: { ...outbox, firstSeq: row.firstBefore ?? outbox.parts[0]?.seq } };
 }
+
+/** A reply's WhatsApp messages: none for no words (an empty HANDOFF_REPLY says nothing). */
+const partsOf = (text: string): string[] => (text.trim() ? splitForWhatsApp(text) : []);
 
 export type Armed = { ok: true; deadline: Date } | { ok: false; refused: "fenced_out" | "not_generating" } | { ok: false; refused: "in_flight"; until: Date };
 

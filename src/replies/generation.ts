@@ -1,0 +1,337 @@
+import { performance } from "node:perf_hooks";
+import { type ClaudeAnswer, type ClaudeClient, citationsOf, type GeneratedReply, textOf, toolUsesOf } from "../ai/claude.ts";
+import type { ChatTurn, ClaudeKnowledge, ToolResult } from "../ai/request.ts";
+import type { Config } from "../config/config.ts";
+import type { Db } from "../db/client.ts";
+import { FencedOut, PermanentError, Postpone, RetryableError } from "../errors.ts";
+import type { Logger } from "../logger.ts";
+import { countClaudeCall, type Metrics } from "../metrics/metrics.ts";
+import type { BusinessActions } from "../tools/actions.ts";
+import { HANDOFF_TOOL, type ToolDefinition } from "../tools/definitions.ts";
+import { idempotencyKeyFor } from "../tools/idempotency.ts";
+import { conversationTurns, type HistoryDeps, type QuestionMessage, readHistory } from "./history.ts";
+import type { Begun } from "./state/conversations.ts";
+import { armGeneration, releaseGeneration } from "./state/replies.ts";
+import { finishToolCall, readSteps, recordStep, type StoredStep, startToolCall } from "./state/steps.ts";
+
+/**
+ * Writing a reply's answer with Claude (law 4): one call, or, when Claude uses the business's
+ * tools, a loop of calls, each stored as a step before anything it asks for runs, and each
+ * business action a tool call recorded before it runs and sent with the same Idempotency-Key
+ * every time (law 12). A run that resumes a reply (a retry, a takeover) carries on at its
+ * first unfinished step: it never asks Claude again for a stored step, never calls a tool
+ * again whose answer is stored, and repeats, with the same key, a call that may have gone
+ * out. Every Claude call is armed first: a run that takes over waits for a call that may still
+ * answer (replies.generation_deadline).
+ */
+
+/** What Claude is shown of the business's knowledge for a reply (src/knowledge/). */
+export interface KnowledgeSource {
+  forReply(phoneNumberId: string, query: string): Promise<ClaudeKnowledge | undefined>;
+}
+
+export interface GenerationDeps extends HistoryDeps {
+  db: Db;
+  claude: ClaudeClient;
+  metrics: Metrics;
+  numbers: Config["numbers"];
+  actions: BusinessActions;
+  knowledge?: KnowledgeSource | undefined;
+  generation: GenerationTiming;
+  tools: Pick<Config["tools"], "maxSteps" | "maxMs">;
+}
+
+/** How long a reply's Claude call may take to start and to answer (law 4 across a takeover). */
+export interface GenerationTiming {
+  /** A run starts its call only this soon after it armed the reply's deadline (history and media read on the way). */
+  startWithinMs: number;
+  /** The Claude client's own timeout: a call started in time is answered or abandoned by the deadline. */
+  timeoutMs: number;
+}
+
+/** The reply's generation deadline, from the moment a run arms it: a call that may still answer is waited for until then. */
+export const generationBudgetMs = (timing: GenerationTiming) => timing.startWithinMs + timing.timeoutMs + GENERATION_MARGIN_MS;
+/** Clocks and statements between the run's own check and the database's deadline. */
+const GENERATION_MARGIN_MS = 1000;
+
+/** What a reply's Claude calls cost, all of them: stored with whatever the reply says. */
+export type ReplyCost = Omit<GeneratedReply, "text" | "citations">;
+
+/**
+ * What Claude's work came to: the answer to send, or the customer handed to a person (the
+ * caller words it: HANDOFF_REPLY), with what the calls that decided it cost.
+ */
+export type Written = { kind: "draft"; draft: GeneratedReply } | { kind: "handoff"; reason: string; toolUseId: string; cost: ReplyCost };
+
+/** The calls' usage summed: the stored steps', and the last call's when it was not stored as one. */
+function costOf(steps: readonly StoredStep[], last?: ClaudeAnswer): ReplyCost {
+  const usages = [...steps.map((s) => s.usage), ...(last ? [last.usage] : [])];
+  const sum = (pick: (u: ClaudeAnswer["usage"]) => number) => usages.reduce((n, u) => n + pick(u), 0);
+  return {
+    model: usages.at(-1)!.model,
+    inputTokens: sum((u) => u.inputTokens),
+    outputTokens: sum((u) => u.outputTokens),
+    cacheReadTokens: sum((u) => u.cacheReadTokens),
+    cacheCreationTokens: sum((u) => u.cacheCreationTokens),
+    cacheCreation1hTokens: sum((u) => u.cacheCreation1hTokens),
+  };
+}
+
+type ReplyBegun = Extract<Begun, { kind: "reply" }>;
+
+/**
+ * The answer for a reply still generating. `armedAt` is when this run's bind armed the
+ * reply's deadline (performance.now()); a run that did not plan the reply arms it itself.
+ */
+export async function writeAnswer(deps: GenerationDeps, begun: ReplyBegun, armedAt: number, log: Logger): Promise<Written> {
+  const { conversation, reply, planned } = begun;
+  const { messages, history } = planned?.history
+    ? { messages: planned.messages, history: planned.history }
+    : await readHistory(deps.db, reply, deps.historyMessages);
+  const loop = new ToolLoop(deps, begun, log, planned ? { deadline: reply.generationDeadline, armedAt } : undefined);
+  const steps = planned ? [] : await readSteps(deps.db, reply.id);
+  const turns = await conversationTurns(deps, messages, history);
+  if (turns.length === 0) throw new Error(`reply ${reply.id} has no messages to answer`);
+  const knowledge = await deps.knowledge?.forReply(conversation.phoneNumberId, wordsOf(messages));
+  return loop.run(turns, knowledge, steps);
+}
+
+const wordsOf = (messages: readonly QuestionMessage[]) => messages.flatMap((m) => (m.text ? [m.text] : [])).join("\n");
+
+/** How a stored step's tool calls were answered, for Claude to read. */
+const resultsOf = (step: StoredStep): ToolResult[] => step.toolCalls.map((c) => ({ toolUseId: c.id, text: c.answer ?? "", isError: c.isError ?? true }));
+
+class ToolLoop {
+  private readonly tools: readonly ToolDefinition[];
+  /** The deadline this run armed for its next call, and when (performance.now()): none once used. */
+  private armed: { deadline: Date | null; armedAt: number } | undefined;
+  /** The deadline of the call that answered last. */
+  private lastDeadline: Date | undefined;
+
+  constructor(
+    private readonly deps: GenerationDeps,
+    private readonly begun: ReplyBegun,
+    private readonly log: Logger,
+    armed: { deadline: Date | null; armedAt: number } | undefined,
+  ) {
+    this.tools = [...deps.actions.definitions(begun.conversation.phoneNumberId), HANDOFF_TOOL];
+    this.armed = armed?.deadline ? armed : undefined;
+  }
+
+  async run(turns: ChatTurn[], knowledge: ClaudeKnowledge | undefined, steps: StoredStep[]): Promise<Written> {
+    const { reply, conversation } = this.begun;
+    let shortened = false;
+    for (;;) {
+      const last = steps.at(-1);
+      if (last?.stopReason === "tool_use") {
+        const handoff = await this.runTools(last, steps);
+        if (handoff) return handoff;
+      }
+      const bounded = this.bounded(steps);
+      const answer = await this.call({
+        systemPrompt: this.deps.numbers.get(conversation.phoneNumberId)?.systemPrompt ?? this.deps.claude.systemPrompt,
+        knowledge,
+        tools: this.tools,
+        toolChoice: bounded ? "none" : "auto",
+        // Shortened: the messages being answered alone, without the history before them (history.ts marks its end).
+        turns: shortened ? turns.slice(turns.findLastIndex((t) => t.cacheBreakpoint) + 1) : turns,
+        steps: steps.map((s) => ({ content: s.content, results: s.stopReason === "tool_use" ? resultsOf(s) : [] })),
+      });
+      switch (answer.stopReason) {
+        case "tool_use":
+        case "pause_turn": {
+          // Stored before any tool it asks for runs: a run that resumes never asks Claude for it again.
+          const uses = answer.stopReason === "tool_use" ? toolUsesOf(answer.content) : [];
+          const calls = uses.map((u) => ({ ...u, idempotencyKey: idempotencyKeyFor(conversation.phoneNumberId, u.id) }));
+          const stored = await recordStep(this.deps.db, reply.id, steps.length, answer, calls, new Date());
+          if (!stored) throw new Postpone(Date.now(), "the reply was answered or dead-lettered meanwhile; taken again");
+          steps.push(stored);
+          continue;
+        }
+        case "model_context_window_exceeded":
+          if (shortened)
+            throw new PermanentError({
+              source: "anthropic",
+              code: "context_window",
+              reason: "The conversation is too long for Claude, even without its history",
+            });
+          shortened = true;
+          this.log.warn({ event: "reply.context_window_exceeded" }, "asked again without the conversation's history");
+          // Answered, and nothing of it to store: the next call arms the deadline anew.
+          await releaseGeneration(this.deps.db, reply.id, this.lastDeadline!);
+          continue;
+        case "refusal":
+          return {
+            kind: "handoff",
+            reason: "Claude declined to answer this message",
+            toolUseId: `refusal.${reply.id}.${steps.length}`,
+            cost: costOf(steps, answer),
+          };
+        default:
+          return { kind: "draft", draft: this.draftOf(answer, steps) };
+      }
+    }
+  }
+
+  /** The words to send, never cut mid-sentence (an answer that ran out of tokens is trimmed to its last full sentence). */
+  private draftOf(answer: ClaudeAnswer, steps: readonly StoredStep[]): GeneratedReply {
+    let text = textOf(answer.content);
+    if (answer.stopReason === "max_tokens") {
+      const end = Math.max(
+        text.lastIndexOf(". "),
+        text.lastIndexOf("! "),
+        text.lastIndexOf("? "),
+        text.lastIndexOf("\n"),
+        /[.!?]$/.test(text) ? text.length - 1 : -1,
+      );
+      text = end > 0 ? text.slice(0, end + 1).trim() : "";
+      this.log.warn({ event: "reply.max_tokens" }, "Claude's answer ran out of tokens: sent up to its last full sentence");
+    }
+    if (!text) throw new PermanentError({ source: "anthropic", code: "empty", reason: `Claude returned no text to send (stop reason ${answer.stopReason})` });
+    const citations = citationsOf(answer.content);
+    return { text, ...costOf(steps, answer), ...(citations.length > 0 ? { citations } : {}) };
+  }
+
+  /** Past TOOL_MAX_STEPS tool calls or TOOL_MAX_MS since the first step: Claude answers with what it has. */
+  private bounded(steps: readonly StoredStep[]): boolean {
+    const calls = steps.reduce((n, s) => n + s.toolCalls.length, 0);
+    const first = steps[0]?.createdAt.getTime();
+    return calls >= this.deps.tools.maxSteps || (first !== undefined && Date.now() - first >= this.deps.tools.maxMs);
+  }
+
+  /**
+   * The tool calls a stored step asked for, each run once: a stored answer is reused, a call
+   * that may have gone out (recorded, started, never answered) is repeated with its key, and
+   * a call past the loop's bounds is answered "not run" without reaching the business.
+   */
+  private async runTools(step: StoredStep, steps: readonly StoredStep[]): Promise<Written | undefined> {
+    const { lease, conversation } = this.begun;
+    const earlier = steps.slice(0, -1).reduce((n, s) => n + s.toolCalls.length, 0);
+    const first = steps[0]!.createdAt.getTime();
+    for (const [i, call] of step.toolCalls.entries()) {
+      // Checked before the state: a run that recorded the handoff and then lost the database
+      // before pausing the bot must still hand off when the reply is retried.
+      if (call.name === HANDOFF_TOOL.name) {
+        const reason =
+          typeof (call.input as { reason?: unknown })?.reason === "string"
+            ? (call.input as { reason: string }).reason
+            : "Claude handed the customer to a person";
+        if (call.state === "requested") await this.finish(call.id, { state: "done", answer: "The customer was handed to a person.", isError: false });
+        return { kind: "handoff", reason, toolUseId: call.id, cost: costOf(steps) };
+      }
+      if (call.state !== "requested") continue;
+      const leftMs = this.deps.tools.maxMs - (Date.now() - first);
+      // A call that may have gone out is repeated whatever the bounds: only its answer (to the
+      // same key) says whether the business acted.
+      const mayHaveGoneOut = call.attempts > 0;
+      if (!mayHaveGoneOut && (earlier + i >= this.deps.tools.maxSteps || leftMs <= 0)) {
+        await this.finish(call.id, {
+          state: "failed",
+          answer: "Not run: this reply reached its limit of tool calls. Answer with what you know.",
+          isError: true,
+        });
+        continue;
+      }
+      const started = await startToolCall(this.deps.db, lease, call.id, new Date());
+      if (!started.ok) {
+        if (started.refused === "fenced_out") throw new FencedOut(`conversation ${lease.conversationId} was taken over before tool call ${call.id}`);
+        continue; // finished meanwhile by another run: its answer is read below
+      }
+      if (started.attempt > 1)
+        this.log.warn(
+          { event: "tool.repeated", toolCall: call.id, attempt: started.attempt },
+          "a tool call that may have gone out is sent again, with the same key",
+        );
+      const began = performance.now();
+      const outcome = await this.deps.actions.call(conversation.phoneNumberId, call.name, call.input, {
+        idempotencyKey: call.idempotencyKey,
+        // The tool's own timeoutMs bounds a repeat; a first call has the loop's time left too.
+        ...(mayHaveGoneOut ? {} : { signal: AbortSignal.timeout(leftMs) }),
+      });
+      this.log.info(
+        {
+          event: outcome.isError ? "tool.failed" : "tool.done",
+          toolCall: call.id,
+          tool: call.name,
+          status: outcome.status,
+          maybeActed: outcome.maybeActed,
+          ms: Math.round(performance.now() - began),
+        },
+        outcome.isError ? "a business tool answered with an error; Claude is told" : "a business tool answered",
+      );
+      await this.finish(call.id, {
+        state: outcome.status === undefined && outcome.isError ? "failed" : "done",
+        // Claude must not ask again under a new id (a new key): the business may have acted.
+        answer: outcome.maybeActed
+          ? `${outcome.text}. The business may have done it anyway: do not call this tool again for it; tell the customer it could not be confirmed, or hand off.`
+          : outcome.text,
+        isError: outcome.isError,
+        status: outcome.status,
+        request: outcome.request,
+      });
+    }
+    // Every call of the step is answered now (by this run or another): read them as stored.
+    const fresh = (await readSteps(this.deps.db, this.begun.reply.id)).find((s) => s.step === step.step);
+    if (fresh) step.toolCalls = fresh.toolCalls;
+    return undefined;
+  }
+
+  private finish(id: string, outcome: Parameters<typeof finishToolCall>[2]): Promise<void> {
+    return finishToolCall(this.deps.db, id, outcome, new Date());
+  }
+
+  /**
+   * One Claude call, armed first: a run that did not just bind the reply sets its deadline
+   * anew, waiting out a call another run may still be waiting on; the call starts only well
+   * before the deadline by this run's own clock; one that ends without an answer releases it.
+   */
+  private async call(ask: Parameters<ClaudeClient["ask"]>[0]): Promise<ClaudeAnswer> {
+    const { lease, reply, conversation } = this.begun;
+    let armed = this.armed;
+    this.armed = undefined;
+    if (!armed) {
+      const armedAt = performance.now();
+      const result = await armGeneration(this.deps.db, lease, reply.id, generationBudgetMs(this.deps.generation), new Date());
+      if (!result.ok) {
+        if (result.refused === "fenced_out") throw new FencedOut(`conversation ${lease.conversationId} was taken over before Claude was asked`);
+        if (result.refused === "in_flight") throw new Postpone(result.until.getTime(), "a Claude call for this reply may still answer");
+        throw new Postpone(Date.now(), "the reply was answered or dead-lettered meanwhile; taken again");
+      }
+      armed = { deadline: result.deadline, armedAt };
+    }
+    const deadline = armed.deadline!;
+    this.lastDeadline = deadline;
+    if (performance.now() - armed.armedAt > this.deps.generation.startWithinMs) {
+      await releaseGeneration(this.deps.db, reply.id, deadline);
+      throw new RetryableError({
+        source: "internal",
+        code: "slow_start",
+        reason: `Claude was not asked within ${this.deps.generation.startWithinMs} ms of the reply's start (reading its history and media took longer)`,
+      });
+    }
+    const asked = { phoneNumberId: conversation.phoneNumberId, model: this.deps.claude.model };
+    let answer: ClaudeAnswer;
+    try {
+      answer = await this.deps.claude.ask(ask);
+    } catch (error) {
+      const timedOut = error instanceof RetryableError && error.code === "timeout";
+      countClaudeCall(this.deps.metrics, asked, { error: { retryable: !(error instanceof PermanentError), timedOut } });
+      if (timedOut) this.log.warn({ event: "reply.claude_timeout" }, "Claude did not answer in time; the call may be billed, and a retry is another");
+      await releaseGeneration(this.deps.db, reply.id, deadline).catch(() => undefined); // at worst the retry waits for the deadline
+      throw error;
+    }
+    countClaudeCall(this.deps.metrics, asked, { ok: { ...answer.usage, text: "" } });
+    this.log.info(
+      {
+        event: "reply.generated",
+        model: answer.usage.model,
+        stopReason: answer.stopReason,
+        inputTokens: answer.usage.inputTokens,
+        outputTokens: answer.usage.outputTokens,
+        cacheReadTokens: answer.usage.cacheReadTokens,
+      },
+      "Claude answered",
+    );
+    return answer;
+  }
+}
