@@ -135,4 +135,42 @@ describe.runIf(chromiumAvailable("demo-browser.test.ts"))("the demo in Chromium"
     expect(demo.sandbox.graph.taken.filter((send) => send.to === "447700900123")).toHaveLength(1);
     await staff.close();
   }, 60_000);
+
+  it("the shop's knowledge and tools: a cited answer, an order looked up, a complaint handed to a person; the staff page shows the citations and the tool call", async () => {
+    await page.getByLabel("Name", { exact: true }).fill("Rui Costa");
+    await page.getByLabel("Phone number", { exact: true }).fill("+351 913 000 111");
+    await page.getByRole("button", { name: "Add customer" }).click();
+    await page.locator("#chat-subtitle", { hasText: "+351913000111" }).waitFor();
+
+    await say("Can I return shoes I bought last week?");
+    await replies().filter({ hasText: "within 30 days of delivery" }).waitFor();
+    await say("And where is my order A1003?");
+    await replies().filter({ hasText: "Order A1003 is delivered" }).waitFor();
+    await page.locator("#log li.business", { hasText: "GET /orders/A1003 (Idempotency-Key" }).waitFor();
+    await say("This is unacceptable, I want to complain to a manager");
+    await replies().filter({ hasText: "a person" }).waitFor();
+
+    const [staff] = await Promise.all([page.waitForEvent("popup"), page.getByRole("link", { name: "Staff page ↗" }).click()]);
+    const item = staff.locator("[data-dead-letter-id]", { hasText: "Rui Costa" });
+    // Signed in already when the test before this one ran: the session cookie is the browser's.
+    await Promise.race([item.waitFor(), staff.getByLabel("Email").waitFor()]);
+    if (await staff.getByLabel("Email").isVisible()) {
+      await staff.getByLabel("Email").fill(demo.staff.email);
+      await staff.getByLabel("Password").fill(demo.staff.password);
+      await staff.getByRole("button", { name: "Sign in" }).click();
+    }
+    await item.click();
+    await staff.locator("#why-headline", { hasText: "Claude handed the customer to a person" }).waitFor();
+
+    const cited = staff.locator("#timeline li.work", { hasText: "1 source cited" });
+    await cited.locator("summary").click();
+    expect(await cited.locator(".citation").textContent()).toContain("returns.md");
+    expect(await cited.locator(".citation blockquote").textContent()).toBe("You can return unworn shoes within 30 days of delivery for a full refund.");
+    const acted = staff.locator("#timeline li.work", { hasText: "1 business action" }).first();
+    await acted.locator("summary").click();
+    expect(await acted.locator(".tool-call").textContent()).toMatch(/lookup_order · answered · HTTP 200/);
+    expect(await acted.locator(".tool-answer").textContent()).toContain('"status":"delivered"');
+    if (process.env.SCREENSHOT_STAFF_WORK) await staff.screenshot({ path: process.env.SCREENSHOT_STAFF_WORK, fullPage: true });
+    await staff.close();
+  }, 60_000);
 });

@@ -233,6 +233,48 @@ describe("npm run demo's sandbox, through its JSON API", () => {
     );
   });
 
+  it("an order id is looked up in the demo shop's API with an Idempotency-Key, and the customer gets its status", async () => {
+    const from = newPhone();
+    await write({ from, text: "Where is my order A1001?" });
+    const [reply] = await eventually(async () => {
+      const out = await replies(from);
+      return out.length > 0 ? out : undefined;
+    }, "the order's reply");
+    expect(reply!.text).toContain("Order A1001 is shipped");
+    const lookups = demo.sandbox.log.since(0).filter((e) => e.kind === "business" && e.text.includes("GET /orders/A1001"));
+    expect(lookups).toHaveLength(1);
+    expect(lookups[0]!.text).toMatch(/Idempotency-Key [0-9a-f]{12}…\) → 200/);
+    const call = await demo.db.toolCall.findFirstOrThrow({ where: { input: { equals: { orderId: "A1001" } } } });
+    expect(call).toMatchObject({ name: "lookup_order", state: "done", status: 200, attempts: 1 });
+  });
+
+  it("with the shop's API failing, the customer is told it could not be checked, and nothing is dead-lettered", async () => {
+    const from = newPhone();
+    await api("POST", "/demo/api/faults", { shop: "failing" });
+    await write({ from, text: "Status of A1002 please" });
+    const [reply] = await eventually(async () => {
+      const out = await replies(from);
+      return out.length > 0 ? out : undefined;
+    }, "the order's reply");
+    expect(reply!.text).toContain("could not get that from the shop's system");
+    expect(reply!.text).toContain("HTTP 502");
+    expect((await chat(from)).openDeadLetters).toBe(0);
+  });
+
+  it("a question the shop's knowledge answers is answered with a citation, stored with the reply", async () => {
+    const from = newPhone();
+    await write({ from, text: "Can I return shoes I bought?" });
+    const [reply] = await eventually(async () => {
+      const out = await replies(from);
+      return out.length > 0 ? out : undefined;
+    }, "the reply");
+    expect(reply!.text).toContain("You can return unworn shoes within 30 days of delivery for a full refund.");
+    const stored = await demo.db.reply.findFirstOrThrow({ where: { text: reply!.text } });
+    expect(stored.citations).toEqual([
+      expect.objectContaining({ source: "returns.md", citedText: "You can return unworn shoes within 30 days of delivery for a full refund." }),
+    ]);
+  });
+
   it("a customer known only by username and BSUID is answered at their BSUID", async () => {
     const userId = `US.${randomBytes(8).readBigUInt64BE().toString()}`;
     const created = await api("POST", "/demo/api/customers", { username: "@mika", userId });

@@ -98,7 +98,12 @@ export function freshSecrets(): DemoSecrets {
 }
 
 /** The backend's environment for the demo, to be read by loadConfig like any other. */
-export function demoEnvironment(settings: DemoSettings, secrets: DemoSecrets, urls: { graph: string; offlineClaude: string }): Record<string, string> {
+export function demoEnvironment(
+  settings: DemoSettings,
+  secrets: DemoSecrets,
+  urls: { graph: string; offlineClaude: string },
+  phoneNumbersFile: string,
+): Record<string, string> {
   const claude = settings.anthropic;
   return {
     HOST: "127.0.0.1",
@@ -120,8 +125,11 @@ export function demoEnvironment(settings: DemoSettings, secrets: DemoSecrets, ur
     ANTHROPIC_BASE_URL: claude ? (claude.baseUrl ?? "https://api.anthropic.com") : urls.offlineClaude,
     ...(claude?.model ? { ANTHROPIC_MODEL: claude.model } : {}),
     SYSTEM_PROMPT:
-      "You are the WhatsApp assistant of the Demo Shop, a made-up shop in a software demo. Answer briefly and kindly, in the customer's language; " +
-      "plain text only. Opening hours Monday to Saturday 9:00-18:00; delivery within two working days.",
+      "You are the WhatsApp assistant of the Demo Shop, a made-up shoe shop in a software demo, answering its customers. " +
+      "Answer only from the shop's documents and tools; when they do not say, call handoff_to_human rather than guess. " +
+      "Decline requests that have nothing to do with the shop. Answer briefly and kindly, in the customer's language; plain text only.",
+    // The shop's knowledge files and its order and booking tools (src/demo/business/).
+    PHONE_NUMBERS_FILE: phoneNumbersFile,
     DATABASE_URL: settings.databaseUrl,
     DATABASE_POOL_SIZE: "10",
     REDIS_URL: settings.redisUrl,

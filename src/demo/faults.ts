@@ -1,5 +1,6 @@
 import { z } from "zod";
 import type { ClaudeFault } from "./anthropic/offline.ts";
+import type { ShopFault } from "./business/shop.ts";
 import type { SendFault, StatusSchedule } from "./meta/graph.ts";
 
 /**
@@ -19,9 +20,14 @@ export interface Faults {
   send: SendFaultName | null;
   /** Only with the offline responder: real Claude cannot be told to fail. */
   claude: ClaudeFault | null;
+  /** The demo shop's order and booking API: slow (answers after the tool's timeout, having acted) or failing (a proxy's 502 page). */
+  shop: ShopFaultName | null;
 }
 
-export const NO_FAULTS: Faults = { duplicates: false, statusesOutOfOrder: false, send: null, claude: null };
+export const SHOP_FAULTS = ["slow", "failing"] as const;
+export type ShopFaultName = (typeof SHOP_FAULTS)[number];
+
+export const NO_FAULTS: Faults = { duplicates: false, statusesOutOfOrder: false, send: null, claude: null, shop: null };
 
 export const faultsUpdate = z
   .object({
@@ -29,6 +35,7 @@ export const faultsUpdate = z
     statusesOutOfOrder: z.boolean(),
     send: z.enum(SEND_FAULTS).nullable(),
     claude: z.enum(["529", "400"]).nullable(),
+    shop: z.enum(SHOP_FAULTS).nullable(),
   })
   .partial()
   .strict();
@@ -65,6 +72,15 @@ export function sendFault(name: SendFaultName, graphTimeoutMs: number): SendFaul
   }
 }
 
+/** What the demo shop does with a request while `name` is on. */
+export async function shopFault(name: ShopFaultName, toolTimeoutMs: number): Promise<ShopFault> {
+  if (name === "failing")
+    return { status: 502, body: "<html><head><title>502 Bad Gateway</title></head><body><center><h1>502 Bad Gateway</h1></center></body></html>" };
+  // It acts, and answers only after the caller gave up: the tool loop tells Claude it may have happened.
+  await new Promise((resolve) => setTimeout(resolve, toolTimeoutMs + 1000));
+  return undefined;
+}
+
 /** Sent, delivered, then read as the customer opens the chat; or the same three backwards. */
 export function statusSchedule(outOfOrder: () => boolean): StatusSchedule {
   return () =>
@@ -87,6 +103,7 @@ export function describeFaults(faults: Faults): string {
     faults.statusesOutOfOrder && "statuses out of order",
     faults.send && `sends answered ${faults.send === "timeout" ? "too late (timeout)" : faults.send}`,
     faults.claude && `Claude answers ${faults.claude}`,
+    faults.shop && `the shop's order API is ${faults.shop === "slow" ? "slow (answers after the tool's timeout)" : "failing (502)"}`,
   ].filter(Boolean);
   return on.length > 0 ? `Faults on: ${on.join("; ")}` : "All faults off: Meta and Claude behave";
 }

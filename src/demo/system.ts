@@ -1,5 +1,8 @@
 import { randomBytes } from "node:crypto";
+import { mkdtemp, rm } from "node:fs/promises";
 import type { AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import pg from "pg";
 import { buildApp } from "../app.ts";
 import { type Config, loadConfig } from "../config/config.ts";
@@ -13,9 +16,11 @@ import type { RedisClient } from "../queue/redis.ts";
 import { createFailFastRedis, createWorkerRedis } from "../queue/redis.ts";
 import { addStaff } from "../staff/accounts.ts";
 import { OfflineClaude } from "./anthropic/offline.ts";
+import { DemoShop, writeDemoNumbers } from "./business/shop.ts";
 import { DEMO_GRAPH_TIMEOUT_MS, DemoRefusal, demoEnvironment, demoSettings, freshSecrets } from "./environment.ts";
+import { shopFault } from "./faults.ts";
 import { demoRoutes } from "./routes.ts";
-import { Sandbox } from "./sandbox.ts";
+import { BUSINESS, Sandbox } from "./sandbox.ts";
 import { ensureServices } from "./services.ts";
 
 /**
@@ -26,6 +31,8 @@ import { ensureServices } from "./services.ts";
  */
 
 export const STAFF_EMAIL = "staff@demo.localhost";
+/** The shop's tools give up after this long: the page's "slow" switch answers later. */
+const DEMO_TOOL_TIMEOUT_MS = 3000;
 
 export interface DemoSystem {
   /** e.g. http://127.0.0.1:3000 */
@@ -66,13 +73,29 @@ export async function startDemo(options: DemoOptions): Promise<DemoSystem> {
       offline = new OfflineClaude(
         () => sandbox.faults.claude ?? undefined,
         (call) =>
-          sandbox.log.add({ kind: "claude", text: `Claude (the offline responder) asked about “${call.asked}” → ${call.answer}`, ok: call.answer === 200 }),
+          sandbox.log.add({
+            kind: "claude",
+            text: `Claude (the offline responder) asked about “${call.asked}” → ${call.answer}${call.did ? `: ${call.did}` : ""}`,
+            ok: call.answer === 200,
+          }),
         (error) => sandbox.log.add({ kind: "claude", text: `Offline responder error: ${String(error)}`, ok: false }),
       );
       await offline.start();
       cleanups.push(() => offline!.stop());
     }
-    const config = loadConfig(demoEnvironment(settings, secrets, { graph: sandbox.url, offlineClaude: offline?.url ?? "" }));
+    const shop = await new DemoShop((error) => sandbox.log.add({ kind: "business", text: `Demo shop error: ${String(error)}`, ok: false })).start();
+    cleanups.push(() => shop.stop());
+    shop.fault = () => (sandbox.faults.shop ? shopFault(sandbox.faults.shop, DEMO_TOOL_TIMEOUT_MS) : undefined);
+    shop.observe = (request, status) =>
+      sandbox.log.add({
+        kind: "business",
+        text: `The shop's API: ${request.method} ${request.path} (Idempotency-Key ${request.idempotencyKey?.slice(0, 12) ?? "none"}…) → ${status ?? "no answer"}`,
+        ok: status !== undefined && status < 400,
+      });
+    const files = await mkdtemp(join(tmpdir(), "wa-demo-"));
+    cleanups.push(() => rm(files, { recursive: true, force: true }));
+    const numbersFile = await writeDemoNumbers(files, BUSINESS.phoneNumberId, shop.url, DEMO_TOOL_TIMEOUT_MS);
+    const config = loadConfig(demoEnvironment(settings, secrets, { graph: sandbox.url, offlineClaude: offline?.url ?? "" }, numbersFile));
     const logger = options.logger ?? createLogger({ level: config.logLevel });
 
     await ensureServices({ databaseUrl: config.databaseUrl, redisUrl: settings.redisUrl }, say);

@@ -1,3 +1,4 @@
+import { customerBlocks, groundedAnswer } from "./grounded.ts";
 import { type Block, type ClaudeAnswer, type ClaudeRequest, MessagesApiServer } from "./messages-api.ts";
 
 /**
@@ -17,6 +18,8 @@ export interface OfflineCall {
   answer: number;
   /** What the customer's latest words were, shortened, for the log. */
   asked: string;
+  /** What it did with the business's knowledge and tools, if anything: "cited hours.md". */
+  did?: string;
 }
 
 export class OfflineClaude extends MessagesApiServer {
@@ -36,8 +39,9 @@ export class OfflineClaude extends MessagesApiServer {
       this.observe({ answer: Number(fault), asked });
       return { status: Number(fault) };
     }
-    this.observe({ answer: 200, asked });
-    return { text: offlineReply(request) };
+    const grounded = groundedAnswer(request, latestWords(request).join(" "), openingLines(request).join("\n\n"));
+    this.observe({ answer: 200, asked, ...(grounded ? { did: grounded.did } : {}) });
+    return grounded ?? { text: offlineReply(request) };
   }
 }
 
@@ -46,12 +50,8 @@ interface MediaBlock {
   source?: { media_type?: string; data?: string };
 }
 
-/** The blocks of the last user message: the customer's latest words (a burst is several). */
-function latestBlocks(request: ClaudeRequest): unknown[] {
-  const last = request.messages.findLast((m) => m.role === "user");
-  if (!last) return [];
-  return typeof last.content === "string" ? [{ type: "text", text: last.content }] : Array.isArray(last.content) ? last.content : [];
-}
+/** The customer's latest message: their words (a burst is several) and media, without the business's knowledge. */
+const latestBlocks = (request: ClaudeRequest): unknown[] => customerBlocks(request);
 
 function latestWords(request: ClaudeRequest): string[] {
   return latestBlocks(request)
@@ -64,10 +64,9 @@ const shorten = (text: string, max: number) => (text.length > max ? `${text.slic
 
 const kilobytes = (base64: string | undefined) => `${Math.max(1, Math.round(((base64?.length ?? 0) * 3) / 4 / 1024))} KB`;
 
-/** What the offline responder says: what it was shown, and a canned answer to the topic it spots. */
-export function offlineReply(request: ClaudeRequest): string {
-  const words = latestWords(request);
-  const said = words.join(" / ");
+/** What the offline responder says first: what it was shown. */
+function openingLines(request: ClaudeRequest): string[] {
+  const said = latestWords(request).join(" / ");
   const media = latestBlocks(request).filter((b): b is MediaBlock => (b as MediaBlock).type === "image" || (b as MediaBlock).type === "document");
   // The backend describes what is not plain text ("[Shared a location: …]"): that is what Claude would read.
   const lines = [`${OFFLINE_PREFIX}${said.startsWith("[") ? "Claude would be shown" : "You wrote"}: “${shorten(said, 300)}”.`];
@@ -82,7 +81,15 @@ export function offlineReply(request: ClaudeRequest): string {
   }
   const place = /\[Shared a location: ([^\]]+)\]/.exec(said);
   if (place) lines.push(`Thanks for the location (${place[1]}). The demo shop is a short walk from there.`);
+  return lines;
+}
 
+/** What the offline responder says when nothing of the business's answers: what it was shown, and a canned answer to the topic it spots. */
+export function offlineReply(request: ClaudeRequest): string {
+  const said = latestWords(request).join(" / ");
+  const media = latestBlocks(request).filter((b): b is MediaBlock => (b as MediaBlock).type === "image" || (b as MediaBlock).type === "document");
+  const place = /\[Shared a location: ([^\]]+)\]/.exec(said);
+  const lines = openingLines(request);
   const topic = said.toLowerCase();
   if (/\blong\b|story|everything|detail/.test(topic)) lines.push(longAnswer());
   else if (/hour|open|close|sunday|monday|weekend/.test(topic)) lines.push("The demo shop is open Monday to Saturday, 9:00 to 18:00, and closed on Sundays.");

@@ -211,6 +211,7 @@ function showFaults(faults) {
   form.elements.statusesOutOfOrder.checked = faults.statusesOutOfOrder;
   form.elements.send.value = faults.send ?? "";
   form.elements.claude.value = faults.claude ?? "";
+  form.elements.shop.value = faults.shop ?? "";
 }
 
 async function changeFaults() {
@@ -220,6 +221,7 @@ async function changeFaults() {
     duplicates: form.elements.duplicates.checked,
     statusesOutOfOrder: form.elements.statusesOutOfOrder.checked,
     send: form.elements.send.value || null,
+    shop: form.elements.shop.value || null,
     ...(state.info.claude === "offline" ? { claude: form.elements.claude.value || null } : {}),
   });
   state.faultsBusy = false;
