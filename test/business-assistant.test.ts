@@ -244,6 +244,9 @@ describe("tools: the business's actions, exactly once", () => {
     expect(texts[1]).toContain("Not sent");
     expect(texts[2]).toMatch(/did not answer within 1000 ms.*may have done it anyway/);
     expect(shop.requests.map((r) => r.path)).toEqual(["/orders/A1002", "/bookings"]); // the bad input never left
+    const counted = await h!.metrics.registry.getSingleMetricAsString("wa_tool_calls_total");
+    expect(counted).toContain(`wa_tool_calls_total{phone_number_id="${PHONE_NUMBER_ID}",tool="lookup_order",outcome="error"} 2`);
+    expect(counted).toContain(`wa_tool_calls_total{phone_number_id="${PHONE_NUMBER_ID}",tool="book_fitting",outcome="no_answer"} 1`);
     expect(h!.graph.sentTexts).toEqual(["Sorry, I could not reach our order system just now."]);
     expect(await h!.db.deadLetter.count()).toBe(0);
   });

@@ -26,6 +26,7 @@ export interface Metrics {
   claudeCalls: Counter<"phone_number_id" | "model" | "outcome">;
   claudeTokens: Counter<"phone_number_id" | "model" | "kind">;
   claudeCost: Counter<"phone_number_id" | "model">;
+  toolCalls: Counter<"phone_number_id" | "tool" | "outcome">;
   graphErrors: Counter<"code" | "via">;
 }
 
@@ -87,6 +88,12 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
       name: "wa_claude_cost_usd_total",
       help: "Estimated cost of Claude's answers in USD (src/ai/models.ts's prices, cache writes at their TTL's), by business number and model; models without a price are not counted",
       labelNames: ["phone_number_id", "model"],
+      registers,
+    }),
+    toolCalls: new Counter({
+      name: "wa_tool_calls_total",
+      help: "Calls of a business's tools (issue 19), by business number, tool and outcome (ok; error: an answer with an error status, or nothing sent; no_answer: the business may have acted and its answer was lost); a call repeated after a crash counts again",
+      labelNames: ["phone_number_id", "tool", "outcome"],
       registers,
     }),
     graphErrors: new Counter({

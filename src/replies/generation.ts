@@ -248,6 +248,11 @@ class ToolLoop {
         // The tool's own timeoutMs bounds a repeat; a first call has the loop's time left too.
         ...(mayHaveGoneOut ? {} : { signal: AbortSignal.timeout(leftMs) }),
       });
+      this.deps.metrics.toolCalls.inc({
+        phone_number_id: conversation.phoneNumberId,
+        tool: call.name,
+        outcome: outcome.maybeActed ? "no_answer" : outcome.isError ? "error" : "ok",
+      });
       this.log.info(
         {
           event: outcome.isError ? "tool.failed" : "tool.done",
