@@ -1,8 +1,12 @@
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { DemoShop, shopToolsFile } from "../src/demo/business/shop.ts";
 import { isDatabaseUnavailable } from "../src/db/client.ts";
 import { eventually, type Harness, settle, startHarness } from "./support/harness.ts";
 import { PrivatePostgres } from "./support/private-postgres.ts";
-import { textWebhook } from "./support/webhook-bodies.ts";
+import { PHONE_NUMBER_ID, textWebhook } from "./support/webhook-bodies.ts";
 
 /**
  * Law 6 under the fault that threatens it: Postgres goes away (a failover, a restart), for
@@ -76,6 +80,41 @@ describe("Postgres away for longer than the retry budget", () => {
     expect(h.claude.requests).toHaveLength(1);
     expect(await h.db.reply.findFirstOrThrow()).toMatchObject({ state: "sent", text: "Reply #1" });
     expect(await failedJobs(h)).toBe(0);
+  }, 60_000);
+});
+
+describe("a tool loop's step while Postgres is away", () => {
+  it("a tool step Claude answers while Postgres is away is kept in the job, then recorded: Claude is asked for it once, the business called once", async () => {
+    const shop = await new DemoShop().start();
+    const dir = await mkdtemp(join(tmpdir(), "wa-outage-tools-"));
+    try {
+      await writeFile(join(dir, "tools.json"), JSON.stringify(shopToolsFile(shop.url)));
+      await writeFile(join(dir, "numbers.json"), JSON.stringify({ [PHONE_NUMBER_ID]: { toolsFile: "tools.json" } }));
+      h = await startHarness({ databaseUrl: pg.url, env: { ...SMALL_BUDGET, PHONE_NUMBERS_FILE: join(dir, "numbers.json") } });
+      h.claude.latencyMs = 1500;
+      h.claude.answer({ content: [{ type: "tool_use", id: "toolu_01kept", name: "lookup_order", input: { orderId: "A1001" } }] }, { text: "A1001 has shipped." });
+      await h.deliver(textWebhook({ text: "where is A1001?" }).body);
+      await eventually(() => h!.claude.inFlight === 1, "Claude to be writing the step");
+      await pg.crash();
+      await eventually(() => h!.claude.inFlight === 0, "Claude to answer", 10_000);
+      const kept = await eventually(async () => {
+        const jobs = await h!.queues.reply.getJobs(["delayed", "waiting", "active"]);
+        return jobs.find((j) => j.data.step)?.data.step;
+      }, "the step to be kept in the reply job's data (Redis)");
+      expect(kept).toMatchObject({ step: 0, stopReason: "tool_use", content: [{ type: "tool_use", id: "toolu_01kept" }] });
+      h.claude.latencyMs = 0;
+
+      await pg.resume();
+      await eventually(() => h!.graph.sends.length === 1, "the answer to be sent", 30_000);
+      expect(h.graph.sentTexts).toEqual(["A1001 has shipped."]);
+      expect(h.claude.requests).toHaveLength(2); // the kept step, then the answer: the step was not asked again
+      expect(shop.requests).toHaveLength(1);
+      expect(await h.db.claudeStep.count()).toBe(1);
+      expect(await failedJobs(h)).toBe(0);
+    } finally {
+      await shop.stop();
+      await rm(dir, { recursive: true, force: true });
+    }
   }, 60_000);
 });
 

@@ -48,7 +48,7 @@ export interface SendTiming {
 }
 
 /** What a run learned that Postgres could not take: kept in the job itself (Redis) until it can (laws 4 and 5). */
-export type KeepInJob = (kept: Pick<ReplyJobData, "draft" | "accepted">) => Promise<void>;
+export type KeepInJob = (kept: Pick<ReplyJobData, "draft" | "accepted" | "step">) => Promise<void>;
 
 /** A burst is answered once; but a customer who keeps typing is answered within this many debounce windows. */
 const DEBOUNCE_MAX_WINDOWS = 5;
@@ -165,7 +165,16 @@ async function completeReply(
   // Checked before Claude is paid for a reply that could not be sent anyway, and again after.
   if (!windowOpen(conversation.lastInboundAt)) await templateInstead(deps, lease, conversation, reply.id, log, new Date());
   else if (reply.state === "generating") {
-    const written: Written = kept?.replyId === reply.id ? { kind: "draft", draft: kept } : await writeAnswer(deps, begun, armedAt, log);
+    const written: Written =
+      kept?.replyId === reply.id
+        ? { kind: "draft", draft: kept }
+        : await writeAnswer(deps, begun, armedAt, log, {
+            kept: data.step,
+            keep: async (step) => {
+              await keep({ step });
+              log.warn({ event: "reply.step_kept_in_job", step: step.step }, "database unavailable; Claude's step is kept in the job until it can be stored");
+            },
+          });
     let stored: Awaited<ReturnType<typeof storeDraft>>;
     try {
       stored =

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import type { GeneratedReply } from "../ai/claude.ts";
+import type { ClaudeAnswer, GeneratedReply } from "../ai/claude.ts";
 import {
   type EchoPayload,
   echoSchema,
@@ -57,12 +57,20 @@ export interface ReplyJobData {
    * stored when the database is back, never asked for again (law 4).
    */
   draft?: KeptDraft;
+  /**
+   * A Claude call of a tool loop (a step asking for tools), kept the same way when Postgres could
+   * not record it: recorded before anything it asks for runs, never asked for again (law 4).
+   */
+  step?: KeptStep;
   /** Parts Meta took (part id → wamid) while Postgres could not record it: recorded first when it can (law 5). */
   accepted?: Record<string, string>;
 }
 
 /** Claude's answer for one reply, as the job keeps it. */
 export type KeptDraft = GeneratedReply & { replyId: string };
+
+/** Step `step` of a reply's tool loop: Claude's answer, whole, as the job keeps it. */
+export type KeptStep = { replyId: string; step: number } & Pick<ClaudeAnswer, "content" | "stopReason" | "usage">;
 
 /** What an item of a webhook delivery becomes (src/webhook/walk.ts). */
 export type WebhookJob = { queue: "inbound"; data: InboundJobData } | { queue: "status"; data: StatusJobData } | { queue: "events"; data: EventJobData };
@@ -90,6 +98,8 @@ const senderSchema = z
 const tokens = z.number().int().nonnegative();
 // Postgres's uuid: any 32 hex digits in the 8-4-4-4-12 shape (zod's z.uuid() asks for RFC 9562's version bits, which rows made otherwise lack).
 const uuid = z.guid();
+/** What a Claude call cost, as the client reports it. */
+const usage = z.object({ model: z.string(), inputTokens: tokens, outputTokens: tokens, cacheReadTokens: tokens, cacheCreationTokens: tokens });
 
 const JOB_SCHEMAS = {
   inbound: z
@@ -113,11 +123,19 @@ const JOB_SCHEMAS = {
       .object({
         replyId: uuid,
         text: z.string(),
-        model: z.string(),
-        inputTokens: tokens,
-        outputTokens: tokens,
-        cacheReadTokens: tokens,
-        cacheCreationTokens: tokens,
+        ...usage.shape,
+        cacheCreation1hTokens: tokens.optional(),
+        citations: z.array(z.object({ source: z.string(), title: z.string().nullable(), citedText: z.string(), location: z.string().nullable() })).optional(),
+      })
+      .optional(),
+    step: z
+      .object({
+        replyId: uuid,
+        step: z.number().int().nonnegative(),
+        // Claude's blocks go back to it unchanged (a thinking block's signature included).
+        content: z.array(z.looseObject({ type: z.string() })),
+        stopReason: z.string(),
+        usage: usage.extend({ cacheCreation1hTokens: tokens }),
       })
       .optional(),
     accepted: z.record(uuid, z.string().min(1)).optional(),

@@ -2,10 +2,11 @@ import { performance } from "node:perf_hooks";
 import { type ClaudeAnswer, type ClaudeClient, citationsOf, type GeneratedReply, textOf, toolUsesOf } from "../ai/claude.ts";
 import type { ChatTurn, ClaudeKnowledge, ToolResult } from "../ai/request.ts";
 import type { Config } from "../config/config.ts";
-import type { Db } from "../db/client.ts";
+import { type Db, isDatabaseUnavailable } from "../db/client.ts";
 import { FencedOut, PermanentError, Postpone, RetryableError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
 import { countClaudeCall, type Metrics } from "../metrics/metrics.ts";
+import type { KeptStep } from "../queue/catalog.ts";
 import type { BusinessActions } from "../tools/actions.ts";
 import { HANDOFF_TOOL, type ToolDefinition } from "../tools/definitions.ts";
 import { idempotencyKeyFor } from "../tools/idempotency.ts";
@@ -58,6 +59,15 @@ const GENERATION_MARGIN_MS = 1000;
 export type ReplyCost = Omit<GeneratedReply, "text" | "citations">;
 
 /**
+ * A step Claude answered while Postgres could not record it lives in the reply job (Redis)
+ * until it can: `kept` is the one the job holds, `keep` puts one there.
+ */
+export interface StepKeeping {
+  kept: KeptStep | undefined;
+  keep(step: KeptStep): Promise<void>;
+}
+
+/**
  * What Claude's work came to: the answer to send, or the customer handed to a person (the
  * caller words it: HANDOFF_REPLY), with what the calls that decided it cost.
  */
@@ -83,17 +93,17 @@ type ReplyBegun = Extract<Begun, { kind: "reply" }>;
  * The answer for a reply still generating. `armedAt` is when this run's bind armed the
  * reply's deadline (performance.now()); a run that did not plan the reply arms it itself.
  */
-export async function writeAnswer(deps: GenerationDeps, begun: ReplyBegun, armedAt: number, log: Logger): Promise<Written> {
+export async function writeAnswer(deps: GenerationDeps, begun: ReplyBegun, armedAt: number, log: Logger, keeping: StepKeeping): Promise<Written> {
   const { conversation, reply, planned } = begun;
   const { messages, history } = planned?.history
     ? { messages: planned.messages, history: planned.history }
     : await readHistory(deps.db, reply, deps.historyMessages);
-  const loop = new ToolLoop(deps, begun, log, planned ? { deadline: reply.generationDeadline, armedAt } : undefined);
-  const steps = planned ? [] : await readSteps(deps.db, reply.id);
+  const loop = new ToolLoop(deps, begun, log, planned ? { deadline: reply.generationDeadline, armedAt } : undefined, keeping);
+  const stored = planned ? [] : await readSteps(deps.db, reply.id);
   const turns = await conversationTurns(deps, messages, history);
   if (turns.length === 0) throw new Error(`reply ${reply.id} has no messages to answer`);
   const knowledge = await deps.knowledge?.forReply(conversation.phoneNumberId, wordsOf(messages));
-  return loop.run(turns, knowledge, steps);
+  return loop.run(turns, knowledge, stored);
 }
 
 const wordsOf = (messages: readonly QuestionMessage[]) => messages.flatMap((m) => (m.text ? [m.text] : [])).join("\n");
@@ -113,6 +123,7 @@ class ToolLoop {
     private readonly begun: ReplyBegun,
     private readonly log: Logger,
     armed: { deadline: Date | null; armedAt: number } | undefined,
+    private readonly keeping: StepKeeping,
   ) {
     this.tools = [...deps.actions.definitions(begun.conversation.phoneNumberId), HANDOFF_TOOL];
     this.armed = armed?.deadline ? armed : undefined;
@@ -128,22 +139,33 @@ class ToolLoop {
         if (handoff) return handoff;
       }
       const bounded = this.bounded(steps);
-      const answer = await this.call({
-        systemPrompt: this.deps.numbers.get(conversation.phoneNumberId)?.systemPrompt ?? this.deps.claude.systemPrompt,
-        knowledge,
-        tools: this.tools,
-        toolChoice: bounded ? "none" : "auto",
-        // Shortened: the messages being answered alone, without the history before them (history.ts marks its end).
-        turns: shortened ? turns.slice(turns.findLastIndex((t) => t.cacheBreakpoint) + 1) : turns,
-        steps: steps.map((s) => ({ content: s.content, results: s.stopReason === "tool_use" ? resultsOf(s) : [] })),
-      });
+      const kept = this.keeping.kept;
+      const answer: ClaudeAnswer =
+        kept?.replyId === reply.id && kept.step === steps.length
+          ? kept
+          : await this.call({
+              systemPrompt: this.deps.numbers.get(conversation.phoneNumberId)?.systemPrompt ?? this.deps.claude.systemPrompt,
+              knowledge,
+              tools: this.tools,
+              toolChoice: bounded ? "none" : "auto",
+              // Shortened: the messages being answered alone, without the history before them (history.ts marks its end).
+              turns: shortened ? turns.slice(turns.findLastIndex((t) => t.cacheBreakpoint) + 1) : turns,
+              steps: steps.map((s) => ({ content: s.content, results: s.stopReason === "tool_use" ? resultsOf(s) : [] })),
+            });
       switch (answer.stopReason) {
         case "tool_use":
         case "pause_turn": {
           // Stored before any tool it asks for runs: a run that resumes never asks Claude for it again.
           const uses = answer.stopReason === "tool_use" ? toolUsesOf(answer.content) : [];
           const calls = uses.map((u) => ({ ...u, idempotencyKey: idempotencyKeyFor(conversation.phoneNumberId, u.id) }));
-          const stored = await recordStep(this.deps.db, reply.id, steps.length, answer, calls, new Date());
+          let stored: StoredStep | undefined;
+          try {
+            stored = await recordStep(this.deps.db, reply.id, steps.length, answer, calls, new Date());
+          } catch (error) {
+            // Paid for: if Postgres cannot take it now, Redis keeps it until it can (law 4).
+            if (isDatabaseUnavailable(error) && answer !== kept) await this.keeping.keep({ replyId: reply.id, step: steps.length, ...answer });
+            throw error;
+          }
           if (!stored) throw new Postpone(Date.now(), "the reply was answered or dead-lettered meanwhile; taken again");
           steps.push(stored);
           continue;
