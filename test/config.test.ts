@@ -1,19 +1,10 @@
 import { spawnSync } from "node:child_process";
 import { readFile } from "node:fs/promises";
 import { describe, expect, it } from "vitest";
-import { ConfigError, loadConfig } from "../src/config/config.ts";
+import { loadConfig } from "../src/config/config.ts";
 import { ENV_VARIABLES } from "../src/config/env.ts";
+import { problemsOf } from "./support/config-problems.ts";
 import { testEnv } from "./support/harness.ts";
-
-function problemsOf(env: Record<string, string | undefined>): string[] {
-  try {
-    loadConfig(env);
-  } catch (error) {
-    if (error instanceof ConfigError) return error.problems;
-    throw error;
-  }
-  return [];
-}
 
 describe("configuration", () => {
   it("a complete environment loads, with documented defaults", () => {

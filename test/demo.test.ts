@@ -43,6 +43,13 @@ describe("npm run demo's sandbox, through its JSON API", () => {
   };
   const chat = async (key: string) => (await api("GET", `/demo/api/chats/${encodeURIComponent(key)}`)).body as unknown as Chat;
   const replies = async (key: string) => (await chat(key)).messages.filter((m) => m.direction === "out");
+  const firstReply = async (key: string, what: string) =>
+    (
+      await eventually(async () => {
+        const out = await replies(key);
+        return out.length > 0 ? out : undefined;
+      }, what)
+    )[0]!;
   const write = async (body: Record<string, unknown>) => {
     const sent = await api("POST", "/demo/api/messages", body);
     expect(sent.status).toBe(202);
@@ -131,11 +138,8 @@ describe("npm run demo's sandbox, through its JSON API", () => {
       body: "{}",
     });
     expect(resent.status).toBeLessThan(300);
-    const [reply] = await eventually(async () => {
-      const out = await replies(from);
-      return out.length > 0 ? out : undefined;
-    }, "the resent reply");
-    expect(reply!.text).toContain("Where is my order #4417?");
+    const reply = await firstReply(from, "the resent reply");
+    expect(reply.text).toContain("Where is my order #4417?");
     await settle(800);
     expect(await replies(from)).toHaveLength(1);
     expect((await chat(from)).openDeadLetters).toBe(0);
@@ -213,12 +217,9 @@ describe("npm run demo's sandbox, through its JSON API", () => {
     const from = newPhone();
     const png = Buffer.from("iVBORw0KGgoAAAANSUhEUgAAAAQAAAAECAIAAAAmkwkpAAAAFklEQVR4nGP8z8DAwMDAxMDAwMDAAAANHQEDasKb6QAAAABJRU5ErkJggg==", "base64");
     await write({ from, image: { data: png.toString("base64"), mimeType: "image/png", caption: "Is this mug red?" } });
-    const [imageReply] = await eventually(async () => {
-      const out = await replies(from);
-      return out.length > 0 ? out : undefined;
-    }, "the image's reply");
-    expect(imageReply!.text).toContain("I received your image (image/png");
-    expect(imageReply!.text).toContain("Is this mug red?");
+    const imageReply = await firstReply(from, "the image's reply");
+    expect(imageReply.text).toContain("I received your image (image/png");
+    expect(imageReply.text).toContain("Is this mug red?");
     expect(demo.sandbox.log.since(0).some((e) => e.text.startsWith("The backend fetched media") && e.text.endsWith("→ 200"))).toBe(true);
     const shown = (await chat(from)).messages[0] as ChatMessage & { media?: { url: string } };
     const file = await fetch(`${demo.url}${shown.media!.url}`);
@@ -236,11 +237,8 @@ describe("npm run demo's sandbox, through its JSON API", () => {
   it("an order id is looked up in the demo shop's API with an Idempotency-Key, and the customer gets its status", async () => {
     const from = newPhone();
     await write({ from, text: "Where is my order A1001?" });
-    const [reply] = await eventually(async () => {
-      const out = await replies(from);
-      return out.length > 0 ? out : undefined;
-    }, "the order's reply");
-    expect(reply!.text).toContain("Order A1001 is shipped");
+    const reply = await firstReply(from, "the order's reply");
+    expect(reply.text).toContain("Order A1001 is shipped");
     const lookups = demo.sandbox.log.since(0).filter((e) => e.kind === "business" && e.text.includes("GET /orders/A1001"));
     expect(lookups).toHaveLength(1);
     expect(lookups[0]!.text).toMatch(/Idempotency-Key [0-9a-f]{12}…\) → 200/);
@@ -252,24 +250,18 @@ describe("npm run demo's sandbox, through its JSON API", () => {
     const from = newPhone();
     await api("POST", "/demo/api/faults", { shop: "failing" });
     await write({ from, text: "Status of A1002 please" });
-    const [reply] = await eventually(async () => {
-      const out = await replies(from);
-      return out.length > 0 ? out : undefined;
-    }, "the order's reply");
-    expect(reply!.text).toContain("could not get that from the shop's system");
-    expect(reply!.text).toContain("HTTP 502");
+    const reply = await firstReply(from, "the order's reply");
+    expect(reply.text).toContain("could not get that from the shop's system");
+    expect(reply.text).toContain("HTTP 502");
     expect((await chat(from)).openDeadLetters).toBe(0);
   });
 
   it("a question the shop's knowledge answers is answered with a citation, stored with the reply", async () => {
     const from = newPhone();
     await write({ from, text: "Can I return shoes I bought?" });
-    const [reply] = await eventually(async () => {
-      const out = await replies(from);
-      return out.length > 0 ? out : undefined;
-    }, "the reply");
-    expect(reply!.text).toContain("You can return unworn shoes within 30 days of delivery for a full refund.");
-    const stored = await demo.db.reply.findFirstOrThrow({ where: { text: reply!.text } });
+    const reply = await firstReply(from, "the reply");
+    expect(reply.text).toContain("You can return unworn shoes within 30 days of delivery for a full refund.");
+    const stored = await demo.db.reply.findFirstOrThrow({ where: { text: reply.text } });
     expect(stored.citations).toEqual([
       expect.objectContaining({ source: "returns.md", citedText: "You can return unworn shoes within 30 days of delivery for a full refund." }),
     ]);

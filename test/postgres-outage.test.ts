@@ -2,8 +2,8 @@ import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { DemoShop, shopToolsFile } from "../src/demo/business/shop.ts";
 import { isDatabaseUnavailable } from "../src/db/client.ts";
+import { DemoShop, shopToolsFile } from "../src/demo/business/shop.ts";
 import { eventually, type Harness, settle, startHarness } from "./support/harness.ts";
 import { PrivatePostgres } from "./support/private-postgres.ts";
 import { PHONE_NUMBER_ID, textWebhook } from "./support/webhook-bodies.ts";
@@ -92,7 +92,10 @@ describe("a tool loop's step while Postgres is away", () => {
       await writeFile(join(dir, "numbers.json"), JSON.stringify({ [PHONE_NUMBER_ID]: { toolsFile: "tools.json" } }));
       h = await startHarness({ databaseUrl: pg.url, env: { ...SMALL_BUDGET, PHONE_NUMBERS_FILE: join(dir, "numbers.json") } });
       h.claude.latencyMs = 1500;
-      h.claude.answer({ content: [{ type: "tool_use", id: "toolu_01kept", name: "lookup_order", input: { orderId: "A1001" } }] }, { text: "A1001 has shipped." });
+      h.claude.answer(
+        { content: [{ type: "tool_use", id: "toolu_01kept", name: "lookup_order", input: { orderId: "A1001" } }] },
+        { text: "A1001 has shipped." },
+      );
       await h.deliver(textWebhook({ text: "where is A1001?" }).body);
       await eventually(() => h!.claude.inFlight === 1, "Claude to be writing the step");
       await pg.crash();

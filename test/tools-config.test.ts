@@ -8,11 +8,12 @@ import { Writable } from "node:stream";
 import { inspect } from "node:util";
 import { deserialize, serialize } from "node:v8";
 import { describe, expect, it } from "vitest";
-import { ConfigError, loadConfig } from "../src/config/config.ts";
+import { loadConfig } from "../src/config/config.ts";
 import { createLogger } from "../src/logger.ts";
 import { createMetrics } from "../src/metrics/metrics.ts";
 import { answerParent, superviseWorkerChild, type ToWorkerChild } from "../src/process/worker-child.ts";
 import { BusinessTool } from "../src/tools/business-tool.ts";
+import { problemsOf } from "./support/config-problems.ts";
 import { runEntryPoint } from "./support/entry-point.ts";
 import { testEnv } from "./support/harness.ts";
 import { freePort } from "./support/ports.ts";
@@ -32,16 +33,6 @@ async function numbersFile(numbers: unknown, files: Record<string, string> = {})
   const path = join(dir, "numbers.json");
   await writeFile(path, JSON.stringify(numbers));
   return { dir, path };
-}
-
-function problemsOf(env: Record<string, string | undefined>): string[] {
-  try {
-    loadConfig(env);
-  } catch (error) {
-    if (error instanceof ConfigError) return error.problems;
-    throw error;
-  }
-  return [];
 }
 
 describe("the tool loop's bounds and the knowledge budget", () => {

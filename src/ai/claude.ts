@@ -11,15 +11,18 @@ import { assembleRequest, type ChatTurn, type ClaudeAsk, type ContentBlockJson }
 export interface ClaudeAnswer {
   content: ContentBlockJson[];
   stopReason: string;
-  usage: {
-    model: string;
-    inputTokens: number;
-    outputTokens: number;
-    cacheReadTokens: number;
-    cacheCreationTokens: number;
-    /** Of the cache writes, those for an hour (priced 2× input; the rest 1.25×). */
-    cacheCreation1hTokens: number;
-  };
+  usage: CallUsage;
+}
+
+/** What one call cost, as Anthropic reported it. */
+export interface CallUsage {
+  model: string;
+  inputTokens: number;
+  outputTokens: number;
+  cacheReadTokens: number;
+  cacheCreationTokens: number;
+  /** Of the cache writes, those for an hour (priced 2× input; the rest 1.25×). */
+  cacheCreation1hTokens: number;
 }
 
 /** A passage of the business's knowledge Claude cited for its words, as staff see it beside the reply. */

@@ -1,3 +1,5 @@
+import type { CallUsage } from "../../ai/claude.ts";
+import type { ContentBlockJson } from "../../ai/request.ts";
 import type { Db } from "../../db/client.ts";
 import type { Lease } from "./fence.ts";
 
@@ -25,12 +27,9 @@ export interface StoredStep {
   /** The tool calls it asked for, in the order it asked. */
   toolCalls: StoredToolCall[];
   /** What this call cost (each step is one paid call). */
-  usage: StepUsage;
+  usage: CallUsage;
   createdAt: Date;
 }
-
-/** A content block as stored: Anthropic's shape, kept whole (thinking blocks must go back unchanged). */
-export type ContentBlockJson = { type: string; [key: string]: unknown };
 
 export interface StoredToolCall {
   id: string;
@@ -43,16 +42,7 @@ export interface StoredToolCall {
   isError: boolean | null;
 }
 
-export interface StepUsage {
-  model: string;
-  inputTokens: number;
-  outputTokens: number;
-  cacheReadTokens: number;
-  cacheCreationTokens: number;
-  cacheCreation1hTokens: number;
-}
-
-type StepJson = { step: number; content: ContentBlockJson[]; stopReason: string; createdAt: string; usage: StepUsage; toolCalls: StoredToolCall[] | null };
+type StepJson = { step: number; content: ContentBlockJson[]; stopReason: string; createdAt: string; usage: CallUsage; toolCalls: StoredToolCall[] | null };
 const stepOf = (s: StepJson): StoredStep => ({ ...s, createdAt: new Date(s.createdAt), toolCalls: s.toolCalls ?? [] });
 
 const STEP_JSON = `jsonb_build_object('step', s.step, 'content', s.content, 'stopReason', s.stop_reason, 'createdAt', s.created_at,
@@ -82,7 +72,7 @@ export async function recordStep(
   db: Db,
   replyId: string,
   step: number,
-  answer: { content: ContentBlockJson[]; stopReason: string; usage: StepUsage },
+  answer: { content: ContentBlockJson[]; stopReason: string; usage: CallUsage },
   toolCalls: { id: string; name: string; input: unknown; idempotencyKey: string }[],
   now: Date,
 ): Promise<StoredStep | undefined> {
