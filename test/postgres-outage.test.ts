@@ -121,6 +121,32 @@ describe("a tool loop's step while Postgres is away", () => {
   }, 60_000);
 });
 
+describe("a refusal while Postgres is away", () => {
+  it("Claude's refusal is kept in the job, then the customer is handed off when Postgres returns: Claude is asked once", async () => {
+    h = await startHarness({ databaseUrl: pg.url, env: { ...SMALL_BUDGET, HANDOFF_REPLY: "A person will answer you here." } });
+    h.claude.latencyMs = 1500;
+    h.claude.answer({ content: [], stopReason: "refusal" });
+    await h.deliver(textWebhook({ text: "something Claude will not answer" }).body);
+    await eventually(() => h!.claude.inFlight === 1, "Claude to be answering");
+    await pg.crash();
+    await eventually(() => h!.claude.inFlight === 0, "Claude to refuse", 10_000);
+    const kept = await eventually(async () => {
+      const jobs = await h!.queues.reply.getJobs(["delayed", "waiting", "active"]);
+      return jobs.find((j) => j.data.step)?.data.step;
+    }, "the refusal to be kept in the reply job's data (Redis)");
+    expect(kept).toMatchObject({ step: 0, stopReason: "refusal" });
+    h.claude.latencyMs = 0;
+
+    await pg.resume();
+    await eventually(() => h!.graph.sends.length === 1, "the handoff reply to be sent", 30_000);
+    await settle();
+    expect(h.graph.sentTexts).toEqual(["A person will answer you here."]);
+    expect(h.claude.requests).toHaveLength(1);
+    expect((await h.db.deadLetter.findFirstOrThrow()).reason).toContain("Claude declined");
+    expect(await failedJobs(h)).toBe(0);
+  }, 60_000);
+});
+
 describe("telling an outage from a bad request", () => {
   it("recognises what Prisma and the pg driver throw when Postgres is gone, and nothing else", async () => {
     h = await startHarness({ databaseUrl: pg.url, workers: 0 });

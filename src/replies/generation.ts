@@ -134,6 +134,7 @@ class ToolLoop {
     let shortened = false;
     for (;;) {
       const last = steps.at(-1);
+      if (last?.stopReason === "refusal") return this.refused(last.step, steps);
       if (last?.stopReason === "tool_use") {
         const handoff = await this.runTools(last, steps);
         if (handoff) return handoff;
@@ -154,8 +155,10 @@ class ToolLoop {
             });
       switch (answer.stopReason) {
         case "tool_use":
-        case "pause_turn": {
-          // Stored before any tool it asks for runs: a run that resumes never asks Claude for it again.
+        case "pause_turn":
+        case "refusal": {
+          // Stored before any tool it asks for runs: a run that resumes never asks Claude for it
+          // again. A refusal too: the handoff it leads to may not be recorded at once (law 4).
           const uses = answer.stopReason === "tool_use" ? toolUsesOf(answer.content) : [];
           const calls = uses.map((u) => ({ ...u, idempotencyKey: idempotencyKeyFor(conversation.phoneNumberId, u.id) }));
           let stored: StoredStep | undefined;
@@ -182,17 +185,15 @@ class ToolLoop {
           // Answered, and nothing of it to store: the next call arms the deadline anew.
           await releaseGeneration(this.deps.db, reply.id, this.lastDeadline!);
           continue;
-        case "refusal":
-          return {
-            kind: "handoff",
-            reason: "Claude declined to answer this message",
-            toolUseId: `refusal.${reply.id}.${steps.length}`,
-            cost: costOf(steps, answer),
-          };
         default:
           return { kind: "draft", draft: this.draftOf(answer, steps) };
       }
     }
+  }
+
+  /** Claude declined (a stored step): the customer is handed to a person rather than left in silence. */
+  private refused(step: number, steps: readonly StoredStep[]): Written {
+    return { kind: "handoff", reason: "Claude declined to answer this message", toolUseId: `refusal.${this.begun.reply.id}.${step}`, cost: costOf(steps) };
   }
 
   /** The words to send, never cut mid-sentence (an answer that ran out of tokens is trimmed to its last full sentence). */
