@@ -57,6 +57,7 @@ async function runScenario(scenario: Scenario, logRoot: string): Promise<Scenari
       env: { ...COMMON_ENV, ...scenario.env },
       claudeLatencyMs: scenario.claudeLatencyMs,
       duplicateRate: scenario.duplicateRate ?? 0.1,
+      shop: scenario.shop,
       seed: scenario.id,
     });
     const injection = await scenario.run(system);

@@ -1,4 +1,5 @@
 import { sleep } from "../bench/stats.ts";
+import type { ClaudeRequest } from "../test/support/fake-anthropic.ts";
 import type { RoleProcess } from "./processes.ts";
 import type { ChaosSystem } from "./system.ts";
 
@@ -45,6 +46,8 @@ export interface Scenario {
   claudeLatencyMs: number;
   /** Share of customer messages Meta delivers twice (default 0.1). */
   duplicateRate?: number;
+  /** The number has the demo shop's tools (ChaosSystem.shop). */
+  shop?: boolean;
   env?: Record<string, string>;
   run(system: ChaosSystem): Promise<Injection>;
 }
@@ -77,6 +80,12 @@ async function workerAskingClaude(system: ChaosSystem, customers: number): Promi
   await sleep(300);
   return { victim, calls: system.claudeInFlight.get(via) ?? 0 };
 }
+
+/** Whether the last user turn of a Claude request carries tool results (Claude is being told what a tool answered). */
+const answersTools = (request: ClaudeRequest) => {
+  const content = request.messages.at(-1)?.content;
+  return Array.isArray(content) && content.some((b: { type?: string }) => b.type === "tool_result");
+};
 
 const totalClaudeInFlight = (system: ChaosSystem) => [...system.claudeInFlight.values()].reduce((a, b) => a + b, 0);
 
@@ -304,6 +313,77 @@ export const SCENARIOS: Scenario[] = [
         note: `${customers} customers, 2 workers, Claude 3 s; ${victim.name} SIGKILLed with ${killedCalls} Claude call(s) in flight; ${replacement.name} started ${seconds(Date.now() - killedAt)} later`,
         deadline: Date.now() + 60_000,
         claudeAllowance: killedCalls,
+      };
+    },
+  },
+  {
+    id: 9,
+    slug: "worker-killed-mid-tool",
+    workers: 2,
+    claudeLatencyMs: 200,
+    shop: true,
+    async run(system) {
+      const shop = system.shop!;
+      const customers = 20;
+      const kills = 8;
+      const holdMs = 700;
+      // Claude books a fitting for every message that asks for one, then confirms once told the result.
+      let toolUses = 0;
+      system.claude.answerFor = (request) => {
+        if (answersTools(request)) return { text: "Booked, see you then!" };
+        if (!/book/i.test(JSON.stringify(request.messages.at(-1)?.content))) return undefined;
+        const input = { name: `Customer ${toolUses}`, date: "2026-12-19", time: "10:30", people: 2 };
+        return { content: [{ type: "tool_use", id: `toolu_chaos${++toolUses}`, name: "book_fitting", input }], stopReason: "tool_use" };
+      };
+      // The shop takes its time over each request, then acts and answers (to nobody, if the caller died meanwhile).
+      const inFlight = new Map<string, Set<string>>(); // base path → keys the shop holds for it
+      const seen = new Map<string, number>();
+      shop.fault = async ({ authorization, idempotencyKey: key = "" }) => {
+        const via = authorization?.replace(/^Bearer /, "") ?? "";
+        seen.set(key, (seen.get(key) ?? 0) + 1);
+        const keys = inFlight.get(via) ?? new Set();
+        inFlight.set(via, keys.add(key));
+        await sleep(holdMs);
+        keys.delete(key);
+        return undefined;
+      };
+      let writing = true;
+      const writer = (async () => {
+        for (let n = 0; writing && n < 200; n++) {
+          system.customers.write(n % customers, `Could you book a fitting for two on the 19th? (customer ${n % customers}, message ${n})`);
+          await sleep(500);
+        }
+      })();
+      // Kill a worker the shop is holding a request for, whose key it has seen once only (so no
+      // key is cut off twice), and which has no Claude answer in flight or just received (a
+      // step not yet stored dies with the process: that second call would be the fault's).
+      let killed = 0;
+      let keysCut = 0;
+      const replacements: Promise<RoleProcess>[] = [];
+      while (killed < kills) {
+        const victim = await waitFor<RoleProcess>(
+          () =>
+            system.runningWorkers.find((w) => {
+              const via = system.viaOf(w);
+              const keys = [...(inFlight.get(via) ?? [])];
+              const quietFor = Date.now() - (system.claudeAnsweredAt.get(via) ?? 0);
+              return keys.length > 0 && keys.every((k) => seen.get(k) === 1) && (system.claudeInFlight.get(via) ?? 0) === 0 && quietFor >= 300;
+            }),
+          20_000,
+          2,
+        );
+        if (!victim) break;
+        keysCut += inFlight.get(system.viaOf(victim))?.size ?? 0;
+        victim.signal("SIGKILL");
+        killed++;
+        await victim.exited;
+        replacements.push(system.startWorker()); // meanwhile the other worker may be caught too
+      }
+      writing = false;
+      await Promise.all([writer, ...replacements]);
+      return {
+        note: `${customers} customers asking for bookings (one tool call each, the shop answering after ${holdMs} ms), 2 workers; ${killed} times a worker SIGKILLed while the shop held its request (${keysCut} keys cut off), a new worker started each time; the customers wrote until then`,
+        deadline: Date.now() + 60_000,
       };
     },
   },

@@ -1,8 +1,9 @@
-import { mkdir } from "node:fs/promises";
+import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { sleep } from "../bench/stats.ts";
 import { loadConfig } from "../src/config/config.ts";
 import type { RedisTarget } from "../src/config/redis.ts";
+import { DemoShop, shopToolsFile } from "../src/demo/business/shop.ts";
 import { WebhookDeliverer } from "../src/demo/meta/deliverer.ts";
 import { MetaGraph } from "../src/demo/meta/graph.ts";
 import { signMetaBody } from "../src/webhook/signature.ts";
@@ -11,6 +12,7 @@ import { freePorts } from "../test/support/ports.ts";
 import { PrivatePostgres } from "../test/support/private-postgres.ts";
 import { PrivateRedis } from "../test/support/private-redis.ts";
 import { type ReplicatedRedis, startReplicatedRedis } from "../test/support/redis-topologies.ts";
+import { PHONE_NUMBER_ID } from "../test/support/webhook-bodies.ts";
 import { Customers } from "./customers.ts";
 import { RoleProcess } from "./processes.ts";
 
@@ -28,6 +30,8 @@ const ACCESS_TOKEN = "chaos-access-token";
 export const QUEUE_PREFIX = "{chaos}";
 const START_TIMEOUT_MS = 60_000;
 const WARM_UP_CUSTOMERS = 4;
+/** How long a business action may take before the tool call gives up on it. */
+const SHOP_TOOL_TIMEOUT_MS = 2000;
 
 export interface SystemSettings {
   /** Directory name of this scenario's logs. */
@@ -43,6 +47,8 @@ export interface SystemSettings {
   claudeLatencyMs: number;
   /** Share of customer messages Meta delivers twice. */
   duplicateRate: number;
+  /** The business number gets the demo shop's tools (src/demo/business/shop.ts), served by `shop`. */
+  shop?: boolean;
   seed: number;
 }
 
@@ -60,6 +66,10 @@ export class ChaosSystem {
   /** The Redis of a "cluster" or "sentinel" system. */
   replicated: ReplicatedRedis | undefined;
   readonly claude = new FakeAnthropic();
+  /** The business's own endpoints, when the settings ask for them; each request's `authorization` names the process that made it (`Bearer w1`). */
+  shop: DemoShop | undefined;
+  /** The PHONE_NUMBERS_FILE giving the number the shop's tools. */
+  private numbersFile: string | undefined;
   readonly deliverer: WebhookDeliverer;
   readonly graph: MetaGraph;
   readonly customers: Customers;
@@ -139,7 +149,7 @@ export class ChaosSystem {
 
   private async boot(): Promise<void> {
     await mkdir(this.logDir, { recursive: true });
-    await Promise.all([this.claude.start(), this.graph.start()]);
+    await Promise.all([this.claude.start(), this.graph.start(), this.settings.shop ? this.startShop() : undefined]);
     const redis = this.settings.redis ?? "single";
     [this.pg] = await Promise.all([
       PrivatePostgres.start(),
@@ -174,6 +184,18 @@ export class ChaosSystem {
     this.claudeCallsBefore = this.claude.requests.length;
   }
 
+  /**
+   * The demo shop, and a numbers file whose tools call it with `Authorization: Bearer
+   * ${CHAOS_VIA}`: each process's own base path, so the shop knows who asked.
+   */
+  private async startShop(): Promise<void> {
+    this.shop = await new DemoShop().start();
+    const tools = join(this.logDir, "tools.json");
+    await writeFile(tools, JSON.stringify(shopToolsFile(this.shop.url, { authorizationEnv: "CHAOS_VIA", timeoutMs: SHOP_TOOL_TIMEOUT_MS })));
+    this.numbersFile = join(this.logDir, "numbers.json");
+    await writeFile(this.numbersFile, JSON.stringify({ [PHONE_NUMBER_ID]: { toolsFile: tools } }));
+  }
+
   /** Claude requests since the warm-up. */
   get claudeCalls(): number {
     return this.claude.requests.length - this.claudeCallsBefore;
@@ -198,6 +220,7 @@ export class ChaosSystem {
       LOG_LEVEL: "info",
       // Several processes on one machine: none opens the metrics listener (METRICS_PORT).
       METRICS_PORT: "0",
+      ...(this.numbersFile ? { PHONE_NUMBERS_FILE: this.numbersFile, CHAOS_VIA: via } : {}),
       ...this.settings.env,
     };
   }
@@ -249,7 +272,7 @@ export class ChaosSystem {
   private async teardown(): Promise<void> {
     this.deliverer.close();
     await Promise.allSettled(this.processes.map((p) => p.kill()));
-    await Promise.allSettled([this.claude.stop(), this.graph.stop(), this.pg?.destroy(), this.redis?.destroy(), this.replicated?.destroy()]);
+    await Promise.allSettled([this.claude.stop(), this.graph.stop(), this.shop?.stop(), this.pg?.destroy(), this.redis?.destroy(), this.replicated?.destroy()]);
     live.delete(this);
   }
 

@@ -1,4 +1,5 @@
 import pg from "pg";
+import type { DemoShop } from "../src/demo/business/shop.ts";
 import type { ChaosSystem } from "./system.ts";
 
 /**
@@ -10,6 +11,8 @@ import type { ChaosSystem } from "./system.ts";
  *   dead-lettered  not answered, and its reply is `dead` with an open dead letter
  *   skipped        deliberately not answered (skip_reason)
  *   lost           everything else, including messages never stored at all
+ * With the shop's tools, what the business saw too: each Idempotency-Key's requests, the
+ * bookings it made, and the tool calls Postgres holds.
  */
 
 export interface Tally {
@@ -21,6 +24,8 @@ export interface Tally {
   /** Why the lost ones are lost. */
   lostBecause: { neverStored: number; neverBound: number; replyState: Record<string, number> };
   claudeCalls: number;
+  /** Claude's answers stored as steps (a tool use): each needed one call besides its reply's answer. */
+  claudeSteps: number;
   /** AI replies that reached the customer or became an open dead letter: the Claude calls' denominator. */
   aiRepliesDone: number;
   sendsTaken: number;
@@ -30,6 +35,21 @@ export interface Tally {
   answeredYetDeadLettered: number;
   /** Replies still generating/ready, and parts of live replies not accepted: work someone may still do. */
   unfinished: number;
+  business?: BusinessTally;
+}
+
+export interface BusinessTally {
+  /** Distinct Idempotency-Keys the shop was called with. */
+  keys: number;
+  /** The most requests the shop saw with one key, and how many keys it saw more than once. */
+  maxSightings: number;
+  repeatedKeys: number;
+  /** What the shop did (one booking per key, by its own bookkeeping), and the keys it was asked to book with. */
+  bookings: number;
+  bookingKeys: number;
+  /** Tool-call rows, and those whose answer is not stored (state still "requested"). */
+  toolCalls: number;
+  toolCallsUnanswered: number;
 }
 
 interface MessageRow {
@@ -59,6 +79,8 @@ export async function tally(system: ChaosSystem): Promise<Tally> {
   let messages: MessageRow[];
   let replies: ReplyRow[];
   let parts: PartRow[];
+  let claudeSteps: number;
+  let toolCalls: { state: string }[];
   try {
     messages = (await client.query<MessageRow>("SELECT wamid, reply_id::text, skip_reason FROM inbound_messages")).rows;
     replies = (
@@ -69,6 +91,8 @@ export async function tally(system: ChaosSystem): Promise<Tally> {
       )
     ).rows;
     parts = (await client.query<PartRow>("SELECT id::text, reply_id::text, send_state::text FROM outbound_messages")).rows;
+    claudeSteps = Number((await client.query<{ n: string }>("SELECT count(*) AS n FROM claude_steps")).rows[0]?.n ?? 0);
+    toolCalls = (await client.query<{ state: string }>("SELECT state FROM tool_calls")).rows;
   } finally {
     await client.end().catch(() => undefined);
   }
@@ -93,6 +117,7 @@ export async function tally(system: ChaosSystem): Promise<Tally> {
     lost: 0,
     lostBecause: { neverStored: 0, neverBound: 0, replyState: {} },
     claudeCalls: system.claudeCalls,
+    claudeSteps,
     aiRepliesDone: replies.filter((r) => counted.has(r.id) && r.kind === "ai" && (reached(r) || deadLettered(r))).length,
     sendsTaken: system.graph.taken.length,
     partsTaken: takenParts.size,
@@ -100,6 +125,7 @@ export async function tally(system: ChaosSystem): Promise<Tally> {
     unfinished:
       replies.filter((r) => r.state === "generating" || r.state === "ready").length +
       parts.filter((p) => p.send_state !== "accepted" && replyById.get(p.reply_id)?.state !== "dead").length,
+    business: system.shop ? businessTally(system.shop, toolCalls) : undefined,
   };
   for (const wamid of system.customers.written.keys()) {
     const message = stored.get(wamid);
@@ -124,6 +150,21 @@ export async function tally(system: ChaosSystem): Promise<Tally> {
     }
   }
   return result;
+}
+
+function businessTally(shop: DemoShop, toolCalls: { state: string }[]): BusinessTally {
+  const sightings = new Map<string, number>();
+  for (const { idempotencyKey } of shop.requests) if (idempotencyKey) sightings.set(idempotencyKey, (sightings.get(idempotencyKey) ?? 0) + 1);
+  const counts = [...sightings.values()];
+  return {
+    keys: sightings.size,
+    maxSightings: Math.max(0, ...counts),
+    repeatedKeys: counts.filter((n) => n > 1).length,
+    bookings: shop.bookings.length,
+    bookingKeys: new Set(shop.requests.filter((r) => r.path === "/bookings" && r.idempotencyKey).map((r) => r.idempotencyKey)).size,
+    toolCalls: toolCalls.length,
+    toolCallsUnanswered: toolCalls.filter((c) => c.state === "requested").length,
+  };
 }
 
 /** Every message answered, dead-lettered or deliberately skipped. */

@@ -4,7 +4,7 @@ import { anthropicError, blocksOf, type ClaudeAnswer, type ClaudeRequest, Messag
  * A local stand-in for Anthropic's Messages API, on the protocol the demo's offline responder
  * speaks too (src/demo/anthropic/). The real Anthropic SDK calls it through
  * ANTHROPIC_BASE_URL. It records every request and how many were in flight at once, and
- * answers from a script, else with `reply`.
+ * answers from a script, else with `answerFor`, else with `reply`.
  */
 
 export type { AnswerBlock, ClaudeAnswer, ClaudeArrival, ClaudeRequest, StopReason } from "../../src/demo/anthropic/messages-api.ts";
@@ -14,6 +14,8 @@ export class FakeAnthropic extends MessagesApiServer {
   readonly requests: ClaudeRequest[] = [];
   private readonly script: ClaudeAnswer[] = [];
   reply: (request: ClaudeRequest) => string = (request) => `Reply #${this.requests.indexOf(request) + 1}`;
+  /** Answers what the script does not, when it has an answer (a scenario's tool use); else `reply` does. */
+  answerFor: (request: ClaudeRequest) => ClaudeAnswer | undefined = () => undefined;
 
   /** Queue answers for the next requests, in order; afterwards `reply` answers again. */
   answer(...answers: ClaudeAnswer[]): void {
@@ -21,7 +23,7 @@ export class FakeAnthropic extends MessagesApiServer {
   }
 
   protected override respond(request: ClaudeRequest): ClaudeAnswer {
-    return this.script.shift() ?? { text: this.reply(request) };
+    return this.script.shift() ?? this.answerFor(request) ?? { text: this.reply(request) };
   }
 
   protected override received(request: ClaudeRequest): void {
