@@ -3,6 +3,7 @@ import { pathToFileURL } from "node:url";
 import { claudeModel } from "../src/ai/models.ts";
 import { startHarness } from "../test/support/harness.ts";
 import { textWebhook } from "../test/support/webhook-bodies.ts";
+import { runToolsCacheBench } from "./cache-tools.ts";
 import { type CallUsage, cachedAndUncachedUsd, cachedShare, promptTokens } from "./cache-usage.ts";
 import { fmt, sleep, table } from "./stats.ts";
 
@@ -107,6 +108,8 @@ export async function runCacheBench(historyMessages = 20): Promise<string> {
     "  cached: cache_read ÷ that (the dashboard's share); a prefix below the model's minimum caches nothing, and the",
     "  history's breakpoint starts caching once system prompt + history reach it; µ$: src/ai/models.ts's prices,",
     "  1-hour cache writes (the stable prefix's) at 2× input",
+    "",
+    await runToolsCacheBench(),
   ].join("\n");
 }
 
