@@ -1,9 +1,10 @@
 import { readFileSync } from "node:fs";
 import { pathToFileURL } from "node:url";
 import { claudeModel } from "../src/ai/models.ts";
-import { estimateCostUsd } from "../src/ai/pricing.ts";
 import { startHarness } from "../test/support/harness.ts";
 import { textWebhook } from "../test/support/webhook-bodies.ts";
+import { runToolsCacheBench } from "./cache-tools.ts";
+import { type CallUsage, cachedAndUncachedUsd, cachedShare, promptTokens } from "./cache-usage.ts";
 import { fmt, sleep, table } from "./stats.ts";
 
 /**
@@ -32,7 +33,8 @@ const SCENARIOS: Scenario[] = [
 
 interface Measured {
   scenario: Scenario;
-  replies: { input: number; read: number; written: number; output: number }[];
+  /** One Claude call each (no tools here). */
+  replies: CallUsage[];
 }
 
 async function converse(scenario: Scenario, historyMessages: number): Promise<Measured> {
@@ -57,31 +59,17 @@ async function converse(scenario: Scenario, historyMessages: number): Promise<Me
     const rows = await h.db.reply.findMany({ orderBy: { createdAt: "asc" } });
     return {
       scenario,
-      replies: rows.map((r) => ({ input: r.inputTokens ?? 0, read: r.cacheReadTokens ?? 0, written: r.cacheCreationTokens ?? 0, output: r.outputTokens ?? 0 })),
+      replies: rows.map((r) => ({
+        input: r.inputTokens ?? 0,
+        read: r.cacheReadTokens ?? 0,
+        written: r.cacheCreationTokens ?? 0,
+        written1h: r.cacheCreation1hTokens ?? 0,
+        output: r.outputTokens ?? 0,
+      })),
     };
   } finally {
     await h.close();
   }
-}
-
-const prompt = (r: Measured["replies"][number]) => r.input + r.read + r.written;
-const share = (replies: Measured["replies"]) =>
-  replies.reduce((n, r) => n + r.read, 0) /
-  Math.max(
-    1,
-    replies.reduce((n, r) => n + prompt(r), 0),
-  );
-
-/** Every reply costed as billed, and as it would be with nothing cached (every prompt token plain input). */
-function costs({ scenario, replies }: Measured): { cached: number; uncached: number } {
-  const usd = (usage: Parameters<typeof estimateCostUsd>[1]) => estimateCostUsd(scenario.model, usage) ?? Number.NaN;
-  return replies.reduce(
-    (sum, r) => ({
-      cached: sum.cached + usd({ inputTokens: r.input, cacheReadTokens: r.read, cacheCreationTokens: r.written, outputTokens: r.output }),
-      uncached: sum.uncached + usd({ inputTokens: prompt(r), cacheReadTokens: 0, cacheCreationTokens: 0, outputTokens: r.output }),
-    }),
-    { cached: 0, uncached: 0 },
-  );
 }
 
 export async function runCacheBench(historyMessages = 20): Promise<string> {
@@ -91,15 +79,15 @@ export async function runCacheBench(historyMessages = 20): Promise<string> {
     const { scenario, replies } = m;
     const first = replies[0]!;
     const last = replies.at(-1)!;
-    const { cached, uncached } = costs(m);
+    const { cached, uncached } = cachedAndUncachedUsd(scenario.model, replies);
     const cachesFrom = replies.findIndex((r) => r.written > 0 || r.read > 0);
     return [
       `${scenario.model}, ${scenario.label}`,
       fmt(claudeModel(scenario.model)?.minCacheableTokens),
-      `${fmt(prompt(first))} → ${fmt(prompt(last))}`,
+      `${fmt(promptTokens(first))} → ${fmt(promptTokens(last))}`,
       cachesFrom < 0 ? "never" : `#${cachesFrom + 1}`,
-      `${fmt(share([last]) * 100)} %`,
-      `${fmt(share(replies) * 100)} %`,
+      `${fmt(cachedShare([last]) * 100)} %`,
+      `${fmt(cachedShare(replies) * 100)} %`,
       `${fmt((cached * 1e6) / replies.length)} / ${fmt((uncached * 1e6) / replies.length)}`,
     ];
   });
@@ -118,7 +106,10 @@ export async function runCacheBench(historyMessages = 20): Promise<string> {
     ),
     "  prompt: input + cache_read + cache_write tokens, counted by the fake Anthropic with each model's tokenizer estimate;",
     "  cached: cache_read ÷ that (the dashboard's share); a prefix below the model's minimum caches nothing, and the",
-    "  history's breakpoint starts caching once system prompt + history reach it; µ$: src/ai/models.ts's prices",
+    "  history's breakpoint starts caching once system prompt + history reach it; µ$: src/ai/models.ts's prices,",
+    "  1-hour cache writes (the stable prefix's) at 2× input",
+    "",
+    await runToolsCacheBench(),
   ].join("\n");
 }
 
