@@ -2,7 +2,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { DemoShop, writeDemoNumbers } from "../src/demo/business/shop.ts";
-import type { ClaudeRequest } from "../test/support/fake-anthropic.ts";
+import { answersToolResults } from "../test/support/fake-anthropic.ts";
 import { startHarness } from "../test/support/harness.ts";
 import { PHONE_NUMBER_ID, textWebhook } from "../test/support/webhook-bodies.ts";
 import { type CallUsage, cachedAndUncachedUsd, cachedShare, promptTokens } from "./cache-usage.ts";
@@ -51,11 +51,6 @@ interface Measured {
   shopRequests: number;
 }
 
-const lastUserHoldsToolResult = (request: ClaudeRequest) => {
-  const content = request.messages.findLast((m) => m.role === "user")?.content;
-  return Array.isArray(content) && content.some((b: { type?: string }) => b.type === "tool_result");
-};
-
 async function converse(label: string, business: { shop: DemoShop; dir: string } | undefined): Promise<Measured> {
   const h = await startHarness({
     env: {
@@ -66,7 +61,7 @@ async function converse(label: string, business: { shop: DemoShop; dir: string }
   const before = business?.shop.requests.length ?? 0;
   // Answers of a few sentences, as the existing scenarios have; another once the tool has answered.
   h.claude.reply = (request) =>
-    lastUserHoldsToolResult(request)
+    answersToolResults(request)
       ? `Your order is on its way: ${"here is what our order system says and what happens next. ".repeat(4)}`
       : `Answer ${h.claude.requests.indexOf(request) + 1}: ${"thanks for asking, here is what we can do. ".repeat(6)}`;
   try {

@@ -1,5 +1,5 @@
 import { sleep } from "../bench/stats.ts";
-import type { ClaudeRequest } from "../test/support/fake-anthropic.ts";
+import { answersToolResults } from "../test/support/fake-anthropic.ts";
 import type { RoleProcess } from "./processes.ts";
 import type { ChaosSystem } from "./system.ts";
 
@@ -80,12 +80,6 @@ async function workerAskingClaude(system: ChaosSystem, customers: number): Promi
   await sleep(300);
   return { victim, calls: system.claudeInFlight.get(via) ?? 0 };
 }
-
-/** Whether the last user turn of a Claude request carries tool results (Claude is being told what a tool answered). */
-const answersTools = (request: ClaudeRequest) => {
-  const content = request.messages.at(-1)?.content;
-  return Array.isArray(content) && content.some((b: { type?: string }) => b.type === "tool_result");
-};
 
 const totalClaudeInFlight = (system: ChaosSystem) => [...system.claudeInFlight.values()].reduce((a, b) => a + b, 0);
 
@@ -330,7 +324,7 @@ export const SCENARIOS: Scenario[] = [
       // Claude books a fitting for every message that asks for one, then confirms once told the result.
       let toolUses = 0;
       system.claude.answerFor = (request) => {
-        if (answersTools(request)) return { text: "Booked, see you then!" };
+        if (answersToolResults(request)) return { text: "Booked, see you then!" };
         if (!/book/i.test(JSON.stringify(request.messages.at(-1)?.content))) return undefined;
         const input = { name: `Customer ${toolUses}`, date: "2026-12-19", time: "10:30", people: 2 };
         return { content: [{ type: "tool_use", id: `toolu_chaos${++toolUses}`, name: "book_fitting", input }], stopReason: "tool_use" };

@@ -10,6 +10,12 @@ import { anthropicError, blocksOf, type ClaudeAnswer, type ClaudeRequest, Messag
 export type { AnswerBlock, ClaudeAnswer, ClaudeArrival, ClaudeRequest, StopReason } from "../../src/demo/anthropic/messages-api.ts";
 export { anthropicError };
 
+/** Whether the request's last user turn carries tool results: Claude is being told what a tool answered. */
+export const answersToolResults = (request: ClaudeRequest): boolean => {
+  const content = request.messages.findLast((m) => m.role === "user")?.content;
+  return Array.isArray(content) && content.some((b: { type?: string }) => b.type === "tool_result");
+};
+
 export class FakeAnthropic extends MessagesApiServer {
   readonly requests: ClaudeRequest[] = [];
   private readonly script: ClaudeAnswer[] = [];
