@@ -90,7 +90,16 @@ describe("the reconciler", () => {
     await h.deliver(body);
     await eventually(() => h.db.inboundMessage.findUnique({ where: { wamid: wamids[0] } }), "the message to be stored");
     await h.stopWorkers();
-    const deps = { db: h.db, queues: h.queues, redis: h.redis, prefix: h.prefix, logger: pino({ level: "silent" }), metrics: h.metrics, afterMs: 0 };
+    const deps = {
+      db: h.db,
+      queues: h.queues,
+      redis: h.redis,
+      prefix: h.prefix,
+      logger: pino({ level: "silent" }),
+      metrics: h.metrics,
+      conversation: h.config.conversation,
+      afterMs: 0,
+    };
 
     await h.queues.reply.drain(true); // Redis lost the job (a failover without AOF, say)
     expect(await reconcile(deps)).toMatchObject({ redriven: 1, deadLettered: 0 });
@@ -107,7 +116,16 @@ describe("the reconciler", () => {
 
   it("drives a failed inbound job again once; failing again, its message is kept as a dead letter for staff", async () => {
     const h = await harness({ workers: 0, env: SWEEP_NOW });
-    const deps = { db: h.db, queues: h.queues, redis: h.redis, prefix: h.prefix, logger: pino({ level: "silent" }), metrics: h.metrics, afterMs: 0 };
+    const deps = {
+      db: h.db,
+      queues: h.queues,
+      redis: h.redis,
+      prefix: h.prefix,
+      logger: pino({ level: "silent" }),
+      metrics: h.metrics,
+      conversation: h.config.conversation,
+      afterMs: 0,
+    };
     crashingWorker(h, h.queues.inbound);
     const { body, wamids } = textWebhook({ text: "I want to cancel my order" });
     await h.deliver(body);
@@ -148,7 +166,16 @@ describe("the reconciler", () => {
     crashingWorker(h, h.queues.inbound);
     await h.deliver(poison.body);
     await eventually(async () => (await failedCount(h.queues.inbound)) === 1, "the poison's job to fail for good");
-    const deps = { db: h.db, queues: h.queues, redis: h.redis, prefix: h.prefix, logger: logs.logger, metrics: h.metrics, afterMs: 0 };
+    const deps = {
+      db: h.db,
+      queues: h.queues,
+      redis: h.redis,
+      prefix: h.prefix,
+      logger: logs.logger,
+      metrics: h.metrics,
+      conversation: h.config.conversation,
+      afterMs: 0,
+    };
     expect(await reconcile(deps)).toMatchObject({ failedJobs: 1, skipped: 0, redriven: 1 }); // driven again once, and the stuck conversation
     await eventually(async () => (await failedCount(h.queues.inbound)) === 1, "the poison's job, driven again, to fail again");
     await stopCrashingWorkers();

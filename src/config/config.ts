@@ -122,6 +122,8 @@ export interface Config {
     readonly optInReply: string;
     readonly handoffKeywords: readonly string[];
     readonly handoffReply: string;
+    /** Said once per new dead letter while the customer can be written to (law 14); empty = nothing. */
+    readonly holdingReply: string;
     /** A person wrote from the WhatsApp Business app: the bot stays out of that conversation this long (0 = it does not). */
     readonly humanReplyPauseMinutes: number;
   };
@@ -268,6 +270,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
       optInReply: e.OPT_IN_REPLY,
       handoffKeywords: e.HANDOFF_KEYWORDS,
       handoffReply: e.HANDOFF_REPLY,
+      holdingReply: e.HOLDING_REPLY,
       humanReplyPauseMinutes: e.HUMAN_REPLY_PAUSE_MINUTES,
     },
   });

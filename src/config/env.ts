@@ -109,6 +109,7 @@ export const envSchema = z.object({
   OPT_IN_REPLY: sayOrNothing("Welcome back! Automatic replies are on again."),
   HANDOFF_KEYWORDS: keywords("human,agent,person,humano,atendente,agente,persona"),
   HANDOFF_REPLY: sayOrNothing("Got it: a person from our team will answer you here."),
+  HOLDING_REPLY: sayOrNothing("Thanks for your message. A person from our team will get back to you here shortly."),
   HUMAN_REPLY_PAUSE_MINUTES: int("HUMAN_REPLY_PAUSE_MINUTES", 30, 0, 7 * 24 * 60),
   OTEL_EXPORTER_OTLP_ENDPOINT: optionalHttpUrl("OTEL_EXPORTER_OTLP_ENDPOINT"),
   OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: optionalHttpUrl("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),

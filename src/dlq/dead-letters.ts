@@ -1,33 +1,66 @@
+import type { Config } from "../config/config.ts";
 import type { Db } from "../db/client.ts";
-import { type DeadLetterHolder, type DeadLetterInput, deadLetterReply } from "../replies/state/dead-letters.ts";
+import { type Queues, scheduleReply } from "../queue/queues.ts";
+import { type DeadLetterHolder, type DeadLetterInput, deadLetterReply, type RecordedDeadLetter } from "../replies/state/dead-letters.ts";
 import type { ReasonKind } from "./explain.ts";
 import { reasonKind } from "./reasons.ts";
 
 /**
- * Recording a dead letter (the transition is src/replies/state/dead-letters.ts) and counting
- * it for the operators' alerts once it is committed: wa_dead_letters_created_total{reason}.
+ * Recording a dead letter (the transition is src/replies/state/dead-letters.ts), counting it
+ * for the operators' alerts once it is committed (wa_dead_letters_created_total{reason}), and
+ * never leaving the customer in silence (law 14): a new item brings a holding reply when the
+ * failure leaves them reachable, and a reply job to send it.
  */
 
-/** What recording a dead letter needs: the database, and where new ones are counted. */
+/** What recording a dead letter needs: the database, where new ones are counted, what the customer is told and the queue that sends it. */
 export interface DeadLetterDeps {
   db: Db;
+  queues: Queues;
   metrics: { deadLettersCreated: DeadLettersCreated };
+  conversation: Pick<Config["conversation"], "holdingReply">;
+}
+
+/**
+ * After these failures nothing we write reaches the customer, or somebody else speaks to them:
+ * a closed window, a number that cannot receive or is known only by a BSUID Meta would not
+ * take, our own set-up (a bad token sends nothing), a handoff (it has its own reply).
+ */
+const UNREACHABLE: ReadonlySet<ReasonKind> = new Set(["window_closed", "cannot_receive", "needs_phone", "setup", "handoff"]);
+
+/** HOLDING_REPLY, when it is set and the failure leaves the customer reachable. */
+export function holdingReplyFor(deps: Pick<DeadLetterDeps, "conversation">, failure: Pick<DeadLetterInput["failure"], "source" | "code">): string | undefined {
+  const text = deps.conversation.holdingReply;
+  return text && !UNREACHABLE.has(reasonKind(failure.source, failure.code ?? null)) ? text : undefined;
 }
 
 export interface DeadLettersCreated {
   inc(labels: { reason: ReasonKind }): void;
 }
 
-/** A reply becomes a dead letter (or joins its open one); a new one is counted by its reason. */
+/** A reply becomes a dead letter (or joins its open one); a new one is counted by its reason, and its holding reply sent. */
 export async function recordDeadLetter(
   deps: DeadLetterDeps,
-  input: DeadLetterInput,
+  input: Omit<DeadLetterInput, "holdingReply">,
   holder: DeadLetterHolder,
   now = new Date(),
-): Promise<{ id: string; created: boolean } | null> {
-  const recorded = await deadLetterReply(deps.db, input, holder, now);
-  if (recorded?.created) countDeadLetter(deps, input.failure);
+): Promise<RecordedDeadLetter | null> {
+  const recorded = await deadLetterReply(deps.db, { ...input, holdingReply: holdingReplyFor(deps, input.failure) }, holder, now);
+  await afterDeadLetters(deps, input.conversationId, recorded ? [recorded] : [], input.failure);
   return recorded;
+}
+
+/**
+ * Once dead letters are committed: the new ones counted, and a reply job for the conversation
+ * when a holding reply waits to go out (BullMQ keeps it until a run in progress ends).
+ */
+export async function afterDeadLetters(
+  deps: DeadLetterDeps,
+  conversationId: string,
+  letters: readonly RecordedDeadLetter[],
+  failure: Pick<DeadLetterInput["failure"], "source" | "code">,
+): Promise<void> {
+  for (const letter of letters) if (letter.created) countDeadLetter(deps, failure);
+  if (letters.some((letter) => letter.holding)) await scheduleReply(deps.queues, conversationId, 0);
 }
 
 /** Counts a dead letter created by a transition of its own (the reconciler's, a handoff). */

@@ -2,7 +2,7 @@ import { z } from "zod";
 import type { Config } from "../config/config.ts";
 import { changeUserId, resolveContact } from "../contacts/identity.ts";
 import type { Db } from "../db/client.ts";
-import { countDeadLetter, type DeadLetterDeps } from "../dlq/dead-letters.ts";
+import { afterDeadLetters, type DeadLetterDeps, holdingReplyFor } from "../dlq/dead-letters.ts";
 import type { Logger } from "../logger.ts";
 import { type Control, controlOf } from "../messages/controls.ts";
 import { adContext, describeInbound } from "../messages/describe.ts";
@@ -212,6 +212,7 @@ export async function keepForStaff(
   });
   if (!stored.messageId) return;
   const failure = { source: "internal" as const, ...why, detail: why.detail };
-  const letter = await deadLetterMessage(deps.db, { conversationId: stored.conversationId, messageId: stored.messageId }, failure, now);
-  if (letter?.created) countDeadLetter(deps, failure);
+  const unread = { conversationId: stored.conversationId, messageId: stored.messageId };
+  const letter = await deadLetterMessage(deps.db, unread, failure, holdingReplyFor(deps, failure), now);
+  await afterDeadLetters(deps, stored.conversationId, letter ? [letter] : [], failure);
 }

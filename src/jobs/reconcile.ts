@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import type { Job } from "bullmq";
 import type { Db } from "../db/client.ts";
-import { countDeadLetter, type DeadLetterDeps } from "../dlq/dead-letters.ts";
+import { afterDeadLetters, type DeadLetterDeps, holdingReplyFor } from "../dlq/dead-letters.ts";
 import { forTheQueue } from "../errors.ts";
 import type { Logger } from "../logger.ts";
 import { type EventJobData, type InboundJobData, type ReplyJobData, readJob, type StatusJobData, senderOf } from "../queue/catalog.ts";
@@ -124,8 +124,9 @@ async function giveUp(
   why: { code: string; reason: string; detail?: Record<string, unknown> | undefined },
 ): Promise<number> {
   const failure = { source: "internal" as const, code: why.code, reason: why.reason, detail: why.detail };
-  const letters = await deadLetterConversation(deps.db, conversationId, failure, `reconcile.${randomUUID()}`, new Date());
-  for (const letter of letters) if (letter.created) countDeadLetter(deps, failure);
+  const holdingReply = holdingReplyFor(deps, failure);
+  const letters = await deadLetterConversation(deps.db, conversationId, failure, { dedupPrefix: `reconcile.${randomUUID()}`, holdingReply }, new Date());
+  await afterDeadLetters(deps, conversationId, letters, failure);
   return letters.length;
 }
 

@@ -45,6 +45,9 @@ export function testEnv(overrides: Record<string, string> = {}): Record<string, 
     JOB_ATTEMPTS: "4",
     GRAPH_TIMEOUT_MS: "2000",
     ANTHROPIC_TIMEOUT_MS: "5000",
+    // Tests of the other laws count every send to Meta; the holding reply after a dead letter
+    // (law 14, on by default) has its tests of its own (test/holding-reply.test.ts).
+    HOLDING_REPLY: "",
     // Two test files run at once, some with a worker process beside them: stay well under
     // Postgres's 100 connections.
     DATABASE_POOL_SIZE: "10",

@@ -28,6 +28,8 @@ const ACTION_WORDS = {
   pause_bot: "paused the bot",
   resume_bot: "resumed the bot",
   failed_again: "it failed again",
+  holding_reply: "the customer was told a person will answer",
+  holding_failed: "the customer's holding message could not be sent",
   reopen: "it was reopened (the resend could not be queued)",
 };
 

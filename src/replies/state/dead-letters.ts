@@ -2,6 +2,8 @@ import type { GeneratedReply } from "../../ai/claude.ts";
 import type { Db, Prisma } from "../../db/client.ts";
 import type { Failure } from "../../errors.ts";
 import { PAUSED_INDEFINITELY } from "../../messages/controls.ts";
+import { splitForWhatsApp } from "../split.ts";
+import { SERVICE_WINDOW_MS } from "../window.ts";
 import { assertLease, fenceOff, type Lease } from "./fence.ts";
 import { bindStranded } from "./messages.ts";
 import { delivered, maybeSent } from "./parts.ts";
@@ -18,6 +20,13 @@ import { reopenForResend, storeDraft } from "./replies.ts";
  *
  * One open dead letter per reply (a UNIQUE index): a later failure of the same reply joins the
  * open item's history. Every staff action is in that history, attributed.
+ *
+ * A new item may come with a holding reply (law 14): HOLDING_REPLY, a reply of its own (kind
+ * "holding", ready, its parts pending) made in the same transaction, so it is said once per
+ * open item and sent by the part machinery of law 5. Only while WhatsApp lets us write to the
+ * customer and nobody else speaks to them: the window open, not opted out, not paused (a
+ * handoff has its own reply). A holding reply that fails joins its item's history instead of
+ * becoming an item, or a holding message of its own.
  */
 
 type Tx = Prisma.TransactionClient;
@@ -29,6 +38,15 @@ export interface DeadLetterInput {
   attempts: number;
   /** The same failure recorded twice (a redelivered status webhook) makes one row. */
   dedupKey: string;
+  /** What the customer is told if the item is new and they can still be written to; undefined: nothing (the failure says they cannot be). */
+  holdingReply?: string | undefined;
+}
+
+/** A dead letter recorded: a new item (`created`) or one joined; `holding` when a holding reply was made with it, for a reply job to send. */
+export interface RecordedDeadLetter {
+  id: string;
+  created: boolean;
+  holding: boolean;
 }
 
 /**
@@ -45,55 +63,86 @@ export type DeadLetterHolder = { lease: Lease } | "fence_off" | "unanswered";
  * joined (`created` false). Null when this very failure was recorded before (the same
  * dedupKey: a redelivered status webhook). Throws FencedOut when the run's lease is lost.
  */
-export async function deadLetterReply(db: Db, input: DeadLetterInput, holder: DeadLetterHolder, now: Date): Promise<{ id: string; created: boolean } | null> {
+export async function deadLetterReply(db: Db, input: DeadLetterInput, holder: DeadLetterHolder, now: Date): Promise<RecordedDeadLetter | null> {
   return db.$transaction((tx) => deadLetterIn(tx, input, holder, now));
 }
 
-async function deadLetterIn(tx: Tx, input: DeadLetterInput, holder: DeadLetterHolder, now: Date): Promise<{ id: string; created: boolean } | null> {
+async function deadLetterIn(tx: Tx, input: DeadLetterInput, holder: DeadLetterHolder, now: Date): Promise<RecordedDeadLetter | null> {
   if (holder === "fence_off") await fenceOff(tx, input.conversationId);
   else if (holder !== "unanswered") await assertLease(tx, holder.lease);
   const existing = await tx.deadLetter.findUnique({ where: { dedupKey: input.dedupKey }, select: { id: true } });
   if (existing) return null;
   // Locks the reply row: two failures of one reply recorded at once serialise here.
-  await tx.reply.update({ where: { id: input.replyId }, data: { state: "dead", generationDeadline: null, updatedAt: now } });
+  const dead = await tx.reply.update({
+    where: { id: input.replyId },
+    data: { state: "dead", generationDeadline: null, updatedAt: now },
+    select: { kind: true },
+  });
   const failure = {
     source: input.failure.source,
     code: input.failure.code ?? null,
     reason: input.failure.reason,
     detail: (input.failure.detail ?? undefined) as Prisma.InputJsonValue | undefined,
   };
-  const open = await tx.deadLetter.findFirst({ where: { replyId: input.replyId, state: "open" }, select: { id: true } });
+  const history = (action: string) => ({ actor: "system", action, detail: { ...failure, dedupKey: input.dedupKey } as Prisma.InputJsonValue, createdAt: now });
+  const open =
+    dead.kind === "holding"
+      ? await tx.deadLetter.findFirst({ where: { holdingReplyId: input.replyId }, select: { id: true } })
+      : await tx.deadLetter.findFirst({ where: { replyId: input.replyId, state: "open" }, select: { id: true } });
   if (open) {
-    await tx.deadLetterAction.create({
-      data: {
-        deadLetterId: open.id,
-        actor: "system",
-        action: "failed_again",
-        detail: { ...failure, dedupKey: input.dedupKey } as Prisma.InputJsonValue,
-        createdAt: now,
-      },
-    });
-    return { id: open.id, created: false };
+    await tx.deadLetterAction.create({ data: { deadLetterId: open.id, ...history(dead.kind === "holding" ? "holding_failed" : "failed_again") } });
+    return { id: open.id, created: false, holding: false };
   }
   const letter = await tx.deadLetter.create({
     data: { conversationId: input.conversationId, replyId: input.replyId, dedupKey: input.dedupKey, attempts: input.attempts, ...failure, createdAt: now },
     select: { id: true },
   });
-  return { id: letter.id, created: true };
+  const holding = dead.kind !== "holding" && input.holdingReply ? await sayHolding(tx, input.conversationId, letter.id, input.holdingReply, now) : false;
+  return { id: letter.id, created: true, holding };
+}
+
+/**
+ * The holding reply of a new item, when the customer can still be written to and nobody else
+ * speaks to them; true when it was made. Its words are in the item's history.
+ */
+async function sayHolding(tx: Tx, conversationId: string, deadLetterId: string, text: string, now: Date): Promise<boolean> {
+  const windowFrom = new Date(now.getTime() - SERVICE_WINDOW_MS);
+  const [made] = await tx.$queryRaw<{ id: string }[]>`
+    WITH reachable AS (
+      SELECT id FROM conversations
+      WHERE id = ${conversationId}::uuid AND opted_out_at IS NULL AND last_inbound_at > ${windowFrom}::timestamptz
+        AND (paused_until IS NULL OR paused_until <= ${now}::timestamptz)
+        -- One holding message waiting to go out says it for every item opened meanwhile.
+        AND NOT EXISTS (SELECT 1 FROM replies r WHERE r.conversation_id = conversations.id AND r.kind = 'holding' AND r.state = 'ready')
+    ),
+    made AS (
+      INSERT INTO replies (id, conversation_id, kind, state, text, updated_at)
+      SELECT gen_random_uuid(), reachable.id, 'holding', 'ready', ${text}, ${now}::timestamptz FROM reachable
+      RETURNING id
+    ),
+    parts AS (
+      INSERT INTO outbound_messages (id, reply_id, seq, text)
+      SELECT gen_random_uuid(), made.id, p.n - 1, p.text FROM made, unnest(${splitForWhatsApp(text)}::text[]) WITH ORDINALITY AS p(text, n)
+    ),
+    linked AS (UPDATE dead_letters SET holding_reply_id = made.id FROM made WHERE dead_letters.id = ${deadLetterId}::uuid)
+    SELECT id::text FROM made`;
+  if (!made) return false;
+  await tx.deadLetterAction.create({ data: { deadLetterId, actor: "system", action: "holding_reply", detail: { replyId: made.id, text }, createdAt: now } });
+  return true;
 }
 
 /**
  * The reconciler gave up on a conversation (law 6): each of its unfinished replies, and its
  * unanswered messages bound to one new reply (messages.ts, bindStranded), become dead letters,
- * in one transaction that fences off any run still holding it. Returns how many were created.
+ * in one transaction that fences off any run still holding it, with one holding reply at most.
  */
 export async function deadLetterConversation(
   db: Db,
   conversationId: string,
   failure: DeadLetterInput["failure"],
-  dedupPrefix: string,
+  options: { dedupPrefix: string; holdingReply: string | undefined },
   now: Date,
-): Promise<{ id: string; created: boolean }[]> {
+): Promise<RecordedDeadLetter[]> {
   return db.$transaction(async (tx) => {
     await fenceOff(tx, conversationId);
     const unfinished = await tx.reply.findMany({
@@ -103,10 +152,11 @@ export async function deadLetterConversation(
     });
     const stranded = await bindStranded(tx, conversationId, now);
     const replyIds = [...unfinished.map((r) => r.id), ...(stranded ? [stranded] : [])];
-    const letters: { id: string; created: boolean }[] = [];
+    const letters: RecordedDeadLetter[] = [];
     for (const replyId of replyIds) {
+      const input = { conversationId, replyId, failure, attempts: 0, dedupKey: `${options.dedupPrefix}.${replyId}`, holdingReply: options.holdingReply };
       // Fenced off above, once for all of them.
-      const letter = await deadLetterIn(tx, { conversationId, replyId, failure, attempts: 0, dedupKey: `${dedupPrefix}.${replyId}` }, "unanswered", now);
+      const letter = await deadLetterIn(tx, input, "unanswered", now);
       if (letter) letters.push(letter);
     }
     return letters;
@@ -122,12 +172,13 @@ export async function deadLetterMessage(
   db: Db,
   message: { conversationId: string; messageId: string },
   failure: DeadLetterInput["failure"],
+  holdingReply: string | undefined,
   now: Date,
-): Promise<{ id: string; created: boolean } | null> {
+): Promise<RecordedDeadLetter | null> {
   return db.$transaction(async (tx) => {
     const replyId = await bindStranded(tx, message.conversationId, now, message.messageId);
     if (!replyId) return null;
-    const input = { conversationId: message.conversationId, replyId, failure, attempts: 0, dedupKey: `message.${message.messageId}` };
+    const input = { conversationId: message.conversationId, replyId, failure, attempts: 0, dedupKey: `message.${message.messageId}`, holdingReply };
     return deadLetterIn(tx, input, "unanswered", now);
   });
 }
