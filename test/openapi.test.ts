@@ -62,7 +62,7 @@ async function deadLetter(): Promise<string> {
   h.graph.answerSends({ status: 400, body: graphError(131047, "Re-engagement message") });
   const from = `1555${Math.floor(Math.random() * 1e7)}`;
   await h.deliver(textWebhook({ text: "hello", from }).body);
-  return (await eventually(() => h.db.deadLetter.findFirst({ where: { conversation: { contact: { waId: from } } } }), "a dead letter")).id;
+  return (await eventually(() => h.db.deadLetter.findFirst({ where: { conversation: { contact: { waId: from } } } }), "a dead letter", 25_000)).id;
 }
 
 const call = (method: "GET" | "POST" | "DELETE", url: string, payload?: Record<string, unknown>, headers: Record<string, string> = bearer) =>
