@@ -4,6 +4,7 @@ import { QUEUE_NAMES } from "../src/queue/catalog.ts";
 import { inboundJobId, statusJobId, WEBHOOK_DEDUP_TTL_MS } from "../src/queue/queues.ts";
 import { createWorkerRedis } from "../src/queue/redis.ts";
 import { eventually, type Harness, startHarness, TEST_REDIS_URL } from "./support/harness.ts";
+import { PrivateRedis } from "./support/private-redis.ts";
 import { envelope, messagesChange, metaWire, PHONE_NUMBER_ID, statusWebhook, textMessage, textWebhook, uniqueWamid } from "./support/webhook-bodies.ts";
 
 /**
@@ -81,7 +82,12 @@ function metricValues(h: Harness): Promise<Record<string, number>> {
 
 describe("POST /webhook: a claim never swallows a message (law 3)", () => {
   it("the claim and the job are written by one script, in one round trip: there is no moment where one exists without the other", async () => {
-    const h = await webOnly();
+    // A Redis of its own: MONITOR on the shared one would stream every other test file's
+    // commands too, a flood ioredis's monitor connection has been seen to trip over.
+    const redis = await PrivateRedis.start();
+    cleanups.push(() => redis.destroy());
+    const h = await startHarness({ workers: 0, env: { REDIS_URL: redis.url } });
+    harnesses.push(h);
     const { body, wamids } = textWebhook({ text: "claimed and queued at once" });
     const jobId = inboundJobId(wamids[0]!);
     const queue = h.queues.inbound;
