@@ -23,6 +23,12 @@ const REDACT_PATHS = [
   "*.apiKey",
   "*.verifyToken",
   "*.adminToken",
+  // Staff notifications: the webhook's path is its token, SMTP_URL holds a password.
+  "webhookUrl",
+  "smtpUrl",
+  "*.webhookUrl",
+  "*.smtpUrl",
+  "*.*.smtpUrl",
   "text",
   "*.text",
   "body",

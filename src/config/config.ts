@@ -94,6 +94,8 @@ export interface Config {
   readonly adminToken: string;
   /** Session cookies only over HTTPS; turn off for plain-HTTP development. */
   readonly adminSecureCookies: boolean;
+  /** Law 14: where staff are told of new dead letters and handoffs, batched (src/notify/); off when neither channel is set. */
+  readonly staffNotify: StaffNotifySettings;
   readonly logLevel: string;
   readonly jobs: {
     readonly replyDebounceMs: number;
@@ -135,6 +137,16 @@ export interface Config {
   readonly tracing: { readonly tracesUrl: string; readonly headers: Readonly<Record<string, string>>; readonly serviceName: string | undefined } | undefined;
 }
 
+export interface StaffNotifySettings {
+  /** A JSON `{"text": …}` post (Slack, Google Chat and Teams incoming webhooks take it). */
+  readonly webhookUrl: string | undefined;
+  readonly email: { readonly smtpUrl: string; readonly to: readonly string[]; readonly from: string } | undefined;
+  /** At most one notification per this many milliseconds. */
+  readonly batchMs: number;
+  /** Where the staff page is, for links (`${publicBaseUrl}/admin#/item/<id>`); set whenever a channel is. */
+  readonly publicBaseUrl: string;
+}
+
 /**
  * Where the metrics listener goes. Several roles on one host each need a port of their own
  * with nothing set but PORT (DESIGN.md §5): unset, METRICS_PORT means the first free port of
@@ -167,6 +179,14 @@ function tracesUrl(e: Pick<Env, "OTEL_EXPORTER_OTLP_ENDPOINT" | "OTEL_EXPORTER_O
   if (e.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) return e.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT;
   if (e.OTEL_EXPORTER_OTLP_ENDPOINT) return `${e.OTEL_EXPORTER_OTLP_ENDPOINT.replace(/\/$/, "")}/v1/traces`;
   return undefined;
+}
+
+/** Staff notifications need both halves of e-mail, and links to the staff page for any channel. */
+function staffNotifyProblems(e: Env, problems: string[]): void {
+  if (e.SMTP_URL && e.STAFF_NOTIFY_EMAIL.length === 0) problems.push("STAFF_NOTIFY_EMAIL is required with SMTP_URL: the addresses staff are told at");
+  if (!e.SMTP_URL && e.STAFF_NOTIFY_EMAIL.length > 0) problems.push("SMTP_URL is required with STAFF_NOTIFY_EMAIL: the server the e-mail is sent through");
+  if ((e.STAFF_NOTIFY_WEBHOOK_URL || e.SMTP_URL || e.STAFF_NOTIFY_EMAIL.length > 0) && !e.PUBLIC_BASE_URL)
+    problems.push("PUBLIC_BASE_URL is required when staff are notified (STAFF_NOTIFY_WEBHOOK_URL, SMTP_URL): the notifications link to the staff page");
 }
 
 /** Every problem with the environment at once, each naming its variable. */
@@ -204,6 +224,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
   }
 
   const redis = parsed.success ? redisTarget(parsed.data, problems) : undefined;
+  if (parsed.success) staffNotifyProblems(parsed.data, problems);
 
   if (problems.length > 0 || !parsed.success || !redis) throw new ConfigError(problems);
   const e = parsed.data;
@@ -245,6 +266,15 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     databasePoolSize: e.DATABASE_POOL_SIZE,
     adminToken: e.ADMIN_TOKEN,
     adminSecureCookies: e.ADMIN_SECURE_COOKIES,
+    staffNotify: {
+      webhookUrl: e.STAFF_NOTIFY_WEBHOOK_URL,
+      email:
+        e.SMTP_URL && e.STAFF_NOTIFY_EMAIL.length > 0
+          ? { smtpUrl: e.SMTP_URL, to: e.STAFF_NOTIFY_EMAIL, from: e.STAFF_NOTIFY_EMAIL_FROM[0] ?? e.STAFF_NOTIFY_EMAIL[0]! }
+          : undefined,
+      batchMs: e.STAFF_NOTIFY_BATCH_MS,
+      publicBaseUrl: (e.PUBLIC_BASE_URL ?? "").replace(/\/+$/, ""),
+    },
     logLevel: e.LOG_LEVEL,
     jobs: {
       replyDebounceMs: e.REPLY_DEBOUNCE_MS,

@@ -1,5 +1,19 @@
 import { z } from "zod";
-import { hostPorts, int, keywords, optionalHttpUrl, optionalInt, otlpHeaders, required, sayOrNothing, trustProxy, url } from "./values.ts";
+import {
+  emailList,
+  hostPorts,
+  int,
+  keywords,
+  optionalHttpUrl,
+  optionalInt,
+  optionalSecretHttpUrl,
+  optionalSmtpUrl,
+  otlpHeaders,
+  required,
+  sayOrNothing,
+  trustProxy,
+  url,
+} from "./values.ts";
 
 /** Every variable the process reads, with its parser and default (src/config/values.ts). */
 export const envSchema = z.object({
@@ -87,6 +101,13 @@ export const envSchema = z.object({
     .optional()
     .default("true")
     .transform((v) => v === "true"),
+  // Law 14: staff are told of new dead letters and handoffs (src/notify/), by webhook and/or e-mail.
+  STAFF_NOTIFY_WEBHOOK_URL: optionalSecretHttpUrl("STAFF_NOTIFY_WEBHOOK_URL"),
+  SMTP_URL: optionalSmtpUrl("SMTP_URL"),
+  STAFF_NOTIFY_EMAIL: emailList("STAFF_NOTIFY_EMAIL"),
+  STAFF_NOTIFY_EMAIL_FROM: emailList("STAFF_NOTIFY_EMAIL_FROM").refine((v) => v.length <= 1, { error: "STAFF_NOTIFY_EMAIL_FROM must be one address" }),
+  STAFF_NOTIFY_BATCH_MS: int("STAFF_NOTIFY_BATCH_MS", 60_000, 100, 86_400_000),
+  PUBLIC_BASE_URL: optionalHttpUrl("PUBLIC_BASE_URL"),
   LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).optional().default("info"),
   REPLY_DEBOUNCE_MS: int("REPLY_DEBOUNCE_MS", 1500, 0, 60_000),
   REPLY_CONCURRENCY: int("REPLY_CONCURRENCY", 50, 1, 1000),

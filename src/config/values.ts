@@ -184,3 +184,60 @@ export const sayOrNothing = (fallback: string) =>
     .string()
     .optional()
     .transform((value) => (value ?? fallback).trim());
+
+/**
+ * An http(s) URL that may carry a credential in its path or query (a Slack or Teams incoming
+ * webhook's token): undefined when unset; a bad one is named, never echoed.
+ */
+export const optionalSecretHttpUrl = (name: string) =>
+  z
+    .string()
+    .optional()
+    .transform((value, ctx) => {
+      const raw = value?.trim() ?? "";
+      if (raw === "") return undefined;
+      if (!URL.canParse(raw) || !/^https?:$/.test(new URL(raw).protocol)) {
+        ctx.addIssue({ code: "custom", message: `${name} must be an http:// or https:// URL (its value is not shown: it may hold a token)` });
+        return z.NEVER;
+      }
+      return raw;
+    });
+
+/** SMTP_URL: nodemailer's `smtp://user:password@host:port` or `smtps://…`; never echoed (its password). */
+export const optionalSmtpUrl = (name: string) =>
+  z
+    .string()
+    .optional()
+    .transform((value, ctx) => {
+      const raw = value?.trim() ?? "";
+      if (raw === "") return undefined;
+      if (!URL.canParse(raw) || !/^smtps?:$/.test(new URL(raw).protocol) || new URL(raw).hostname === "") {
+        ctx.addIssue({ code: "custom", message: `${name} must be an smtp:// or smtps:// URL with a host (its value is not shown: it may hold a password)` });
+        return z.NEVER;
+      }
+      return raw;
+    });
+
+/** One plain address: no display names, nothing a header could be smuggled through. */
+const EMAIL_ADDRESS = /^[^\s@<>,;"]+@[^\s@<>,;"]+\.[^\s@<>,;"]+$/;
+
+/** Comma-separated e-mail addresses; empty or unset is none. Bad entries are named. */
+export const emailList = (name: string) =>
+  z
+    .string()
+    .optional()
+    .transform((value, ctx): string[] => {
+      const entries = (value ?? "")
+        .split(",")
+        .map((e) => e.trim())
+        .filter(Boolean);
+      const bad = entries.filter((entry) => !EMAIL_ADDRESS.test(entry));
+      if (bad.length > 0) {
+        ctx.addIssue({
+          code: "custom",
+          message: `${name} must be e-mail addresses separated by commas; not an address: ${bad.map((b) => `"${b}"`).join(", ")}`,
+        });
+        return z.NEVER;
+      }
+      return entries;
+    });

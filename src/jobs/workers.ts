@@ -6,7 +6,18 @@ import { forTheQueue } from "../errors.ts";
 import { startKnowledgeBase } from "../knowledge/knowledge.ts";
 import type { Logger } from "../logger.ts";
 import type { Metrics } from "../metrics/metrics.ts";
-import { type EventJobData, type InboundJobData, QUEUE_NAMES, type QueueName, type ReplyJobData, readJob, type StatusJobData } from "../queue/catalog.ts";
+import { staffChannels } from "../notify/channels.ts";
+import { collectNotifications, deliverNotification, type NotifierDeps, scheduleCollect } from "../notify/notifier.ts";
+import {
+  type EventJobData,
+  type InboundJobData,
+  type NotifyJobData,
+  QUEUE_NAMES,
+  type QueueName,
+  type ReplyJobData,
+  readJob,
+  type StatusJobData,
+} from "../queue/catalog.ts";
 import { closeQueues, createQueues, oldestReadySince } from "../queue/queues.ts";
 import type { RedisClient } from "../queue/redis.ts";
 import type { KnowledgeSource } from "../replies/generation.ts";
@@ -31,6 +42,8 @@ export type WorkerDeps = InboundDeps &
     reconcile: { intervalMs: number; afterMs: number };
     /** Traces on: the inbound, reply, status and events runs continue their message's trace. */
     tracing?: Tracing | undefined;
+    /** Staff notifications on (a channel configured): this process collects and delivers them (src/notify/). */
+    staffNotify?: Pick<NotifierDeps, "channels" | "settings"> | undefined;
   };
 
 export interface Workers {
@@ -75,6 +88,8 @@ export function startConfiguredWorkers(
     shared.logger.warn({ event: "queue.error", role: "worker", err: error }, "queue connection error"),
   );
   const knowledge = configuredKnowledge(config, shared.db, shared.logger);
+  const notify = config.staffNotify;
+  const channels = notify.webhookUrl || notify.email ? staffChannels(notify) : undefined;
   const workers = startWorkers({
     ...shared,
     queues,
@@ -109,11 +124,13 @@ export function startConfiguredWorkers(
     knowledge,
     tools: config.tools,
     reconcile: config.reconcile,
+    staffNotify: channels ? { channels, settings: notify } : undefined,
   });
   return {
     all: workers.all,
     async close(timeoutMs) {
       await workers.close(timeoutMs);
+      channels?.close();
       await Promise.all([closeQueues(queues), knowledge?.close()]);
     },
   };
@@ -200,6 +217,23 @@ export function startWorkers(deps: WorkerDeps): Workers {
       process: guarded("reconcile", () => reconcile({ ...deps, redis: deps.connection, afterMs: deps.reconcile.afterMs })),
     },
   ];
+  const notifier: NotifierDeps | undefined = deps.staffNotify && {
+    ...deps.staffNotify,
+    db: deps.db,
+    queue: deps.queues.notify,
+    logger: deps.logger,
+    metrics: deps.metrics,
+    retry: deps.retry,
+  };
+  if (notifier) {
+    kinds.push({
+      queue: QUEUE_NAMES.notify,
+      concurrency: 2,
+      process: guarded("notify", (job: Job<NotifyJobData>) =>
+        job.data.notificationId ? deliverNotification(notifier, job.data.notificationId) : collectNotifications(notifier),
+      ),
+    });
+  }
 
   const start = (kind: WorkerKind): Worker => {
     const worker = new Worker(kind.queue, kind.process, {
@@ -228,6 +262,10 @@ export function startWorkers(deps: WorkerDeps): Workers {
   const watchdog = watchFetching(deps, kinds, all, fetching, start);
 
   startSweeps(deps);
+  if (notifier)
+    scheduleCollect(notifier).catch((error: unknown) =>
+      deps.logger.warn({ event: "notify.schedule_failed", err: error }, "could not schedule staff notifications; the next start-up will"),
+    );
 
   return {
     all,

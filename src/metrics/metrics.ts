@@ -28,6 +28,7 @@ export interface Metrics {
   claudeCost: Counter<"phone_number_id" | "model">;
   toolCalls: Counter<"phone_number_id" | "tool" | "outcome">;
   graphErrors: Counter<"code" | "via">;
+  staffNotifications: Counter<"channel" | "outcome">;
 }
 
 export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metrics {
@@ -100,6 +101,12 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
       name: "wa_graph_errors_total",
       help: "Graph API failures by Meta's error code (or http_<status>, timeout, network, ...) and via: api (the answer to our request) or status (a failed delivery webhook)",
       labelNames: ["code", "via"],
+      registers,
+    }),
+    staffNotifications: new Counter({
+      name: "wa_staff_notifications_total",
+      help: "Staff notifications of new dead letters and handoffs (law 14), by channel (webhook, email) and outcome (sent; failed: an attempt the receiver did not take, retried)",
+      labelNames: ["channel", "outcome"],
       registers,
     }),
   };

@@ -16,7 +16,7 @@ import {
  * (src/webhook/walk.ts turns a delivery into them), the workers read them (src/jobs/).
  */
 
-export const QUEUE_NAMES = { inbound: "inbound", reply: "reply", status: "status", events: "events", reconcile: "reconcile" } as const;
+export const QUEUE_NAMES = { inbound: "inbound", reply: "reply", status: "status", events: "events", reconcile: "reconcile", notify: "notify" } as const;
 
 /** A customer's message, as the webhook queued it. */
 export interface InboundJobData {
@@ -71,6 +71,11 @@ export type KeptDraft = GeneratedReply & { replyId: string };
 
 /** Step `step` of a reply's tool loop: Claude's answer, whole, as the job keeps it. */
 export type KeptStep = { replyId: string; step: number } & Pick<ClaudeAnswer, "content" | "stopReason" | "usage">;
+
+/** Staff notifications (src/notify/): a "collect" job (no data) or a "deliver" job of one notification. */
+export interface NotifyJobData {
+  notificationId?: string;
+}
 
 /** What an item of a webhook delivery becomes (src/webhook/walk.ts). */
 export type WebhookJob = { queue: "inbound"; data: InboundJobData } | { queue: "status"; data: StatusJobData } | { queue: "events"; data: EventJobData };
@@ -141,6 +146,7 @@ const JOB_SCHEMAS = {
     accepted: z.record(uuid, z.string().min(1)).optional(),
   }),
   reconcile: z.object({}).passthrough(),
+  notify: z.object({ notificationId: uuid.optional() }),
 } as const;
 
 export type QueueName = keyof typeof JOB_SCHEMAS;

@@ -2,7 +2,16 @@ import { createHash } from "node:crypto";
 import { Job, type JobsOptions, Queue, type Telemetry } from "bullmq";
 import calculateSlot from "cluster-key-slot";
 import { Cluster, type Redis } from "ioredis";
-import { type BusinessEvent, type EventJobData, type InboundJobData, QUEUE_NAMES, type ReplyJobData, type StatusJobData, type WebhookJob } from "./catalog.ts";
+import {
+  type BusinessEvent,
+  type EventJobData,
+  type InboundJobData,
+  type NotifyJobData,
+  QUEUE_NAMES,
+  type ReplyJobData,
+  type StatusJobData,
+  type WebhookJob,
+} from "./catalog.ts";
 import type { RedisClient } from "./redis.ts";
 import type { ReplicaCount } from "./replicas.ts";
 
@@ -16,6 +25,8 @@ export interface Queues {
   events: Queue<EventJobData>;
   /** One repeating job: the reconciler's sweep (src/jobs/reconcile.ts). */
   reconcile: Queue<Record<string, never>>;
+  /** Staff notifications: the scheduled collect and each notification's delivery (src/notify/). */
+  notify: Queue<NotifyJobData>;
 }
 
 export interface QueueSettings {
@@ -42,6 +53,7 @@ export function createQueues(connection: RedisClient, settings: QueueSettings, o
     events: new Queue<EventJobData>(QUEUE_NAMES.events, options),
     // The sweep's jobs are housekeeping, not a customer's message: no traces.
     reconcile: new Queue<Record<string, never>>(QUEUE_NAMES.reconcile, { connection, prefix: settings.prefix }),
+    notify: new Queue<NotifyJobData>(QUEUE_NAMES.notify, { connection, prefix: settings.prefix }),
   };
   for (const queue of Object.values(queues)) queue.on("error", onError);
   return queues;
