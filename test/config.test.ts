@@ -75,6 +75,20 @@ describe("configuration", () => {
     expect(problemsOf(testEnv({ METRICS_PORT: "nine" }))).toEqual(['METRICS_PORT must be an integer from 0 to 65535, got "nine"']);
   });
 
+  it("voice notes: a transcriber only when TRANSCRIBE_BASE_URL is set (model whisper-1 by default); a bad URL is named, its key never shown", () => {
+    expect(loadConfig(testEnv()).transcription).toBeUndefined();
+    expect(loadConfig(testEnv()).conversation.transcribeVoiceNotes).toBe(false);
+    const on = loadConfig(testEnv({ TRANSCRIBE_BASE_URL: "https://api.groq.com/openai", TRANSCRIBE_API_KEY: "gsk-secret" }));
+    expect(on.transcription).toEqual({ baseUrl: "https://api.groq.com/openai", apiKey: "gsk-secret", model: "whisper-1" });
+    expect(on.conversation.transcribeVoiceNotes).toBe(true);
+    expect(problemsOf(testEnv({ TRANSCRIBE_BASE_URL: "api.openai.com", TRANSCRIBE_API_KEY: "sk-secret" }))).toEqual([
+      'TRANSCRIBE_BASE_URL must be an http:// or https:// URL, got "api.openai.com"',
+    ]);
+    expect(problemsOf(testEnv({ TRANSCRIBE_BASE_URL: "https://api.openai.com/v1" }))).toEqual([
+      "TRANSCRIBE_BASE_URL must not end in /v1: /v1/audio/transcriptions is added to it",
+    ]);
+  });
+
   it("the web listener's clocks: a request must arrive within 10 s, an idle keep-alive connection closes after 72 s; a bad value is named", () => {
     expect(loadConfig(testEnv()).http).toEqual({ requestTimeoutMs: 10_000, keepAliveTimeoutMs: 72_000 });
     expect(loadConfig(testEnv({ HTTP_REQUEST_TIMEOUT_MS: "30000", HTTP_KEEP_ALIVE_TIMEOUT_MS: "620000" })).http).toEqual({

@@ -234,6 +234,18 @@ describe("npm run demo's sandbox, through its JSON API", () => {
     );
   });
 
+  it("a voice note is heard by the offline transcriber and answered from its words, which the backend stores once", async () => {
+    const from = newPhone();
+    const wamid = await write({ from, voice: { says: "Are you open on Sunday?" } });
+    const reply = await firstReply(from, "the voice note's reply");
+    expect(reply.text).toContain("[Voice note] Are you open on Sunday?");
+    expect(reply.text).toContain("closed on Sundays");
+    expect((await chat(from)).messages.find((m) => m.id === wamid)).toMatchObject({ direction: "in", text: "Voice note" });
+    const heard = demo.sandbox.log.since(0).filter((e) => e.kind === "transcriber");
+    expect(heard.map((e) => e.text)).toEqual(["The offline transcriber heard voice.ogg (audio/ogg) say “Are you open on Sunday?”"]);
+    expect(await demo.db.inboundMessage.findUniqueOrThrow({ where: { wamid } })).toMatchObject({ transcript: "Are you open on Sunday?" });
+  });
+
   it("an order id is looked up in the demo shop's API with an Idempotency-Key, and the customer gets its status", async () => {
     const from = newPhone();
     await write({ from, text: "Where is my order A1001?" });

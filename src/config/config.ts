@@ -115,6 +115,8 @@ export interface Config {
     readonly documentReply: string;
     /** The largest image or PDF passed to Claude (Meta's image limit and Claude's are both 5 MB). */
     readonly mediaMaxBytes: number;
+    /** Audio is heard through the transcriber (TRANSCRIBE_BASE_URL); false: it gets mediaReply. */
+    readonly transcribeVoiceNotes: boolean;
     readonly fallbackReply: string;
     /** Said when a customer opens the chat without writing; empty = no reply. */
     readonly welcomeReply: string;
@@ -129,6 +131,8 @@ export interface Config {
     /** A person wrote from the WhatsApp Business app: the bot stays out of that conversation this long (0 = it does not). */
     readonly humanReplyPauseMinutes: number;
   };
+  /** The voice notes' transcriber (src/ai/transcriber.ts); undefined when TRANSCRIBE_BASE_URL is unset. */
+  readonly transcription: { readonly baseUrl: string; readonly apiKey: string | undefined; readonly model: string } | undefined;
   readonly shutdownTimeoutMs: number;
   /**
    * OpenTelemetry traces, exported as OTLP/HTTP JSON to `tracesUrl`; undefined (the default)
@@ -287,11 +291,14 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     },
     reconcile: { intervalMs: e.RECONCILE_INTERVAL_MS, afterMs: e.RECONCILE_AFTER_MS },
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
+    transcription:
+      e.TRANSCRIBE_BASE_URL === undefined ? undefined : { baseUrl: e.TRANSCRIBE_BASE_URL, apiKey: e.TRANSCRIBE_API_KEY, model: e.TRANSCRIBE_MODEL },
     tracing: traces === undefined ? undefined : { tracesUrl: traces, headers: e.OTEL_EXPORTER_OTLP_HEADERS, serviceName: e.OTEL_SERVICE_NAME },
     conversation: {
       mediaReply: e.MEDIA_REPLY,
       documentReply: e.DOCUMENT_REPLY,
       mediaMaxBytes: e.MEDIA_MAX_BYTES,
+      transcribeVoiceNotes: e.TRANSCRIBE_BASE_URL !== undefined,
       fallbackReply: e.FALLBACK_REPLY,
       welcomeReply: e.WELCOME_REPLY,
       optOutKeywords: e.OPT_OUT_KEYWORDS,

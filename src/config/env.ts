@@ -122,6 +122,16 @@ export const envSchema = z.object({
   MEDIA_REPLY: sayOrNothing("Thanks! I can read text, images and PDFs, but not voice notes or videos. Could you write your question?"),
   DOCUMENT_REPLY: sayOrNothing("I can read PDFs and images, but not this kind of file. Could you send it as a PDF, or write the question?"),
   MEDIA_MAX_BYTES: int("MEDIA_MAX_BYTES", 5 * 1024 * 1024, 1024, 32 * 1024 * 1024),
+  // Voice notes, through any OpenAI-compatible /v1/audio/transcriptions (OpenAI, Groq, speaches, LocalAI); unset: MEDIA_REPLY.
+  TRANSCRIBE_BASE_URL: optionalHttpUrl("TRANSCRIBE_BASE_URL").refine((v) => v === undefined || !/\/v1\/?$/.test(v), {
+    error: "TRANSCRIBE_BASE_URL must not end in /v1: /v1/audio/transcriptions is added to it",
+  }),
+  TRANSCRIBE_API_KEY: z
+    .string()
+    .trim()
+    .optional()
+    .transform((v) => v || undefined),
+  TRANSCRIBE_MODEL: z.string().trim().optional().default("whisper-1"),
   FALLBACK_REPLY: sayOrNothing("Sorry, I can't open this kind of message. Could you write it as text?"),
   WELCOME_REPLY: sayOrNothing(""),
   OPT_OUT_KEYWORDS: keywords("stop,unsubscribe,parar,sair,baja,cancelar"),

@@ -20,6 +20,7 @@ export type CustomerMessage = (
   | { text: string }
   | { image: { bytes: Buffer; mimeType: string; caption?: string } }
   | { document: { bytes: Buffer; mimeType: string; filename: string; caption?: string } }
+  | { voice: { bytes: Buffer; mimeType: string } }
   | { location: { latitude: number; longitude: number; name?: string; address?: string } }
   | { button: { id: string; title: string } }
 ) & { replyTo?: string };

@@ -29,6 +29,8 @@ export interface DemoSettings {
   port: number;
   /** Real Claude, when a key is given. */
   anthropic: { apiKey: string; baseUrl: string | undefined; model: string | undefined } | undefined;
+  /** A real transcriber for voice notes, when TRANSCRIBE_BASE_URL is given; else the offline one. */
+  transcribe: { baseUrl: string; apiKey: string | undefined; model: string | undefined } | undefined;
   logLevel: string;
 }
 
@@ -37,7 +39,8 @@ const NOT_READ = ["DATABASE_URL", "REDIS_URL", "WHATSAPP_ACCESS_TOKEN", "WHATSAP
 
 /**
  * Reads DEMO_PORT, DEMO_DATABASE_URL, DEMO_REDIS_URL, DEMO_QUEUE_PREFIX, ANTHROPIC_API_KEY (with
- * ANTHROPIC_BASE_URL and ANTHROPIC_MODEL) and LOG_LEVEL; refuses GRAPH_API_BASE_URL unless it
+ * ANTHROPIC_BASE_URL and ANTHROPIC_MODEL), TRANSCRIBE_BASE_URL (with TRANSCRIBE_API_KEY and
+ * TRANSCRIBE_MODEL) and LOG_LEVEL; refuses GRAPH_API_BASE_URL unless it
  * is the simulator's own address.
  */
 export function demoSettings(env: Record<string, string | undefined>, simulatorUrl?: string): DemoSettings {
@@ -53,12 +56,16 @@ export function demoSettings(env: Record<string, string | undefined>, simulatorU
     throw new DemoRefusal(`DEMO_PORT must be a port number (0 for any free one), got "${env.DEMO_PORT}"`);
   const prefix = env.DEMO_QUEUE_PREFIX?.trim() || DEFAULT_QUEUE_PREFIX;
   const apiKey = env.ANTHROPIC_API_KEY?.trim();
+  const transcribeUrl = env.TRANSCRIBE_BASE_URL?.trim();
   return {
     databaseUrl,
     redisUrl: env.DEMO_REDIS_URL?.trim() || DEFAULT_REDIS_URL,
     queuePrefix: prefix,
     port,
     anthropic: apiKey ? { apiKey, baseUrl: env.ANTHROPIC_BASE_URL?.trim() || undefined, model: env.ANTHROPIC_MODEL?.trim() || undefined } : undefined,
+    transcribe: transcribeUrl
+      ? { baseUrl: transcribeUrl, apiKey: env.TRANSCRIBE_API_KEY?.trim() || undefined, model: env.TRANSCRIBE_MODEL?.trim() || undefined }
+      : undefined,
     logLevel: env.LOG_LEVEL?.trim() || "warn",
   };
 }
@@ -101,7 +108,7 @@ export function freshSecrets(): DemoSecrets {
 export function demoEnvironment(
   settings: DemoSettings,
   secrets: DemoSecrets,
-  urls: { graph: string; offlineClaude: string },
+  urls: { graph: string; offlineClaude: string; offlineTranscriber: string },
   phoneNumbersFile: string,
 ): Record<string, string> {
   const claude = settings.anthropic;
@@ -124,6 +131,10 @@ export function demoEnvironment(
     ANTHROPIC_API_KEY: claude?.apiKey ?? secrets.offlineApiKey,
     ANTHROPIC_BASE_URL: claude ? (claude.baseUrl ?? "https://api.anthropic.com") : urls.offlineClaude,
     ...(claude?.model ? { ANTHROPIC_MODEL: claude.model } : {}),
+    // Voice notes: the real transcriber when given, else the offline one (src/demo/offline-transcriber.ts).
+    TRANSCRIBE_BASE_URL: settings.transcribe?.baseUrl ?? urls.offlineTranscriber,
+    ...(settings.transcribe?.apiKey ? { TRANSCRIBE_API_KEY: settings.transcribe.apiKey } : {}),
+    ...(settings.transcribe?.model ? { TRANSCRIBE_MODEL: settings.transcribe.model } : {}),
     SYSTEM_PROMPT:
       "You are the WhatsApp assistant of the Demo Shop, a made-up shoe shop in a software demo, answering its customers. " +
       "Answer only from the shop's documents and tools; when they do not say, call handoff_to_human rather than guess. " +

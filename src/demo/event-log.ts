@@ -1,6 +1,6 @@
 /** The page's "what happened": webhook deliveries and their answers, sends and Meta's answers, faults. */
 
-export type DemoEventKind = "webhook" | "send" | "status" | "read" | "media" | "claude" | "fault" | "graph" | "business";
+export type DemoEventKind = "webhook" | "send" | "status" | "read" | "media" | "claude" | "transcriber" | "fault" | "graph" | "business";
 
 export interface DemoEvent {
   seq: number;

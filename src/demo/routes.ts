@@ -5,6 +5,7 @@ import { z } from "zod";
 import type { Db } from "../db/client.ts";
 import { BSUID, type Customer, type CustomerMessage, DemoInputError, PHONE } from "./customers.ts";
 import { faultsUpdate } from "./faults.ts";
+import { spokenVoiceNote } from "./offline-transcriber.ts";
 import { BUSINESS, type ChatEntry, MENU, type Sandbox } from "./sandbox.ts";
 
 /**
@@ -42,6 +43,11 @@ const messageBody = z
       .object({ data: base64, mimeType: z.literal("application/pdf"), filename: z.string().trim().min(1).max(200), caption })
       .strict()
       .optional(),
+    // A voice note that "says" these words: the offline transcriber hears them (src/demo/offline-transcriber.ts).
+    voice: z
+      .object({ says: z.string().trim().min(1).max(1000) })
+      .strict()
+      .optional(),
     location: z
       .object({
         latitude: z.number().min(-90).max(90),
@@ -59,8 +65,8 @@ const messageBody = z
   })
   .strict()
   .refine((b) => b.from !== undefined || b.userId !== undefined, { error: "give from (a phone number) or userId (a BSUID)" })
-  .refine((b) => [b.text, b.image, b.document, b.location, b.button].filter((x) => x !== undefined).length === 1, {
-    error: "give exactly one of text, image, document, location or button",
+  .refine((b) => [b.text, b.image, b.document, b.voice, b.location, b.button].filter((x) => x !== undefined).length === 1, {
+    error: "give exactly one of text, image, document, voice, location or button",
   });
 
 const customerBody = z
@@ -193,6 +199,7 @@ function messageOf(b: z.infer<typeof messageBody>): CustomerMessage {
     const d = b.document;
     return { document: { bytes: file(d.data), mimeType: d.mimeType, filename: d.filename, ...(d.caption ? { caption: d.caption } : {}) }, ...replyTo };
   }
+  if (b.voice) return { voice: { bytes: spokenVoiceNote(b.voice.says), mimeType: "audio/ogg; codecs=opus" }, ...replyTo };
   if (b.location) return { location: stripUndefined(b.location), ...replyTo };
   return { button: b.button! };
 }

@@ -32,7 +32,7 @@ export interface InEntry extends MessageShown {
   direction: "in";
   id: string;
   at: string;
-  type: "text" | "image" | "document" | "location" | "interactive";
+  type: "text" | "image" | "document" | "audio" | "location" | "interactive";
   replyTo?: string;
   /** sending (no 200 yet) → delivered (POST /webhook answered 200) → read (the backend's read receipt). */
   status: "sending" | "delivered" | "read";

@@ -19,6 +19,7 @@ import { OfflineClaude } from "./anthropic/offline.ts";
 import { DemoShop, writeDemoNumbers } from "./business/shop.ts";
 import { DEMO_GRAPH_TIMEOUT_MS, DemoRefusal, demoEnvironment, demoSettings, freshSecrets } from "./environment.ts";
 import { shopFault } from "./faults.ts";
+import { OfflineTranscriber } from "./offline-transcriber.ts";
 import { demoRoutes } from "./routes.ts";
 import { BUSINESS, Sandbox } from "./sandbox.ts";
 import { ensureServices } from "./services.ts";
@@ -83,6 +84,20 @@ export async function startDemo(options: DemoOptions): Promise<DemoSystem> {
       await offline.start();
       cleanups.push(() => offline!.stop());
     }
+    let transcriber: OfflineTranscriber | undefined;
+    if (!settings.transcribe) {
+      transcriber = new OfflineTranscriber(
+        (request, words) =>
+          sandbox.log.add({
+            kind: "transcriber",
+            text: `The offline transcriber heard ${request.file?.name} (${request.file?.type}) say “${words}”`,
+            ok: true,
+          }),
+        (error) => sandbox.log.add({ kind: "transcriber", text: `Offline transcriber error: ${String(error)}`, ok: false }),
+      );
+      await transcriber.start();
+      cleanups.push(() => transcriber!.stop());
+    }
     const shop = await new DemoShop((error) => sandbox.log.add({ kind: "business", text: `Demo shop error: ${String(error)}`, ok: false })).start();
     cleanups.push(() => shop.stop());
     shop.fault = () => (sandbox.faults.shop ? shopFault(sandbox.faults.shop, DEMO_TOOL_TIMEOUT_MS) : undefined);
@@ -95,7 +110,9 @@ export async function startDemo(options: DemoOptions): Promise<DemoSystem> {
     const files = await mkdtemp(join(tmpdir(), "wa-demo-"));
     cleanups.push(() => rm(files, { recursive: true, force: true }));
     const numbersFile = await writeDemoNumbers(files, BUSINESS.phoneNumberId, shop.url, DEMO_TOOL_TIMEOUT_MS);
-    const config = loadConfig(demoEnvironment(settings, secrets, { graph: sandbox.url, offlineClaude: offline?.url ?? "" }, numbersFile));
+    const config = loadConfig(
+      demoEnvironment(settings, secrets, { graph: sandbox.url, offlineClaude: offline?.url ?? "", offlineTranscriber: transcriber?.url ?? "" }, numbersFile),
+    );
     const logger = options.logger ?? createLogger({ level: config.logLevel });
 
     await ensureServices({ databaseUrl: config.databaseUrl, redisUrl: settings.redisUrl }, say);

@@ -26,7 +26,7 @@ export type Fate =
 
 type JobProgress = Pick<Job, "attemptsMade" | "attemptsStarted" | "opts">;
 
-function isLastAttempt(job: JobProgress): boolean {
+export function isLastAttempt(job: JobProgress): boolean {
   return job.attemptsMade + 1 >= (job.opts.attempts ?? 1);
 }
 

@@ -11,16 +11,17 @@ import type { Metrics } from "../metrics/metrics.ts";
 import type { ReplyJobData } from "../queue/catalog.ts";
 import { type Queues, scheduleReply } from "../queue/queues.ts";
 import { type GenerationDeps, generationBudgetMs, type ReplyCost, type Written, writeAnswer } from "../replies/generation.ts";
-import { type Begun, beginReply, type ConversationView } from "../replies/state/conversations.ts";
+import { type BeginSettings, type Begun, beginReply, type ConversationView } from "../replies/state/conversations.ts";
 import { handOff, openHandoffItem } from "../replies/state/dead-letters.ts";
 import type { Lease } from "../replies/state/fence.ts";
 import { markAccepted, markRefused, markSending, type Outbox, unsentParts } from "../replies/state/parts.ts";
 import { markReplySent, storeDraft } from "../replies/state/replies.ts";
+import { hearVoiceNotes, type VoiceNoteDeps } from "../replies/voice-notes.ts";
 import { templateInstead, windowOpen } from "../replies/window.ts";
 import { type GraphClient, type Recipient, SendTooLate } from "../whatsapp/graph-client.ts";
-import { decideFate, isInfrastructureFailure, type RetryDelaySettings, retryDelayMs } from "./policy.ts";
+import { decideFate, isInfrastructureFailure, isLastAttempt, type RetryDelaySettings, retryDelayMs } from "./policy.ts";
 
-export interface ReplyDeps extends GenerationDeps {
+export interface ReplyDeps extends GenerationDeps, VoiceNoteDeps {
   db: Db;
   queues: Queues;
   graph: GraphClient;
@@ -53,6 +54,9 @@ export type KeepInJob = (kept: Pick<ReplyJobData, "draft" | "accepted" | "step">
 /** A burst is answered once; but a customer who keeps typing is answered within this many debounce windows. */
 const DEBOUNCE_MAX_WINDOWS = 5;
 
+/** Voice notes arriving while others are heard are heard in the next round; this many, then the job fails (and retries). */
+const VOICE_NOTE_ROUNDS = 3;
+
 /**
  * One reply for one conversation. BullMQ runs at most one of these per conversation at a
  * time, and the database fences off a run that stalled past its lock (law 8); the reply is
@@ -64,24 +68,27 @@ export async function processReply(deps: ReplyDeps, job: Job<ReplyJobData>, keep
   const { conversationId } = job.data;
   const log = deps.logger.child({ conversation: conversationId, job: job.id });
   let handoffOpened = false;
-  // Before the bind, which arms the reply's generation deadline from this same moment.
-  const armedAt = performance.now();
-  const begun = await beginReply(
-    deps.db,
-    conversationId,
-    {
-      ...deps.conversation,
-      debounceMs: deps.replyDebounceMs,
-      debounceMaxMs: deps.replyDebounceMs * DEBOUNCE_MAX_WINDOWS,
-      historyMessages: deps.historyMessages,
-      generationBudgetMs: generationBudgetMs(deps.generation),
-      openHandoff: async (tx, id, wamid) => {
-        await openHandoffItem(tx, id, { key: wamid });
-        handoffOpened = true;
-      },
+  const settings = {
+    ...deps.conversation,
+    debounceMs: deps.replyDebounceMs,
+    debounceMaxMs: deps.replyDebounceMs * DEBOUNCE_MAX_WINDOWS,
+    historyMessages: deps.historyMessages,
+    generationBudgetMs: generationBudgetMs(deps.generation),
+    openHandoff: async (tx: Parameters<BeginSettings["openHandoff"]>[0], id: string, wamid: string) => {
+      await openHandoffItem(tx, id, { key: wamid });
+      handoffOpened = true;
     },
-    new Date(),
-  );
+  };
+  // Before the bind, which arms the reply's generation deadline from this same moment.
+  let armedAt = performance.now();
+  let begun = await beginReply(deps.db, conversationId, settings, new Date());
+  // Voice notes are heard before their answer is planned; each round settles every one it was given.
+  for (let round = 1; begun.kind === "transcribe"; round++) {
+    if (round > VOICE_NOTE_ROUNDS) throw new Error(`conversation ${conversationId}: its voice notes kept waiting for their words`);
+    await hearVoiceNotes(deps, begun.voiceNotes, isLastAttempt(job), log);
+    armedAt = performance.now();
+    begun = await beginReply(deps.db, conversationId, settings, new Date());
+  }
   // Counted once beginReply's transaction has committed: only then does the item exist.
   if (handoffOpened) countHandoff(deps);
   if (begun.kind === "no_conversation") {

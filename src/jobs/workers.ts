@@ -1,5 +1,6 @@
 import { DelayedError, type Job, type Queue, Worker } from "bullmq";
 import { ClaudeClient } from "../ai/claude.ts";
+import { TRANSCRIBE_TIMEOUT_MS, Transcriber } from "../ai/transcriber.ts";
 import type { Config } from "../config/config.ts";
 import type { Db } from "../db/client.ts";
 import { forTheQueue } from "../errors.ts";
@@ -104,6 +105,7 @@ export function startConfiguredWorkers(
       tracer,
     ),
     claude: new ClaudeClient({ ...config.anthropic }, shared.tracing?.provider),
+    transcriber: config.transcription && new Transcriber({ ...config.transcription, timeoutMs: TRANSCRIBE_TIMEOUT_MS }),
     prefix: config.queuePrefix,
     historyMessages: config.anthropic.historyMessages,
     historyTokenBudget: config.anthropic.historyTokenBudget,

@@ -17,6 +17,8 @@ export interface DescribeSettings {
   fallbackReply: string;
   /** Said when a customer opens the chat without writing (`request_welcome`); empty (the default) = no reply. */
   welcomeReply: string;
+  /** Audio is heard through the transcriber when the reply is written (src/replies/voice-notes.ts). */
+  transcribeVoiceNotes: boolean;
 }
 
 // Each payload shape, lenient where Meta adds fields (WHATSAPP.md §3).
@@ -68,6 +70,20 @@ export function readableMedia(message: { type: string } & Record<string, unknown
   if (!media.success) return undefined;
   if (message.type !== "document") return { id: media.data.id, kind: "image" };
   return media.data.mime_type === "application/pdf" ? { id: media.data.id, kind: "pdf" } : undefined;
+}
+
+const audio = z.object({ id: z.string(), mime_type: z.string().optional(), voice: z.boolean().optional() });
+
+/** The audio a message carries, for the transcriber; undefined when it is not audio or names no media. */
+export function voiceNoteMedia(message: { type?: unknown } & Record<string, unknown>): { id: string } | undefined {
+  if (message.type !== "audio") return undefined;
+  const parsed = audio.safeParse(message.audio);
+  return parsed.success ? { id: parsed.data.id } : undefined;
+}
+
+/** What a voice note gets when it cannot be heard (no transcriber, or it failed): today's honest answer. */
+export function voiceNoteFallback(settings: Pick<DescribeSettings, "mediaReply">, why: string): Exclude<InboundOutcome, { kind: "answer" }> {
+  return say(settings.mediaReply, `voice note not transcribed: ${why}`) as Exclude<InboundOutcome, { kind: "answer" }>;
 }
 
 export function describeInbound(message: InboundMessagePayload, settings: DescribeSettings): InboundOutcome {
@@ -139,7 +155,13 @@ export function describeInbound(message: InboundMessagePayload, settings: Descri
         message.type === "document" ? `a PDF${media.data.filename ? ` "${media.data.filename}"` : ""}` : message.type === "image" ? "an image" : "a sticker";
       return { kind: "answer", text: `[Sent ${what}]${media.data.caption ? `\n${media.data.caption}` : ""}` };
     }
-    case "audio":
+    case "audio": {
+      const parsed = audio.safeParse(raw.audio);
+      if (!settings.transcribeVoiceNotes) return say(settings.mediaReply, "audio: no transcriber is configured (TRANSCRIBE_BASE_URL)");
+      if (!parsed.success) return say(settings.mediaReply, "audio without a media id");
+      // The words are added when the reply is written: the transcript then joins this text (src/replies/voice-notes.ts).
+      return { kind: "answer", text: parsed.data.voice === false ? "[Audio message]" : "[Voice note]" };
+    }
     case "video":
       return say(settings.mediaReply, `${message.type}: the bot reads text, images and PDFs`);
     case "unsupported":

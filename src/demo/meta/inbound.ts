@@ -9,7 +9,7 @@ import { type BusinessNumber, envelope, messagesChange, metaWire } from "./wire.
  * backend downloads in two steps (§8).
  */
 
-export type MessagePayload = Record<string, unknown> & { type: "text" | "image" | "document" | "location" | "interactive" };
+export type MessagePayload = Record<string, unknown> & { type: "text" | "image" | "document" | "audio" | "location" | "interactive" };
 
 export interface MessageShown {
   /** What the customer's phone shows of it. */
@@ -45,6 +45,14 @@ export function messagePayload(
         text: caption ?? (type === "image" ? "Photo" : (filename ?? "Document")),
         media: { id, mimeType: file.mimeType, ...(filename ? { filename } : {}) },
       },
+    };
+  }
+  if ("voice" in message) {
+    const id = storeMedia(message.voice.bytes, message.voice.mimeType);
+    const sha256 = createHash("sha256").update(message.voice.bytes).digest("base64");
+    return {
+      payload: { type: "audio", audio: { mime_type: message.voice.mimeType, sha256, id, voice: true } },
+      shown: { text: "Voice note", media: { id, mimeType: message.voice.mimeType } },
     };
   }
   if ("location" in message) {

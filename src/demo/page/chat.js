@@ -98,13 +98,15 @@ function bubble(m) {
     img.src = m.media.url;
     img.alt = "the image sent";
     li.append(img);
+  } else if (m.media?.mimeType.startsWith("audio/")) {
+    li.append(el("div", "file", "🎤 Voice note"));
   } else if (m.media) {
     const a = el("a", "file", `PDF: ${m.media.filename ?? "document"}`);
     a.href = m.media.url;
     a.target = "_blank";
     li.append(a);
   }
-  if (!m.media || m.text !== (m.media.filename ?? "Photo")) li.append(el("div", "text", m.text));
+  if (!m.media || m.text !== (m.media.filename ?? (m.media.mimeType.startsWith("audio/") ? "Voice note" : "Photo"))) li.append(el("div", "text", m.text));
   const meta = el("div", "meta");
   if (m.part) meta.append(el("span", "part", `part ${m.part.n} of ${m.part.of}`));
   meta.append(el("span", "time", time(m.at)));
@@ -285,6 +287,14 @@ document.addEventListener("DOMContentLoaded", () => {
     const file = event.target.files[0];
     event.target.value = "";
     if (file) await sendFile(file);
+  });
+  $("#voice").addEventListener("click", async () => {
+    const says = $("#text").value.trim();
+    if (!says) {
+      $("#composer-error").textContent = "Type what the voice note says, then press the microphone.";
+      return;
+    }
+    if (await send({ voice: { says } })) $("#text").value = "";
   });
   $("#location-toggle").addEventListener("click", () => {
     $("#location-form").hidden = !$("#location-form").hidden;

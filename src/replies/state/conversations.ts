@@ -8,6 +8,7 @@ import { type HistoryJson, type HistoryRows, historyColumns, historyOf } from ".
 import { splitForWhatsApp } from "../split.ts";
 import { auditOpenItems } from "./dead-letters.ts";
 import type { Lease } from "./fence.ts";
+import { AWAITING_WORDS } from "./messages.ts";
 
 /**
  * A conversation (one customer on one business number) is the unit of ordering (law 8). Its
@@ -52,6 +53,8 @@ export interface ReplyView {
 export interface WaitingMessage extends PendingMessage {
   payload: unknown;
   createdAt: Date;
+  /** A voice note whose words are not known yet (messages.ts, AWAITING_WORDS). */
+  awaitingWords?: boolean;
 }
 
 /** A reply planned in this run, with everything read for it on the way: nothing is read twice. */
@@ -66,6 +69,8 @@ export type Begun =
   | { kind: "no_conversation" }
   | { kind: "nothing_to_answer" }
   | { kind: "debounce"; untilMs: number }
+  /** Voice notes to hear before the answer is planned: the run transcribes them, then begins again. */
+  | { kind: "transcribe"; voiceNotes: { id: string; payload: unknown }[] }
   | {
       kind: "reply";
       lease: Lease;
@@ -113,6 +118,10 @@ export async function beginReply(db: Db, conversationId: string, settings: Begin
     const oldest = Math.min(...pending.map((m) => m.createdAt.getTime()));
     const quietAt = Math.min(newest + settings.debounceMs, oldest + settings.debounceMaxMs);
     if (quietAt > now.getTime()) return { kind: "debounce", untilMs: quietAt };
+    // Planned only once every voice note among them has its words, or its honest answer: the
+    // plan then sees what each one is, and the bind checks each text as it was read.
+    const voiceNotes = pending.filter((m) => m.awaitingWords).map((m) => ({ id: m.id, payload: m.payload }));
+    if (voiceNotes.length > 0) return { kind: "transcribe", voiceNotes };
 
     const plan = planNextAnswer(
       pending,
@@ -177,7 +186,7 @@ async function takeConversation(db: Db, conversationId: string): Promise<Taken |
            -- Meta's timestamps have one-second resolution; the order the webhook received them in
            -- breaks the ties (inbound jobs store them concurrently, so storage order would not).
            (SELECT jsonb_agg(jsonb_build_object('id', m.id, 'wamid', m.wamid, 'text', m.text, 'cannedText', m.canned_text,
-                     'control', m.control, 'payload', m.payload, 'createdAt', m.created_at)
+                     'control', m.control, 'payload', m.payload, 'createdAt', m.created_at, 'awaitingWords', ${AWAITING_WORDS})
                    ORDER BY m.sent_at, m.arrival NULLS FIRST, m.created_at)
               FROM inbound_messages m WHERE m.conversation_id = t.id AND m.reply_id IS NULL AND m.skip_reason IS NULL) AS pending
     FROM taken t JOIN contacts ct ON ct.id = t.contact_id`;

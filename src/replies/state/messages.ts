@@ -1,4 +1,4 @@
-import type { Db, Prisma } from "../../db/client.ts";
+import { type Db, Prisma } from "../../db/client.ts";
 
 /**
  * The customer's messages once stored (src/messages/store.ts stores them): what changes them
@@ -8,6 +8,8 @@ import type { Db, Prisma } from "../../db/client.ts";
  *   waiting ─applyEdit─▶ waiting, with the edited words     (not answered yet: Claude reads the new words)
  *   any ─recordDeletion─▶ erased (and skipped, if it was waiting)
  *   waiting ─bindStranded─▶ bound to a dead reply           (the reconciler gave up on it)
+ *   waiting for its words ─storeTranscript─▶ waiting, with the voice note's words
+ *   waiting for its words ─voiceNoteUnheard─▶ waiting for MEDIA_REPLY | skipped (MEDIA_REPLY empty)
  */
 
 type Tx = Prisma.TransactionClient;
@@ -39,9 +41,46 @@ export async function recordDeletion(db: Db, conversationId: string, wamid: stri
     INSERT INTO inbound_messages AS m (id, wamid, conversation_id, type, skip_reason, sent_at, payload, deleted_at)
     VALUES (gen_random_uuid(), ${wamid}, ${conversationId}::uuid, 'deleted', 'deleted by the customer', ${deletedAt}, '{"deleted":true}'::jsonb, ${now}::timestamptz)
     ON CONFLICT (wamid) DO UPDATE SET
-      text = NULL, canned_text = NULL, payload = '{"deleted":true}'::jsonb, deleted_at = ${now}::timestamptz,
+      text = NULL, canned_text = NULL, transcript = NULL, payload = '{"deleted":true}'::jsonb, deleted_at = ${now}::timestamptz,
       skip_reason = CASE WHEN m.reply_id IS NULL AND m.skip_reason IS NULL THEN 'deleted by the customer' ELSE m.skip_reason END
     WHERE m.conversation_id = ${conversationId}::uuid AND m.deleted_at IS NULL`;
+  return changed > 0;
+}
+
+/**
+ * A voice note waiting for its words: an audio message, not answered, skipped or deleted, with
+ * its "[Voice note]" text and neither a transcript nor a configured answer yet
+ * (src/replies/voice-notes.ts). Read by the take (conversations.ts) and checked by the two
+ * transitions below.
+ */
+export const AWAITING_WORDS = Prisma.sql`(m.type = 'audio' AND m.transcript IS NULL AND m.canned_text IS NULL AND m.text IS NOT NULL
+  AND m.reply_id IS NULL AND m.skip_reason IS NULL AND m.deleted_at IS NULL)`;
+
+/**
+ * The voice note's words, once: stored with the message and joined to its text (which history,
+ * staff and Claude read), so they are never asked of the transcriber again. Not fenced: the
+ * words are paid for and true whoever holds the conversation, as a draft stored for the new
+ * holder is (replies.ts); only a message still waiting for them takes them. False when it was
+ * not (deleted, or heard by another run meanwhile).
+ */
+export async function storeTranscript(db: Db, messageId: string, words: string): Promise<boolean> {
+  const stored = await db.$executeRaw`
+    UPDATE inbound_messages m SET transcript = ${words}, text = m.text || ' ' || ${words}
+    WHERE m.id = ${messageId}::uuid AND ${AWAITING_WORDS}`;
+  return stored > 0;
+}
+
+/**
+ * A voice note that cannot be heard (no transcriber, a permanent failure, retries spent) gets
+ * today's honest answer instead of Claude's: `cannedText`, or a skip with `skipReason` when
+ * MEDIA_REPLY is empty. Not fenced, as storeTranscript: only a message still waiting changes.
+ */
+export async function voiceNoteUnheard(db: Db, messageId: string, outcome: { cannedText: string } | { skipReason: string }): Promise<boolean> {
+  const cannedText = "cannedText" in outcome ? outcome.cannedText : null;
+  const skipReason = "skipReason" in outcome ? outcome.skipReason : null;
+  const changed = await db.$executeRaw`
+    UPDATE inbound_messages m SET text = NULL, canned_text = ${cannedText}, skip_reason = ${skipReason}
+    WHERE m.id = ${messageId}::uuid AND ${AWAITING_WORDS}`;
   return changed > 0;
 }
 
