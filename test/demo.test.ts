@@ -191,8 +191,9 @@ describe("npm run demo's sandbox, through its JSON API", () => {
     await write({ from, text: "Tell me the long story" });
     const parts = await eventually(async () => {
       const out = await replies(from);
-      return out.length === 2 ? out : undefined;
-    }, "two parts");
+      // Which part a message is shows once its wamid is recorded, a moment after Meta took it.
+      return out.length === 2 && out.every((p) => p.part) ? out : undefined;
+    }, "two parts, recorded");
     expect(parts.map((p) => p.part)).toEqual([
       { n: 1, of: 2 },
       { n: 2, of: 2 },
