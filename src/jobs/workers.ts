@@ -18,7 +18,7 @@ import { type InboundDeps, keepUnreadableMessage, processInbound } from "./inbou
 import { decideFate, type RetryDelaySettings, retryDelayMs } from "./policy.ts";
 import { reconcile } from "./reconcile.ts";
 import { processReply, type ReplyDeps } from "./reply.ts";
-import { processStatus } from "./status.ts";
+import { processStatus, type StatusDeps } from "./status.ts";
 
 export type WorkerDeps = InboundDeps &
   ReplyDeps & {
@@ -29,6 +29,8 @@ export type WorkerDeps = InboundDeps &
     retry: RetryDelaySettings;
     metrics: Metrics;
     reconcile: { intervalMs: number; afterMs: number };
+    /** Meta's rate card, for the price of each message its status webhooks say it billed. */
+    metaRates?: StatusDeps["metaRates"];
     /** Traces on: the inbound, reply, status and events runs continue their message's trace. */
     tracing?: Tracing | undefined;
   };
@@ -109,6 +111,8 @@ export function startConfiguredWorkers(
     knowledge,
     tools: config.tools,
     reconcile: config.reconcile,
+    modelPrices: config.costs.modelPrices,
+    metaRates: config.costs.metaRates,
   });
   return {
     all: workers.all,
