@@ -16,7 +16,9 @@ import { type RedisTarget, redisTarget } from "./redis.ts";
 /**
  * Meta's terms (since January 2026) allow an assistant that serves the business's own
  * customers, not a general-purpose one: the prompt keeps Claude to the business's matters and
- * sends what it cannot answer from the documents and tools to a person.
+ * sends what it cannot answer from the documents and tools to a person. Since October 2026
+ * Meta bills every message of a reply (a reply over 4096 characters is several): the prompt
+ * asks for answers that fit one.
  */
 const DEFAULT_SYSTEM_PROMPT =
   "You are the WhatsApp assistant of one business, answering its own customers about its products, " +
@@ -24,7 +26,8 @@ const DEFAULT_SYSTEM_PROMPT =
   "do not guess: call handoff_to_human with the reason. Also hand off when the customer asks for a person " +
   "or is upset. Politely decline requests that have nothing to do with the business (general questions, " +
   "writing, coding, homework). Reply briefly, in the language the customer wrote in, as plain text: " +
-  "WhatsApp shows no Markdown headings or tables.";
+  "WhatsApp shows no Markdown headings or tables. Keep every answer short enough to fit in one WhatsApp " +
+  "message (a few short paragraphs at most): each extra message is billed to the business.";
 
 export interface Config {
   readonly port: number;
