@@ -11,7 +11,10 @@ import type { Tracing } from "./tracing/tracing.ts";
 import { WebhookLogController, webhookRoutes } from "./webhook/routes.ts";
 
 export interface AppDeps {
-  config: Pick<Config, "whatsapp" | "servedNumbers" | "adminToken" | "adminSecureCookies" | "queuePrefix" | "trustProxy" | "http" | "metrics" | "redisWait">;
+  config: Pick<
+    Config,
+    "whatsapp" | "servedNumbers" | "adminToken" | "adminSecureCookies" | "queuePrefix" | "trustProxy" | "http" | "metrics" | "redisWait" | "costs"
+  >;
   logger: Logger;
   redis: RedisClient;
   queues: Queues;
@@ -81,6 +84,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
       redis: deps.redis,
       keyPrefix: deps.config.queuePrefix,
       secureCookies: deps.config.adminSecureCookies,
+      costs: deps.config.costs,
     }),
   );
   return app;

@@ -430,4 +430,48 @@ describe.runIf(chromiumAvailable("browser.test.ts"))("the staff page in Chromium
     }),
     30_000,
   );
+
+  it(
+    "the costs view: a table per number and day with the parts Meta billed, and no serious axe problem at desktop or phone width",
+    steps("costs", async () => {
+      // Meta prices José's first answer, on its sent status and again on a later read: counted once.
+      const first = await h.db.outboundMessage.findFirstOrThrow({
+        where: { wamid: { not: null }, reply: { conversation: { contact: { waId: JOSE.phone! } } } },
+        orderBy: { createdAt: "asc" },
+      });
+      const pricing = { pricing_model: "PMP", type: "regular", category: "service" };
+      await h.deliver(statusWebhook({ id: first.wamid!, status: "sent", recipient_id: JOSE.phone!, pricing }));
+      await eventually(async () => (await h.db.outboundMessage.findUniqueOrThrow({ where: { id: first.id } })).pricedAt, "the part priced");
+
+      await page.getByRole("link", { name: "Costs" }).click();
+      await page.getByRole("heading", { level: 2, name: "What replies cost" }).waitFor();
+      expect(await page.getByRole("link", { name: "Costs" }).getAttribute("aria-current")).toBe("page");
+      const today = new Date().toISOString().slice(0, 10);
+      const row = page.getByRole("row").filter({ has: page.getByRole("rowheader", { name: today }) });
+      await row.waitFor();
+      const cells = await row.getByRole("cell").allTextContents();
+      expect(cells[0]).toBe(PHONE_NUMBER_ID);
+      expect(cells[3]).toBe("service 1"); // billed messages
+      expect(Number(cells[1])).toBeGreaterThanOrEqual(8); // replies: every customer's
+      expect(await page.getByRole("rowheader", { name: "Total" }).isVisible()).toBe(true);
+      expect(await axeProblems()).toEqual([]);
+      await screenshot("staff-costs.png");
+
+      // A range the API refuses is said on the page, in the API's words.
+      await page.locator('#costs-range input[name="from"]').fill("2026-12-31");
+      await page.locator('#costs-range input[name="to"]').fill("2026-01-01");
+      await page.getByRole("button", { name: "Show" }).click();
+      await page.getByText("bad range: from (2026-12-31) is after to (2026-01-01)").waitFor();
+
+      await page.setViewportSize(PHONE);
+      await page.getByRole("link", { name: "Queue" }).click();
+      await page.getByRole("link", { name: "Costs" }).click();
+      await row.waitFor();
+      expect(await overflowsSideways()).toBe(false);
+      expect(await axeProblems()).toEqual([]);
+      await page.setViewportSize(DESKTOP);
+      expect(cspViolations).toEqual([]);
+    }),
+    30_000,
+  );
 });

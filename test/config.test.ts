@@ -106,6 +106,14 @@ describe("configuration", () => {
     expect(problemsOf(testEnv({ SYSTEM_PROMPT_FILE: "/nonexistent/prompt.txt" }))[0]).toMatch(/^SYSTEM_PROMPT_FILE cannot be read/);
   });
 
+  it("the default prompt keeps Claude to the business, hands off rather than guess, and asks for answers that fit one WhatsApp message", () => {
+    const prompt = loadConfig(testEnv()).anthropic.systemPrompt;
+    expect(prompt).toContain("answering its own customers");
+    expect(prompt).toContain("do not guess: call handoff_to_human");
+    expect(prompt).toContain("Politely decline requests that have nothing to do with the business");
+    expect(prompt).toContain("fit in one WhatsApp message");
+  });
+
   it("the system prompt comes from SYSTEM_PROMPT_FILE, else SYSTEM_PROMPT", () => {
     expect(loadConfig(testEnv({ SYSTEM_PROMPT: "Be brief." })).anthropic.systemPrompt).toBe("Be brief.");
     expect(loadConfig(testEnv({ SYSTEM_PROMPT_FILE: "fixtures/system-prompt.example.txt" })).anthropic.systemPrompt).toMatch(/bakery/);

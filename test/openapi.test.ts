@@ -216,6 +216,17 @@ describe("the staff API answers what the document says", () => {
     expectDocumented("POST", "/admin/conversations/{id}/resume", await call("POST", `/admin/conversations/${randomUUID()}/resume`));
   });
 
+  it("costs: the days' figures (of the replies the tests before made), and 400 for a bad range", async () => {
+    const res = await call("GET", "/admin/costs");
+    expect(res.statusCode).toBe(200);
+    expect(res.json().days.length).toBeGreaterThan(0);
+    expectDocumented("GET", "/admin/costs", res);
+    const bad = await call("GET", "/admin/costs?from=2026-12-02&to=2026-12-01");
+    expect(bad.statusCode).toBe(400);
+    expectDocumented("GET", "/admin/costs", bad);
+    expectDocumented("GET", "/admin/costs", await call("GET", "/admin/costs?from=soon"));
+  });
+
   it("a person's session: sign in, who am I, a change without the CSRF token (403), sign out", async () => {
     await addStaff(h.db, "dee@example.com", "correct horse battery staple");
     const wrong = await call("POST", "/admin/session", { email: "dee@example.com", password: "wrong password!" }, {});

@@ -6,7 +6,7 @@ import { buildMetricsApp } from "../src/app.ts";
 import { graphError } from "./support/fake-graph.ts";
 import { eventually, type Harness, startHarness } from "./support/harness.ts";
 import { parseSamples, type Sample } from "./support/prometheus-text.ts";
-import { textWebhook } from "./support/webhook-bodies.ts";
+import { statusWebhook, textWebhook } from "./support/webhook-bodies.ts";
 
 /**
  * The alert rules and the dashboard in ops/ cannot rot: every metric and label they name is
@@ -74,13 +74,17 @@ const groupedBy = (expr: string) =>
 let h: Harness;
 let samples: Sample[];
 beforeAll(async () => {
-  h = await startHarness();
+  h = await startHarness({ env: { META_RATES_FILE: "fixtures/meta-rates.example.json" } });
   const metricsApp = buildMetricsApp({ logger: pino({ level: "silent" }), queues: h.queues, db: h.db, metrics: h.metrics });
   try {
     const answered = textWebhook({ text: "what time do you open?" });
     await h.deliver(answered.body);
     await h.deliver(answered.body); // Meta delivers it again
-    await eventually(() => h.db.reply.findFirst({ where: { state: "sent" } }), "one reply answered");
+    const sent = await eventually(() => h.db.outboundMessage.findFirst({ where: { wamid: { not: null } } }), "one reply answered");
+    // Meta prices it (issue 20's cost series).
+    const pricing = { pricing_model: "PMP", type: "regular", category: "service" };
+    await h.deliver(statusWebhook({ id: sent.wamid!, status: "sent", recipient_id: "16505551234", pricing }));
+    await eventually(async () => (await h.db.outboundMessage.findUniqueOrThrow({ where: { id: sent.id } })).pricedAt, "the reply priced");
     h.graph.answerSends({ status: 400, body: graphError(131026, "Message undeliverable") });
     await h.deliver(textWebhook({ from: "16505550000", text: "hello?" }).body);
     await eventually(() => h.db.deadLetter.findFirst(), "one dead letter");

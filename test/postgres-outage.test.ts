@@ -78,7 +78,8 @@ describe("Postgres away for longer than the retry budget", () => {
     await settle();
     expect(h.graph.sentTexts).toEqual(["Reply #1"]);
     expect(h.claude.requests).toHaveLength(1);
-    expect(await h.db.reply.findFirstOrThrow()).toMatchObject({ state: "sent", text: "Reply #1" });
+    expect(await h.db.reply.findFirstOrThrow()).toMatchObject({ state: "sent", text: "Reply #1", claudeCostUsd: kept.costUsd });
+    expect(kept.costUsd).toBeGreaterThan(0); // priced as Claude answered, and kept with the words
     expect(await failedJobs(h)).toBe(0);
   }, 60_000);
 });

@@ -10,6 +10,7 @@ import { type Queues, scheduleReply } from "../queue/queues.ts";
 import { pauseConversation, resumeConversation } from "../replies/state/conversations.ts";
 import { discardDeadLetter, reopenAfterFailedQueue, resendDeadLetter } from "../replies/state/dead-letters.ts";
 import { registerStaffAuth, type StaffAuthDeps } from "./auth.ts";
+import { type CostRoutesDeps, registerCostRoutes } from "./costs.ts";
 import { registerIdempotency } from "./idempotency.ts";
 import { describeStaffApi } from "./openapi.ts";
 import { registerStaffPage } from "./page.ts";
@@ -18,6 +19,8 @@ import * as wire from "./wire.ts";
 
 export interface AdminDeps extends StaffAuthDeps {
   queues: Queues;
+  /** The cost ledger's prices (GET /admin/costs). */
+  costs: CostRoutesDeps["costs"];
 }
 
 /** A refused staff action's answer: the reason, and a code the page can act on (e.g. ask to confirm a maybe-sent resend). */
@@ -270,6 +273,8 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
         return { ok: true };
       },
     );
+
+    registerCostRoutes(scope, { db: deps.db, costs: deps.costs });
 
     // BullMQ's own queues through bull-board, behind the same sign-in, for operators only: job
     // payloads carry message text and phone numbers. Read-only: its buttons (retry, clean,

@@ -107,6 +107,8 @@ export interface GeneratedReply {
   cacheCreation1hTokens?: number | undefined;
   /** The knowledge it cited (issue 19); absent for an answer without knowledge. */
   citations?: Citation[] | undefined;
+  /** What its calls cost in USD, each priced as it answered (src/ai/pricing.ts); absent when a model has no price. */
+  costUsd?: number | undefined;
 }
 
 export interface ClaudeOptions {

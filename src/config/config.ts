@@ -1,4 +1,7 @@
 import { readFileSync } from "node:fs";
+import { NO_OVERRIDES, type PriceOverrides } from "../ai/pricing.ts";
+import type { MetaRates } from "../costs/meta-rates.ts";
+import { loadMetaRates, loadModelPrices } from "./costs-files.ts";
 import { type Env, envSchema } from "./env.ts";
 import { loadNumbers, type NumberSettings, type ServedNumbers } from "./numbers.ts";
 import { type RedisTarget, redisTarget } from "./redis.ts";
@@ -13,7 +16,9 @@ import { type RedisTarget, redisTarget } from "./redis.ts";
 /**
  * Meta's terms (since January 2026) allow an assistant that serves the business's own
  * customers, not a general-purpose one: the prompt keeps Claude to the business's matters and
- * sends what it cannot answer from the documents and tools to a person.
+ * sends what it cannot answer from the documents and tools to a person. Since October 2026
+ * Meta bills every message of a reply (a reply over 4096 characters is several): the prompt
+ * asks for answers that fit one.
  */
 const DEFAULT_SYSTEM_PROMPT =
   "You are the WhatsApp assistant of one business, answering its own customers about its products, " +
@@ -21,7 +26,8 @@ const DEFAULT_SYSTEM_PROMPT =
   "do not guess: call handoff_to_human with the reason. Also hand off when the customer asks for a person " +
   "or is upset. Politely decline requests that have nothing to do with the business (general questions, " +
   "writing, coding, homework). Reply briefly, in the language the customer wrote in, as plain text: " +
-  "WhatsApp shows no Markdown headings or tables.";
+  "WhatsApp shows no Markdown headings or tables. Keep every answer short enough to fit in one WhatsApp " +
+  "message (a few short paragraphs at most): each extra message is billed to the business.";
 
 export interface Config {
   readonly port: number;
@@ -63,6 +69,12 @@ export interface Config {
     readonly historyMessages: number;
     readonly historyTokenBudget: number;
   };
+  /**
+   * The cost ledger's prices (issue 20): Claude models' from MODEL_PRICES_FILE over the
+   * built-in table; Meta's rate card from META_RATES_FILE, without which billed messages are
+   * counted, not priced.
+   */
+  readonly costs: { readonly modelPrices: PriceOverrides; readonly metaRates: MetaRates | undefined };
   /** A business's own files, given to Claude as cited documents (each number's `knowledgeDir`). */
   readonly knowledge: {
     /** Up to this many tokens, a number's knowledge goes to Claude whole; above it, the passages Postgres's full-text search finds. */
@@ -221,6 +233,9 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     systemPrompt = env.SYSTEM_PROMPT.trim();
   }
 
+  const modelPrices = env.MODEL_PRICES_FILE?.trim() ? loadModelPrices(env.MODEL_PRICES_FILE.trim(), problems) : NO_OVERRIDES;
+  const metaRates = env.META_RATES_FILE?.trim() ? loadMetaRates(env.META_RATES_FILE.trim(), problems) : undefined;
+
   const numbers = env.PHONE_NUMBERS_FILE ? loadNumbers(env.PHONE_NUMBERS_FILE, env, problems) : new Map<string, NumberSettings>();
 
   if (parsed.success && parsed.data.METRICS_PORT !== undefined && parsed.data.METRICS_PORT !== 0 && parsed.data.METRICS_PORT === parsed.data.PORT) {
@@ -259,6 +274,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
       historyMessages: e.HISTORY_MESSAGES,
       historyTokenBudget: e.HISTORY_TOKEN_BUDGET,
     },
+    costs: { modelPrices, metaRates },
     knowledge: { tokenBudget: e.KNOWLEDGE_TOKEN_BUDGET },
     tools: { maxSteps: e.TOOL_MAX_STEPS, maxMs: e.TOOL_MAX_MS, answerMaxBytes: e.TOOL_ANSWER_MAX_BYTES },
     numbers,

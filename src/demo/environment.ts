@@ -1,4 +1,5 @@
 import { randomBytes } from "node:crypto";
+import { fileURLToPath } from "node:url";
 
 /**
  * The demo's environment, composed here rather than read from `.env` or the shell: fresh
@@ -139,6 +140,8 @@ export function demoEnvironment(
       "You are the WhatsApp assistant of the Demo Shop, a made-up shoe shop in a software demo, answering its customers. " +
       "Answer only from the shop's documents and tools; when they do not say, call handoff_to_human rather than guess. " +
       "Decline requests that have nothing to do with the shop. Answer briefly and kindly, in the customer's language; plain text only.",
+    // What replies cost (the staff page's Costs view), with the sample rate card.
+    META_RATES_FILE: fileURLToPath(new URL("../../fixtures/meta-rates.example.json", import.meta.url)),
     // The shop's knowledge files and its order and booking tools (src/demo/business/).
     PHONE_NUMBERS_FILE: phoneNumbersFile,
     DATABASE_URL: settings.databaseUrl,

@@ -196,6 +196,8 @@ async function completeReply(
       }
       throw error;
     }
+    // Each part is a billed WhatsApp message (issue 20): counted as the reply's parts are stored.
+    if (stored.outbox) deps.metrics.replyParts.observe({ phone_number_id: conversation.phoneNumberId }, stored.outbox.parts.length);
     if (kept?.replyId === reply.id) log.info({ event: "reply.draft_recovered" }, "stored the answer the job kept while the database was away");
     if (written.kind === "handoff" && stored.outbox) {
       countHandoff(deps);

@@ -1,8 +1,11 @@
+import { z } from "zod";
+import { isBillable, type MetaRates, marketOf, metaAmount } from "../costs/meta-rates.ts";
 import { type DeadLetterDeps, recordDeadLetter } from "../dlq/dead-letters.ts";
 import type { Logger } from "../logger.ts";
+import type { Metrics } from "../metrics/metrics.ts";
 import type { StatusJobData } from "../queue/catalog.ts";
 import { type Queues, scheduleReply } from "../queue/queues.ts";
-import { recordDeliveryStatus, type StatusOutcome, UUID } from "../replies/state/parts.ts";
+import { recordDeliveryStatus, recordPartPricing, type StatusOutcome, UUID } from "../replies/state/parts.ts";
 import { maskPhoneNumbers } from "../whatsapp/answer-shape.ts";
 import { ruleForGraphCode } from "../whatsapp/error-codes.ts";
 import type { GraphErrorsCount } from "../whatsapp/graph-client.ts";
@@ -18,13 +21,16 @@ import type { GraphErrorsCount } from "../whatsapp/graph-client.ts";
 export interface StatusDeps extends DeadLetterDeps {
   logger: Logger;
   queues: Queues;
-  metrics: DeadLetterDeps["metrics"] & { graphErrors: GraphErrorsCount };
+  metrics: DeadLetterDeps["metrics"] & { graphErrors: GraphErrorsCount } & Pick<Metrics, "metaMessages" | "metaCost">;
+  /** Meta's rate card (META_RATES_FILE); without it billed messages are counted, not priced. */
+  metaRates?: MetaRates | undefined;
 }
 
 export async function processStatus(deps: StatusDeps, data: StatusJobData): Promise<string> {
   const { status } = data;
   const log = deps.logger.child({ wamid: status.id, status: status.status });
   const recorded = await recordStatus(deps, status);
+  if (recorded.outcome === "recorded" || recorded.outcome === "stale") await recordPricing(deps, status, recorded.partId, log);
   switch (recorded.outcome) {
     case "unknown":
       log.info({ event: "status.unknown_message" }, "status for a message we did not send (or no longer track); ignored");
@@ -58,6 +64,42 @@ function recordStatus(deps: StatusDeps, status: StatusJobData["status"]): Promis
     { wamid: status.id, callbackPartId: ours && UUID.test(ours) ? ours : undefined, status: status.status, at: new Date(Number(status.timestamp) * 1000) },
     new Date(),
   );
+}
+
+/** Meta's `pricing` object (WHATSAPP.md §3, §12), read leniently: a shape we do not know never costs us the status. */
+const pricingSchema = z.object({
+  billable: z.boolean().optional(),
+  pricing_model: z.string().optional(),
+  category: z.string().min(1),
+  type: z.string().optional(),
+});
+
+/**
+ * The message's price, from the first status that carries one (sent, delivered or read, in any
+ * order): counted once per message however many statuses say it.
+ */
+async function recordPricing(deps: StatusDeps, status: StatusJobData["status"], partId: string, log: Logger): Promise<void> {
+  if (status.status === "failed" || status.pricing === undefined) return;
+  const parsed = pricingSchema.safeParse(status.pricing);
+  if (!parsed.success) {
+    log.warn({ event: "status.pricing_unreadable" }, "status carries a pricing object we cannot read; the message is not counted");
+    return;
+  }
+  const pricing = parsed.data;
+  const billable = isBillable(pricing);
+  const market = marketOf(deps.metaRates, status.recipient_id);
+  const amount = metaAmount(deps.metaRates, { billable, category: pricing.category }, market);
+  const priced = await recordPartPricing(
+    deps.db,
+    partId,
+    { category: pricing.category, type: pricing.type ?? null, pricingModel: pricing.pricing_model ?? null, billable, market, amount },
+    new Date(),
+  );
+  if (!priced.recorded) return;
+  const labels = { phone_number_id: priced.phoneNumberId, category: pricing.category };
+  deps.metrics.metaMessages.inc({ ...labels, billable: String(billable) });
+  if (amount) deps.metrics.metaCost.inc(labels, amount);
+  log.info({ event: "status.priced", category: pricing.category, billable, market, amount }, "message's price recorded");
 }
 
 /**

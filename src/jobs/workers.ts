@@ -30,7 +30,7 @@ import { type InboundDeps, keepUnreadableMessage, processInbound } from "./inbou
 import { decideFate, type RetryDelaySettings, retryDelayMs } from "./policy.ts";
 import { reconcile } from "./reconcile.ts";
 import { processReply, type ReplyDeps } from "./reply.ts";
-import { processStatus } from "./status.ts";
+import { processStatus, type StatusDeps } from "./status.ts";
 
 export type WorkerDeps = InboundDeps &
   ReplyDeps & {
@@ -41,6 +41,8 @@ export type WorkerDeps = InboundDeps &
     retry: RetryDelaySettings;
     metrics: Metrics;
     reconcile: { intervalMs: number; afterMs: number };
+    /** Meta's rate card, for the price of each message its status webhooks say it billed. */
+    metaRates?: StatusDeps["metaRates"];
     /** Traces on: the inbound, reply, status and events runs continue their message's trace. */
     tracing?: Tracing | undefined;
     /** Staff notifications on (a channel configured): this process collects and delivers them (src/notify/). */
@@ -127,6 +129,8 @@ export function startConfiguredWorkers(
     tools: config.tools,
     reconcile: config.reconcile,
     staffNotify: channels ? { channels, settings: notify } : undefined,
+    modelPrices: config.costs.modelPrices,
+    metaRates: config.costs.metaRates,
   });
   return {
     all: workers.all,

@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyPluginAsync } from "fastify";
 import { AggregatorRegistry, Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
 import type { GeneratedReply } from "../ai/claude.ts";
-import { estimateCostUsd } from "../ai/pricing.ts";
+import { estimateCostUsd, NO_OVERRIDES, type PriceOverrides } from "../ai/pricing.ts";
 import { safeEqual } from "../crypto/safe-equal.ts";
 import type { Db } from "../db/client.ts";
 import { oldestReadySince, type Queues } from "../queue/queues.ts";
@@ -27,6 +27,12 @@ export interface Metrics {
   claudeTokens: Counter<"phone_number_id" | "model" | "kind">;
   claudeCost: Counter<"phone_number_id" | "model">;
   toolCalls: Counter<"phone_number_id" | "tool" | "outcome">;
+  /** Messages Meta priced (a status's `pricing`), once each, by number, category and whether billed. */
+  metaMessages: Counter<"phone_number_id" | "category" | "billable">;
+  /** Their amount by META_RATES_FILE, in the rate card's currency. */
+  metaCost: Counter<"phone_number_id" | "category">;
+  /** WhatsApp messages per reply: each one is billed since October 2026. */
+  replyParts: Histogram<"phone_number_id">;
   graphErrors: Counter<"code" | "via">;
   staffNotifications: Counter<"channel" | "outcome">;
 }
@@ -97,6 +103,25 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
       labelNames: ["phone_number_id", "tool", "outcome"],
       registers,
     }),
+    metaMessages: new Counter({
+      name: "wa_meta_messages_total",
+      help: "Sent messages Meta priced in a status webhook, counted once each however many statuses carried it, by business number, pricing category and billable (true: Meta bills it; false: free, e.g. free_entry_point)",
+      labelNames: ["phone_number_id", "category", "billable"],
+      registers,
+    }),
+    metaCost: new Counter({
+      name: "wa_meta_cost_total",
+      help: "What Meta bills for the messages sent, by META_RATES_FILE's rate card (in its currency), by business number and pricing category; billed messages the card has no price for are not counted here",
+      labelNames: ["phone_number_id", "category"],
+      registers,
+    }),
+    replyParts: new Histogram({
+      name: "wa_reply_parts",
+      help: "WhatsApp messages per reply, as stored to be sent (a reply over 4096 characters is split; each part is a billed message)",
+      labelNames: ["phone_number_id"],
+      buckets: [1, 2, 3, 4, 5, 10],
+      registers,
+    }),
     graphErrors: new Counter({
       name: "wa_graph_errors_total",
       help: "Graph API failures by Meta's error code (or http_<status>, timeout, network, ...) and via: api (the answer to our request) or status (a failed delivery webhook)",
@@ -117,6 +142,7 @@ export function countClaudeCall(
   metrics: Metrics,
   labels: { phoneNumberId: string; model: string },
   result: { ok: GeneratedReply } | { error: { retryable: boolean; timedOut: boolean } },
+  prices: PriceOverrides = NO_OVERRIDES,
 ): void {
   const by = { phone_number_id: labels.phoneNumberId, model: labels.model };
   if ("error" in result) {
@@ -132,7 +158,7 @@ export function countClaudeCall(
   metrics.claudeTokens.inc({ ...by, kind: "cache_write" }, usage.cacheCreationTokens);
   metrics.claudeTokens.inc({ ...by, kind: "output" }, usage.outputTokens);
   // Priced by the model that answered (a dated id), counted under the one asked for.
-  const cost = estimateCostUsd(usage.model, usage) ?? estimateCostUsd(labels.model, usage);
+  const cost = estimateCostUsd(usage.model, usage, prices) ?? estimateCostUsd(labels.model, usage, prices);
   if (cost !== undefined) metrics.claudeCost.inc(by, cost);
 }
 

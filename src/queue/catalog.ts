@@ -130,6 +130,8 @@ const JOB_SCHEMAS = {
         text: z.string(),
         ...usage.shape,
         cacheCreation1hTokens: tokens.optional(),
+        // Its price as Claude answered (issue 20), so a draft kept through an outage is priced as any other.
+        costUsd: z.number().nonnegative().optional(),
         citations: z.array(z.object({ source: z.string(), title: z.string().nullable(), citedText: z.string(), location: z.string().nullable() })).optional(),
       })
       .optional(),

@@ -1,5 +1,6 @@
 import { performance } from "node:perf_hooks";
 import { type ClaudeAnswer, type ClaudeClient, citationsOf, type GeneratedReply, textOf, toolUsesOf } from "../ai/claude.ts";
+import { estimateCostUsd, type PriceOverrides } from "../ai/pricing.ts";
 import type { ChatTurn, ClaudeKnowledge, ToolResult } from "../ai/request.ts";
 import type { Config } from "../config/config.ts";
 import { type Db, isDatabaseUnavailable } from "../db/client.ts";
@@ -40,6 +41,8 @@ export interface GenerationDeps extends HistoryDeps {
   knowledge?: KnowledgeSource | undefined;
   generation: GenerationTiming;
   tools: Pick<Config["tools"], "maxSteps" | "maxMs">;
+  /** MODEL_PRICES_FILE's prices over the built-in table: what each call is priced at as it answers. */
+  modelPrices?: PriceOverrides | undefined;
 }
 
 /** How long a reply's Claude call may take to start and to answer (law 4 across a takeover). */
@@ -73,11 +76,17 @@ export interface StepKeeping {
  */
 export type Written = { kind: "draft"; draft: GeneratedReply } | { kind: "handoff"; reason: string; toolUseId: string; cost: ReplyCost };
 
-/** The calls' usage summed: the stored steps', and the last call's when it was not stored as one. */
-function costOf(steps: readonly StoredStep[], last?: ClaudeAnswer): ReplyCost {
+/**
+ * The calls' usage summed: the stored steps', and the last call's when it was not stored as
+ * one; and their price, each call priced alone (a long prompt's band is per request), or
+ * undefined when a model has no price.
+ */
+function costOf(prices: PriceOverrides | undefined, steps: readonly StoredStep[], last?: ClaudeAnswer): ReplyCost {
   const usages = [...steps.map((s) => s.usage), ...(last ? [last.usage] : [])];
   const sum = (pick: (u: ClaudeAnswer["usage"]) => number) => usages.reduce((n, u) => n + pick(u), 0);
+  const costs = usages.map((u) => estimateCostUsd(u.model, u, prices));
   return {
+    costUsd: costs.every((c) => c !== undefined) ? costs.reduce((n, c) => n + c, 0) : undefined,
     model: usages.at(-1)!.model,
     inputTokens: sum((u) => u.inputTokens),
     outputTokens: sum((u) => u.outputTokens),
@@ -193,7 +202,12 @@ class ToolLoop {
 
   /** Claude declined (a stored step): the customer is handed to a person rather than left in silence. */
   private refused(step: number, steps: readonly StoredStep[]): Written {
-    return { kind: "handoff", reason: "Claude declined to answer this message", toolUseId: `refusal.${this.begun.reply.id}.${step}`, cost: costOf(steps) };
+    return {
+      kind: "handoff",
+      reason: "Claude declined to answer this message",
+      toolUseId: `refusal.${this.begun.reply.id}.${step}`,
+      cost: costOf(this.deps.modelPrices, steps),
+    };
   }
 
   /** The words to send, never cut mid-sentence (an answer that ran out of tokens is trimmed to its last full sentence). */
@@ -212,7 +226,7 @@ class ToolLoop {
     }
     if (!text) throw new PermanentError({ source: "anthropic", code: "empty", reason: `Claude returned no text to send (stop reason ${answer.stopReason})` });
     const citations = citationsOf(answer.content);
-    return { text, ...costOf(steps, answer), ...(citations.length > 0 ? { citations } : {}) };
+    return { text, ...costOf(this.deps.modelPrices, steps, answer), ...(citations.length > 0 ? { citations } : {}) };
   }
 
   /** Past TOOL_MAX_STEPS tool calls or TOOL_MAX_MS since the first step: Claude answers with what it has. */
@@ -240,7 +254,7 @@ class ToolLoop {
             ? (call.input as { reason: string }).reason
             : "Claude handed the customer to a person";
         if (call.state === "requested") await this.finish(call.id, { state: "done", answer: "The customer was handed to a person.", isError: false });
-        return { kind: "handoff", reason, toolUseId: call.id, cost: costOf(steps) };
+        return { kind: "handoff", reason, toolUseId: call.id, cost: costOf(this.deps.modelPrices, steps) };
       }
       if (call.state !== "requested") continue;
       const leftMs = this.deps.tools.maxMs - (Date.now() - first);
@@ -343,12 +357,12 @@ class ToolLoop {
       answer = await this.deps.claude.ask(ask);
     } catch (error) {
       const timedOut = error instanceof RetryableError && error.code === "timeout";
-      countClaudeCall(this.deps.metrics, asked, { error: { retryable: !(error instanceof PermanentError), timedOut } });
+      countClaudeCall(this.deps.metrics, asked, { error: { retryable: !(error instanceof PermanentError), timedOut } }, this.deps.modelPrices);
       if (timedOut) this.log.warn({ event: "reply.claude_timeout" }, "Claude did not answer in time; the call may be billed, and a retry is another");
       await releaseGeneration(this.deps.db, reply.id, deadline).catch(() => undefined); // at worst the retry waits for the deadline
       throw error;
     }
-    countClaudeCall(this.deps.metrics, asked, { ok: { ...answer.usage, text: "" } });
+    countClaudeCall(this.deps.metrics, asked, { ok: { ...answer.usage, text: "" } }, this.deps.modelPrices);
     this.log.info(
       {
         event: "reply.generated",

@@ -16,8 +16,19 @@ export const answersToolResults = (request: ClaudeRequest): boolean => {
   return Array.isArray(content) && content.some((b: { type?: string }) => b.type === "tool_result");
 };
 
+/** Anthropic's `usage` of one answer. */
+export interface BilledUsage {
+  input_tokens: number;
+  output_tokens: number;
+  cache_read_input_tokens: number;
+  cache_creation_input_tokens: number;
+  cache_creation?: { ephemeral_5m_input_tokens: number; ephemeral_1h_input_tokens: number };
+}
+
 export class FakeAnthropic extends MessagesApiServer {
   readonly requests: ClaudeRequest[] = [];
+  /** The usage of every answer given, as Anthropic reports it: what the calls are billed for. */
+  readonly usages: BilledUsage[] = [];
   private readonly script: ClaudeAnswer[] = [];
   reply: (request: ClaudeRequest) => string = (request) => `Reply #${this.requests.indexOf(request) + 1}`;
   /** Answers what the script does not, when it has an answer (a scenario's tool use); else `reply` does. */
@@ -34,6 +45,10 @@ export class FakeAnthropic extends MessagesApiServer {
 
   protected override received(request: ClaudeRequest): void {
     this.requests.push(request);
+  }
+
+  protected override billed(usage: Record<string, unknown>): void {
+    this.usages.push(usage as unknown as BilledUsage);
   }
 
   /** The text of every user turn the model was shown in request `i`. */

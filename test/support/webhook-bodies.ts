@@ -91,6 +91,8 @@ export function statusWebhook(status: {
   recipient_id?: string;
   biz_opaque_callback_data?: string;
   errors?: unknown[];
+  /** What Meta says the message costs (WHATSAPP.md §12). */
+  pricing?: { pricing_model?: string; type?: string; category: string; billable?: boolean };
 }): string {
   return metaWire(
     envelope([

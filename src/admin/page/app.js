@@ -3,6 +3,7 @@
 // fresh by polling, and owns the keyboard shortcuts.
 
 import { api, onSignedOut, setCsrfToken } from "./api.js";
+import { loadCosts, wireCosts } from "./costs.js";
 import { act, detail, neighbour, openItem, refreshDetail, wireDraft } from "./detail.js";
 import { $, isTyping } from "./dom.js";
 import { focusItemAt, loadQueue, moveInList, queue, wireQueue } from "./queue.js";
@@ -21,8 +22,17 @@ let signedIn = false;
 
 function show(section) {
   view = section;
-  for (const id of ["sign-in", "queue", "detail"]) $(`#${id}`).hidden = id !== section;
+  for (const id of ["sign-in", "queue", "detail", "costs"]) $(`#${id}`).hidden = id !== section;
   $("#sign-out").hidden = section === "sign-in";
+  $("#views").hidden = section === "sign-in";
+  // The queue's link stays current on an item: it is part of the queue.
+  for (const [link, current] of [
+    ["#nav-queue", section !== "costs"],
+    ["#nav-costs", section === "costs"],
+  ]) {
+    if (current) $(link).setAttribute("aria-current", "page");
+    else $(link).removeAttribute("aria-current");
+  }
 }
 
 function poll(refresh) {
@@ -40,7 +50,7 @@ function stopPolling() {
   clearTimeout(pollTimer);
 }
 
-const refreshView = () => (view === "detail" ? refreshDetail() : view === "queue" ? loadQueue() : Promise.resolve());
+const refreshView = () => (view === "detail" ? refreshDetail() : view === "queue" ? loadQueue() : view === "costs" ? loadCosts() : Promise.resolve());
 
 function showSignIn() {
   signedIn = false;
@@ -77,6 +87,16 @@ async function showItem(id) {
   poll(refreshDetail);
 }
 
+async function showCosts() {
+  detail.current = null;
+  show("costs");
+  document.title = "Costs · Support queue";
+  stopPolling();
+  // Not polled: the person may be choosing days; a new visit or the Show button reads it again.
+  await loadCosts();
+  if (view === "costs") $("#costs-title").focus({ preventScroll: true });
+}
+
 let routeId = null;
 let pendingMessage;
 
@@ -84,6 +104,10 @@ let pendingMessage;
 function route() {
   if (!signedIn) return;
   const previous = routeId;
+  if (location.hash === "#/costs") {
+    routeId = null;
+    return showCosts();
+  }
   const match = /^#\/item\/([0-9a-f-]{36})$/.exec(location.hash);
   routeId = match ? match[1] : null;
   if (match) return showItem(match[1]);
@@ -149,6 +173,7 @@ document.addEventListener("DOMContentLoaded", () => {
   onSignedOut(showSignIn);
   wireQueue();
   wireDraft();
+  wireCosts();
   $("#sign-in").addEventListener("submit", async (event) => {
     event.preventDefault();
     const form = new FormData(event.target);

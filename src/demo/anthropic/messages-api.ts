@@ -69,6 +69,9 @@ export abstract class MessagesApiServer {
   /** Called with every request as it arrives, before onRequest (the fake records them here). */
   protected received(_request: ClaudeRequest): void {}
 
+  /** Called with the usage of every answer, as Anthropic would bill it (the fake keeps them, for the tests' hand counts). */
+  protected billed(_usage: Record<string, unknown>): void {}
+
   get url(): string {
     return this.server.url;
   }
@@ -108,6 +111,8 @@ export abstract class MessagesApiServer {
       }
       const blocks: AnswerBlock[] = "text" in answer ? [{ type: "text", text: answer.text }] : answer.content;
       const stopReason = ("stopReason" in answer ? answer.stopReason : undefined) ?? (blocks.some((b) => b.type === "tool_use") ? "tool_use" : "end_turn");
+      const usage = { ...this.cache.account(request), output_tokens: 20 };
+      this.billed(usage);
       sendJson(
         res,
         200,
@@ -119,7 +124,7 @@ export abstract class MessagesApiServer {
           content: blocks.map(asReturned),
           stop_reason: stopReason,
           stop_sequence: null,
-          usage: { ...this.cache.account(request), output_tokens: 20 },
+          usage,
         },
         { "request-id": "req_sim" },
       );

@@ -318,7 +318,8 @@ export class MetaGraph {
               timestamp: String(Math.floor(Date.now() / 1000)),
               ...(send.addressedBy === "phone" ? { recipient_id: send.to } : { recipient_user_id: send.to }),
               ...(send.partId ? { biz_opaque_callback_data: send.partId } : {}),
-              ...(status === "sent" ? { pricing: { pricing_model: "PMP", type: "free_customer_service", category: "service" } } : {}),
+              // On sent and on one of delivered/read (WHATSAPP.md §3); a service reply is billed since October 2026 (§12).
+              ...(status === "sent" || status === "delivered" ? { pricing: { pricing_model: "PMP", type: "regular", category: "service" } } : {}),
             },
           ],
         }),

@@ -235,3 +235,35 @@ type PartRow = { sendState: string; status: string | null; wamid: string | null 
 export const maybeSent = (part: PartRow) => (part.sendState === "sending" || part.sendState === "unconfirmed") && part.wamid === null;
 /** Meta took it and has not reported it failed. */
 export const delivered = (part: PartRow) => part.sendState === "accepted" && part.status !== "failed";
+
+/** Meta's `pricing` of a sent message as recorded: what it is, and what it costs by the rate card. */
+export interface PartPricing {
+  category: string;
+  type: string | null;
+  pricingModel: string | null;
+  billable: boolean;
+  market: string;
+  /** 0 when free; undefined when billed and the rate card has no price for it. */
+  amount: number | undefined;
+}
+
+/**
+ * unpriced → priced: the first status webhook carrying a `pricing` object records it (sent,
+ * delivered and read may each carry one, in any order, any number of times). Later ones change
+ * nothing, so a message is counted once. A fact about a message Meta took: no lease needed.
+ * Returns whether this call recorded it, with the part's business number, for the counters.
+ */
+export async function recordPartPricing(
+  db: Db,
+  partId: string,
+  pricing: PartPricing,
+  now: Date,
+): Promise<{ recorded: true; phoneNumberId: string } | { recorded: false }> {
+  const [row] = await db.$queryRaw<{ phoneNumberId: string }[]>`
+    UPDATE outbound_messages p SET pricing_category = ${pricing.category}, pricing_type = ${pricing.type}, pricing_model = ${pricing.pricingModel},
+      billable = ${pricing.billable}, market = ${pricing.market}, meta_amount = ${pricing.amount ?? null}::double precision, priced_at = ${now}::timestamptz
+    FROM replies r JOIN conversations c ON c.id = r.conversation_id
+    WHERE p.id = ${partId}::uuid AND p.priced_at IS NULL AND r.id = p.reply_id
+    RETURNING c.phone_number_id AS "phoneNumberId"`;
+  return row ? { recorded: true, phoneNumberId: row.phoneNumberId } : { recorded: false };
+}

@@ -50,7 +50,7 @@ export async function storeDraft(
       UPDATE replies SET state = 'ready', text = ${draft.text}, model = ${draft.model}, input_tokens = ${draft.inputTokens}::int,
         output_tokens = ${draft.outputTokens}::int, cache_read_tokens = ${draft.cacheReadTokens ?? null}::int,
         cache_creation_tokens = ${draft.cacheCreationTokens ?? null}::int,
-        cache_creation_1h_tokens = ${draft.cacheCreation1hTokens ?? null}::int, citations = ${draft.citations ? JSON.stringify(draft.citations) : null}::jsonb,
+        cache_creation_1h_tokens = ${draft.cacheCreation1hTokens ?? null}::int, claude_cost_usd = ${draft.costUsd ?? null}::double precision, citations = ${draft.citations ? JSON.stringify(draft.citations) : null}::jsonb,
         generation_deadline = NULL, updated_at = ${now}::timestamptz
       WHERE id = ${replyId}::uuid AND state = 'generating'
       RETURNING id
