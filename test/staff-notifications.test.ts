@@ -1,9 +1,9 @@
-import { createServer, type Server } from "node:http";
 import { Writable } from "node:stream";
 import pino from "pino";
 import { SMTPServer } from "smtp-server";
 import { afterEach, describe, expect, it } from "vitest";
 import { deliverJobId } from "../src/notify/notifier.ts";
+import { Receiver, WEBHOOK_TOKEN } from "./support/chat-receiver.ts";
 import { problemsOf } from "./support/config-problems.ts";
 import { graphError } from "./support/fake-graph.ts";
 import { eventually, type Harness, testEnv } from "./support/harness.ts";
@@ -20,40 +20,7 @@ import { textWebhook } from "./support/webhook-bodies.ts";
 
 const harness = harnessPerTest();
 const BASE = "https://staff.example.com";
-const WEBHOOK_TOKEN = "T000/B000/s3cr3t-webhook-token";
 const BATCH_MS = 1000;
-
-/** A chat room's incoming webhook: answers each post with `answer()`'s status, or refuses connections while stopped. */
-class Receiver {
-  readonly posts: { status: number; text: string }[] = [];
-  answer: () => number = () => 200;
-  private server: Server | undefined;
-  constructor(readonly port: number) {}
-  get url() {
-    return `http://127.0.0.1:${this.port}/hooks/${WEBHOOK_TOKEN}`;
-  }
-  get delivered() {
-    return this.posts.filter((p) => p.status === 200).map((p) => p.text);
-  }
-  async start(): Promise<this> {
-    this.server = createServer((req, res) => {
-      const chunks: Buffer[] = [];
-      req.on("data", (c: Buffer) => chunks.push(c));
-      req.on("end", () => {
-        const status = this.answer();
-        this.posts.push({ status, text: (JSON.parse(Buffer.concat(chunks).toString("utf8")) as { text: string }).text });
-        res.writeHead(status, { "content-type": "text/plain" }).end(status === 200 ? "ok" : "unavailable");
-      });
-    });
-    await new Promise<void>((resolve) => this.server!.listen(this.port, "127.0.0.1", resolve));
-    return this;
-  }
-  async stop(): Promise<void> {
-    const server = this.server;
-    this.server = undefined;
-    if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
-  }
-}
 
 let receivers: Receiver[] = [];
 afterEach(async () => {

@@ -19,6 +19,8 @@ const numberSettingsSchema = z
       .optional(),
     knowledgeDir: z.string().min(1).optional(),
     toolsFile: z.string().min(1).optional(),
+    /** What the number may spend in a UTC day, in META_RATES_FILE's currency (Claude's USD added in). */
+    dailyBudget: z.number().positive().finite().optional(),
   })
   .strict();
 const numbersFileSchema = z.record(z.string(), numberSettingsSchema);
@@ -37,6 +39,8 @@ export interface NumberSettings {
   readonly knowledgeDir?: string;
   /** The business's HTTP endpoints Claude may call, from the number's tools file; their secrets never show (src/tools/business-tool.ts). */
   readonly tools?: readonly BusinessTool[];
+  /** Once the UTC day's spend reaches it, new answers go to staff, not to Claude. */
+  readonly dailyBudget?: number;
 }
 
 /** `env` resolves the environment variables the tools files' headers name. */
@@ -83,6 +87,7 @@ export function loadNumbers(path: string, env: Readonly<Record<string, string | 
       ...(settings.windowClosedTemplate ? { windowClosedTemplate: settings.windowClosedTemplate } : {}),
       ...(knowledgeDir ? { knowledgeDir } : {}),
       ...(tools ? { tools: Object.freeze(tools) } : {}),
+      ...(settings.dailyBudget !== undefined ? { dailyBudget: settings.dailyBudget } : {}),
     });
   }
   return numbers;

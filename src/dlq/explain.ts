@@ -16,6 +16,7 @@ export const REASON_KINDS = {
   claude: "Claude could not reply",
   stuck: "Stuck in our system",
   handoff: "Handed to a person",
+  budget: "Daily budget spent",
   other: "Other",
 } as const;
 
@@ -274,6 +275,13 @@ function explainFailure(failure: ExplainedFailure): Explanation {
         title: "The customer asked for a person",
         text: "The customer asked to talk to a person, so the bot is paused for this conversation: it stores their messages but does not answer.",
         next: "Answer them yourself (from the WhatsApp Business app, or call them), then resume the bot and discard this item with a note.",
+      };
+    case "budget":
+      return {
+        kind: "budget",
+        title: "The number's daily budget is spent",
+        text: "This number has spent its daily budget (dailyBudget), so Claude was not asked; the customer was told a person will answer.",
+        next: "Write the reply yourself and send it, or regenerate (this asks Claude, at a cost). New answers wait for a person until the next UTC day.",
       };
     case "window":
       if (code === "template_missing") {

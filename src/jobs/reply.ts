@@ -3,6 +3,7 @@ import { performance } from "node:perf_hooks";
 import { type Job, RateLimitError } from "bullmq";
 import type { ClaudeClient, GeneratedReply } from "../ai/claude.ts";
 import type { Config } from "../config/config.ts";
+import { assertWithinBudget } from "../costs/budget.ts";
 import type { Db } from "../db/client.ts";
 import { countHandoff, recordDeadLetter } from "../dlq/dead-letters.ts";
 import { FencedOut, PermanentError, Postpone, RetryableError } from "../errors.ts";
@@ -164,6 +165,8 @@ async function completeReply(
   const { lease, conversation, reply, planned } = begun;
   // Sends Meta took while the database was away, recorded first: they must not go out again.
   for (const [partId, wamid] of Object.entries(data.accepted ?? {})) await markAccepted(deps.db, partId, wamid, new Date());
+  // A new answer for a number past its daily budget goes to staff instead of Claude.
+  if (planned && reply.state === "generating" && reply.kind === "ai") await assertWithinBudget(deps, conversation.phoneNumberId, new Date());
   // Read and "typing…" for what this reply answers, beside the reply path: while Claude writes,
   // never in front of it. Best effort: a failed receipt must never block the reply.
   if (planned) showTyping(deps, conversation, planned.messages.at(-1)!.wamid, log);

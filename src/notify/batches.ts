@@ -4,7 +4,8 @@ import type { Db } from "../db/client.ts";
  * The notifications' own rows (staff_notifications, staff_notified_items): nothing else writes
  * them, and they never write a dead letter (law 13: those are src/replies/state's).
  *
- *   makeBatch: open dead letters nobody was told of ─▶ one new notification (pending)
+ *   makeBatch: open dead letters nobody was told of ─▶ one new notification (pending); of a
+ *              number's budget stops, the day's first only
  *   recordChannelSent: a channel took it ─▶ its time; all of them ─▶ delivered
  *   recordFailure: an attempt failed ─▶ attempts + 1, last error (still pending)
  */
@@ -28,10 +29,20 @@ export async function makeBatch(db: Db, channels: readonly Channel[], batchMs: n
     const since = new Date(now.getTime() - batchMs);
     const last = await tx.staffNotification.findFirst({ orderBy: { createdAt: "desc" }, select: { createdAt: true } });
     if (last && last.createdAt > since) return null;
-    const waiting = await tx.$queryRaw<{ id: string; createdAt: Date }[]>`
-      SELECT d.id, d.created_at AS "createdAt" FROM dead_letters d
+    // A number whose daily budget is spent is told of once that UTC day: its later budget items
+    // wait on the page, unannounced.
+    const found = await tx.$queryRaw<{ id: string; createdAt: Date; budgetDay: string | null }[]>`
+      SELECT d.id, d.created_at AS "createdAt",
+             CASE WHEN d.source = 'budget' THEN c.phone_number_id || ' ' || to_char(d.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') END AS "budgetDay"
+      FROM dead_letters d JOIN conversations c ON c.id = d.conversation_id
       WHERE d.state = 'open' AND NOT EXISTS (SELECT 1 FROM staff_notified_items n WHERE n.dead_letter_id = d.id)
+        AND NOT (d.source = 'budget' AND EXISTS (
+          SELECT 1 FROM staff_notified_items n JOIN dead_letters b ON b.id = n.dead_letter_id JOIN conversations bc ON bc.id = b.conversation_id
+          WHERE b.source = 'budget' AND bc.phone_number_id = c.phone_number_id
+            AND (b.created_at AT TIME ZONE 'UTC')::date = (d.created_at AT TIME ZONE 'UTC')::date))
       ORDER BY d.created_at, d.id LIMIT ${MAX_ITEMS}`;
+    const budgetDays = new Set<string>();
+    const waiting = found.filter((item) => !item.budgetDay || (!budgetDays.has(item.budgetDay) && budgetDays.add(item.budgetDay)));
     if (waiting.length === 0 || waiting[0]!.createdAt > since) return null;
     const batch = await tx.staffNotification.create({ data: { channels: [...channels], createdAt: now }, select: { id: true } });
     await tx.staffNotifiedItem.createMany({ data: waiting.map((item) => ({ deadLetterId: item.id, notificationId: batch.id })) });
