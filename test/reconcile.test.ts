@@ -53,6 +53,18 @@ function capturedLogs() {
 const failedCount = async (queue: Queue) => (await queue.getJobCounts("failed")).failed ?? 0;
 const SWEEP_NOW = { RECONCILE_AFTER_MS: "0", RECONCILE_INTERVAL_MS: "3600000", REPLY_DEBOUNCE_MS: "0" };
 
+/** What a sweep run by the test itself needs: the system's own parts, every item overdue. */
+const sweepDeps = (h: Harness) => ({
+  db: h.db,
+  queues: h.queues,
+  redis: h.redis,
+  prefix: h.prefix,
+  logger: pino({ level: "silent" }),
+  metrics: h.metrics,
+  conversation: h.config.conversation,
+  afterMs: 0,
+});
+
 describe("the reconciler", () => {
   it("drives a reply job BullMQ gave up on again at start-up: the message is answered once, and the failed set is empty", async () => {
     const logs = capturedLogs();
@@ -90,16 +102,7 @@ describe("the reconciler", () => {
     await h.deliver(body);
     await eventually(() => h.db.inboundMessage.findUnique({ where: { wamid: wamids[0] } }), "the message to be stored");
     await h.stopWorkers();
-    const deps = {
-      db: h.db,
-      queues: h.queues,
-      redis: h.redis,
-      prefix: h.prefix,
-      logger: pino({ level: "silent" }),
-      metrics: h.metrics,
-      conversation: h.config.conversation,
-      afterMs: 0,
-    };
+    const deps = sweepDeps(h);
 
     await h.queues.reply.drain(true); // Redis lost the job (a failover without AOF, say)
     expect(await reconcile(deps)).toMatchObject({ redriven: 1, deadLettered: 0 });
@@ -116,16 +119,7 @@ describe("the reconciler", () => {
 
   it("drives a failed inbound job again once; failing again, its message is kept as a dead letter for staff", async () => {
     const h = await harness({ workers: 0, env: SWEEP_NOW });
-    const deps = {
-      db: h.db,
-      queues: h.queues,
-      redis: h.redis,
-      prefix: h.prefix,
-      logger: pino({ level: "silent" }),
-      metrics: h.metrics,
-      conversation: h.config.conversation,
-      afterMs: 0,
-    };
+    const deps = sweepDeps(h);
     crashingWorker(h, h.queues.inbound);
     const { body, wamids } = textWebhook({ text: "I want to cancel my order" });
     await h.deliver(body);
@@ -166,16 +160,7 @@ describe("the reconciler", () => {
     crashingWorker(h, h.queues.inbound);
     await h.deliver(poison.body);
     await eventually(async () => (await failedCount(h.queues.inbound)) === 1, "the poison's job to fail for good");
-    const deps = {
-      db: h.db,
-      queues: h.queues,
-      redis: h.redis,
-      prefix: h.prefix,
-      logger: logs.logger,
-      metrics: h.metrics,
-      conversation: h.config.conversation,
-      afterMs: 0,
-    };
+    const deps = { ...sweepDeps(h), logger: logs.logger };
     expect(await reconcile(deps)).toMatchObject({ failedJobs: 1, skipped: 0, redriven: 1 }); // driven again once, and the stuck conversation
     await eventually(async () => (await failedCount(h.queues.inbound)) === 1, "the poison's job, driven again, to fail again");
     await stopCrashingWorkers();
