@@ -19,7 +19,8 @@ interface SignatureFile {
 const signatureFile = JSON.parse(readFileSync(new URL("signatures.json", FIXTURES), "utf8")) as SignatureFile;
 const SECRET = signatureFile.appSecret;
 const fixtureNames = readdirSync(FIXTURES)
-  .filter((name) => name.endsWith(".json") && name !== "signatures.json")
+  // Meta's bodies; an operator's sample file (*.example.json) is not one.
+  .filter((name) => name.endsWith(".json") && name !== "signatures.json" && !name.endsWith(".example.json"))
   .sort();
 
 const readRaw = (name: string): Buffer => readFileSync(new URL(name, FIXTURES));
