@@ -1,5 +1,8 @@
 import http from "node:http";
+import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { buildApp } from "../src/app.ts";
+import { createMetrics } from "../src/metrics/metrics.ts";
 import { addStaff } from "../src/staff/accounts.ts";
 import { eventually, type Harness, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
@@ -152,6 +155,31 @@ describe("the live queue: GET /admin/events", () => {
     const current = await openStream(base, { ...AUTH, "last-event-id": caughtUp.id });
     expect(await current.next()).toMatchObject({ event: "ready", id: caughtUp.id });
     current.close();
+  }, 40_000);
+
+  it("behind a load balancer: a change is told by every web process, and a page that reconnects to another one is caught up there", async () => {
+    // A second web process: the same database and Redis, nothing else shared.
+    const other = buildApp({ config: h.config, logger: pino({ level: "silent" }), redis: h.redis, queues: h.queues, db: h.db, metrics: createMetrics() });
+    const otherBase = await other.listen({ port: 0, host: "127.0.0.1" });
+    try {
+      const here = await openStream(base, AUTH);
+      const there = await openStream(otherBase, AUTH);
+      const [{ id: heardHere }, { id: heardThere }] = await Promise.all([here.next(), there.next()]);
+      expect(heardThere).toBe(heardHere); // one cursor, read from Postgres, whichever process answers
+      await newDeadLetter(); // written by a worker, which knows nothing of either
+      const [changeHere, changeThere] = await Promise.all([here.next(), there.next()]);
+      expect(changeHere.event).toBe("change");
+      expect(changeThere.event).toBe("change");
+      here.close();
+
+      await newDeadLetter(); // while the page is away
+      const moved = await openStream(otherBase, { ...AUTH, "last-event-id": heardHere });
+      expect((await moved.next()).event).toBe("change");
+      moved.close();
+      there.close();
+    } finally {
+      await other.close();
+    }
   }, 40_000);
 
   it("a person's session cookie opens it, as the page's EventSource does", async () => {
