@@ -42,26 +42,46 @@ export interface LiveQueueDeps {
   maxStreams?: number;
 }
 
+/** Closed items change little after this; their state and history are kept live until then. */
+const CLOSED_ITEMS_DAYS = 7;
+/** A sent reply's parts still gain delivery ticks (delivered, read) for about this long. */
+const TICKS_DAYS = 2;
+
 /**
- * What the staff page shows, in one digest: every dead letter (count, last change), their history,
- * and for conversations with an open item, their messages, replies, parts (send state, status)
- * and pause. Open items are found by (state, created_at) and the rest by conversation or reply.
+ * What the staff page shows, in one digest: the open items and those closed within
+ * CLOSED_ITEMS_DAYS (each one's state and last change) and their history; for open items, their
+ * conversations' latest message, their replies not yet sent or sent within TICKS_DAYS, those
+ * replies' parts (send state, attempt, delivery status), and the conversations' pause. Every read
+ * goes through an index ((state, created_at) for the items, then by item, conversation or reply)
+ * and none reads a conversation's whole history: this runs every second in each web process.
  */
 async function readCursor(db: Db): Promise<string> {
   const [row] = await db.$queryRaw<{ cursor: string }[]>`
-    WITH open_conversations AS (SELECT DISTINCT conversation_id AS id FROM dead_letters WHERE state = 'open'),
-    letters_v AS (SELECT count(*)::text || '/' || coalesce(max(updated_at)::text, '') AS v FROM dead_letters),
-    actions_v AS (SELECT count(*)::text || '/' || coalesce(max(created_at)::text, '') AS v FROM dead_letter_actions),
+    WITH shown AS (
+      SELECT id, conversation_id, state, updated_at FROM dead_letters
+      WHERE state = 'open'
+         OR (state IN ('resent', 'discarded') AND created_at > now() - make_interval(days => ${CLOSED_ITEMS_DAYS}::int))),
+    open_conversations AS (SELECT DISTINCT conversation_id AS id FROM shown WHERE state = 'open'),
+    letters_v AS (SELECT coalesce(md5(string_agg(id::text || state::text || updated_at::text, ',' ORDER BY id)), '') AS v FROM shown),
+    actions_v AS (
+      SELECT count(*)::text || '/' || coalesce(max(a.created_at)::text, '') AS v
+      FROM dead_letter_actions a WHERE a.dead_letter_id IN (SELECT id FROM shown)),
     inbound_v AS (
-      SELECT count(*)::text || '/' || coalesce(max(m.created_at)::text, '') AS v
-      FROM inbound_messages m WHERE m.conversation_id IN (SELECT id FROM open_conversations)),
-    replies_v AS (
-      SELECT count(*)::text || '/' || coalesce(max(r.updated_at)::text, '') AS v
-      FROM replies r WHERE r.conversation_id IN (SELECT id FROM open_conversations)),
+      SELECT coalesce(string_agg(last.at::text, ',' ORDER BY oc.id), '') AS v
+      FROM open_conversations oc
+      CROSS JOIN LATERAL (
+        SELECT m.created_at AS at FROM inbound_messages m WHERE m.conversation_id = oc.id ORDER BY m.created_at DESC LIMIT 1) last),
+    live_replies AS (
+      SELECT r.id, r.state, r.updated_at FROM replies r
+      WHERE r.conversation_id IN (SELECT id FROM open_conversations) AND r.state IN ('generating', 'ready', 'dead')
+      UNION ALL
+      SELECT r.id, r.state, r.updated_at FROM replies r
+      WHERE r.conversation_id IN (SELECT id FROM open_conversations) AND r.state = 'sent'
+        AND r.sent_at > now() - make_interval(days => ${TICKS_DAYS}::int)),
+    replies_v AS (SELECT coalesce(md5(string_agg(id::text || state::text || updated_at::text, ',' ORDER BY id)), '') AS v FROM live_replies),
     parts_v AS (
       SELECT coalesce(md5(string_agg(o.id::text || o.send_state::text || o.send_attempt || '.' || o.status_rank, ',' ORDER BY o.id)), '') AS v
-      FROM outbound_messages o JOIN replies r ON r.id = o.reply_id
-      WHERE r.conversation_id IN (SELECT id FROM open_conversations)),
+      FROM outbound_messages o JOIN live_replies r ON r.id = o.reply_id),
     paused_v AS (
       SELECT coalesce(max(c.updated_at)::text, '') AS v FROM conversations c WHERE c.id IN (SELECT id FROM open_conversations))
     SELECT left(md5(concat_ws('|', letters_v.v, actions_v.v, inbound_v.v, replies_v.v, parts_v.v, paused_v.v)), 16) AS cursor
