@@ -195,6 +195,7 @@ export function registerLiveQueue(scope: FastifyInstance, deps: LiveQueueDeps): 
       const stream: Stream = { raw: reply.raw, heard: typeof lastEventId === "string" && lastEventId !== "" ? lastEventId : undefined };
       // Read before answering: a database that is down is a 5xx the page can fall back on, not a silent stream.
       const cursor = await readCursor(settings.db);
+      if (request.raw.socket.destroyed) return reply.hijack(); // the page left while the cursor was read: nothing to hold
       reply.hijack();
       reply.raw.writeHead(200, {
         "content-type": "text/event-stream; charset=utf-8",
@@ -204,8 +205,8 @@ export function registerLiveQueue(scope: FastifyInstance, deps: LiveQueueDeps): 
       });
       reply.raw.write(`retry: ${RETRY_MS}\n\n`);
       send(stream, stream.heard !== undefined && stream.heard !== cursor ? "change" : "ready", cursor);
-      feed.add(stream);
       reply.raw.on("close", () => feed.remove(stream));
+      feed.add(stream);
     },
   );
 }
