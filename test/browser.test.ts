@@ -50,6 +50,7 @@ const LENA: Customer = { name: "Lena Fischer", phone: "4915112345678" };
 const TOM: Customer = { name: "Tom Baker", phone: "16505550199" };
 const NOAH: Customer = { name: "Noah Williams", phone: "447911123456" };
 const KOFI: Customer = { name: "Kofi Mensah", phone: "233241234567" };
+const PRIYA: Customer = { name: "Priya Nair", phone: "919812345678" };
 
 /** One text message as Meta sends it, from a customer who shows their phone, a username, or both. */
 function customerWrites(who: Customer, text: string): string {
@@ -473,5 +474,41 @@ describe.runIf(chromiumAvailable("browser.test.ts"))("the staff page in Chromium
       expect(cspViolations).toEqual([]);
     }),
     30_000,
+  );
+
+  it(
+    "the live queue: a new item appears on the open page without a reload, and an update to the item on screen leaves a draft being typed, and its caret, alone",
+    steps("live-queue", async () => {
+      await page.getByRole("link", { name: "Queue" }).click();
+      await page.getByRole("heading", { name: /Open items/ }).waitFor();
+      await expect.poll(() => page.locator("#live-status").textContent()).toBe("Live");
+      await page.evaluate("window.notReloaded = true");
+      const before = await page.locator("[data-dead-letter-id]").count();
+
+      await deadLetterFor(PRIYA, "My parcel arrived damaged.", () => h.claude.answer({ status: 400 }));
+      await expect.poll(() => page.locator("[data-dead-letter-id]").count(), { timeout: 10_000 }).toBe(before + 1);
+      await item("Priya Nair").waitFor();
+      expect(await axeProblems()).toEqual([]);
+
+      await item("Priya Nair").click();
+      await page.getByRole("heading", { level: 2, name: "Priya Nair" }).waitFor();
+      const draft = page.getByLabel("Draft (edit before sending if needed)");
+      await draft.fill("Hi Priya, so sorry: a new one is on its way.");
+      await page.evaluate("document.querySelector('#draft').setSelectionRange(9, 9)");
+      // Priya writes again and the bot answers her: the item on screen changes while the draft is open.
+      h.claude.answer({ text: "A colleague will look at your parcel today." });
+      await h.deliver(customerWrites(PRIYA, "Hello? Photos attached."));
+      await expect.poll(() => page.locator("#timeline .bubble.in").count(), { timeout: 10_000 }).toBe(2);
+      expect(await draft.inputValue()).toBe("Hi Priya, so sorry: a new one is on its way.");
+      expect(await page.evaluate("[document.activeElement.id, document.activeElement.selectionStart, document.activeElement.selectionEnd]")).toEqual([
+        "draft",
+        9,
+        9,
+      ]);
+      expect(await page.evaluate("window.notReloaded")).toBe(true);
+      expect(await axeProblems()).toEqual([]);
+      expect(cspViolations).toEqual([]);
+    }),
+    40_000,
   );
 });

@@ -19,7 +19,8 @@ interface Operation {
   security: Record<string, string[]>[];
   parameters: { name: string; in: string; schema: Schema }[];
   requestBody?: { content: { "application/json": { schema: Schema } } };
-  responses: Record<string, { content: { "application/json": { schema: Schema } } }>;
+  /** JSON, but for the live queue's event stream (text/event-stream). */
+  responses: Record<string, { content: Record<string, { schema: Schema }> }>;
 }
 interface Document {
   openapi: string;
@@ -46,7 +47,9 @@ const ajv = addFormats.default(new Ajv2020({ strict: true, allErrors: true }));
 function documentedSchema(method: string, path: string, status: number): Schema {
   const answer = doc.paths[path]?.[method.toLowerCase()]?.responses[String(status)];
   if (!answer) throw new Error(`${method} ${path} does not document a ${status}`);
-  return answer.content["application/json"].schema;
+  const media = answer.content["application/json"];
+  if (!media) throw new Error(`${method} ${path} ${status} is not JSON`);
+  return media.schema;
 }
 
 /** The answer is JSON and fits what the document says of its status. */
@@ -91,6 +94,12 @@ describe("the OpenAPI document", () => {
     expect(registered).toContain("GET /admin/queues/api/queues");
   });
 
+  it("describes the live queue's stream as an event stream, not JSON", () => {
+    const events = doc.paths["/admin/events"]?.get;
+    expect(Object.keys(events?.responses["200"]?.content ?? {})).toEqual(["text/event-stream"]);
+    expect(Object.keys(events?.responses["503"]?.content ?? {})).toEqual(["application/json"]);
+  });
+
   it("says how to get in: the ADMIN_TOKEN bearer, or the session cookie with its CSRF token for a change", () => {
     const document = doc as Document & { components: { securitySchemes: Record<string, Schema> } };
     expect(document.components.securitySchemes).toEqual({
@@ -128,7 +137,7 @@ describe("the OpenAPI document", () => {
       Object.values(operations).flatMap((operation) => [
         ...operation.parameters.map((parameter) => parameter.schema),
         ...(operation.requestBody ? [operation.requestBody.content["application/json"].schema] : []),
-        ...Object.values(operation.responses).map((answer) => answer.content["application/json"].schema),
+        ...Object.values(operation.responses).flatMap((answer) => Object.values(answer.content).map((media) => media.schema)),
       ]),
     );
     expect(schemas.length).toBeGreaterThan(50);

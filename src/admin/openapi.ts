@@ -108,7 +108,7 @@ function operation({ method, url, schema }: Described) {
     responses: Object.fromEntries(
       Object.entries(schema.response).map(([status, { description: meaning, ...answerSchema }]) => [
         status,
-        { description: meaning, content: { "application/json": { schema: answerSchema } } },
+        { description: meaning, content: { [status === "200" && schema.produces ? schema.produces : "application/json"]: { schema: answerSchema } } },
       ]),
     ),
   };

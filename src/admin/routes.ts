@@ -11,6 +11,7 @@ import { pauseConversation, resumeConversation } from "../replies/state/conversa
 import { discardDeadLetter, reopenAfterFailedQueue, resendDeadLetter } from "../replies/state/dead-letters.ts";
 import { registerStaffAuth, type StaffAuthDeps } from "./auth.ts";
 import { type CostRoutesDeps, registerCostRoutes } from "./costs.ts";
+import { registerLiveQueue } from "./events.ts";
 import { registerIdempotency } from "./idempotency.ts";
 import { describeStaffApi } from "./openapi.ts";
 import { registerStaffPage } from "./page.ts";
@@ -275,6 +276,7 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
     );
 
     registerCostRoutes(scope, { db: deps.db, costs: deps.costs });
+    registerLiveQueue(scope, { db: deps.db });
 
     // BullMQ's own queues through bull-board, behind the same sign-in, for operators only: job
     // payloads carry message text and phone numbers. Read-only: its buttons (retry, clean,

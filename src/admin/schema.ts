@@ -85,6 +85,8 @@ export interface RouteSpec {
   summary: string;
   description?: string;
   tags: string[];
+  /** The 200 answer's media type, when it is not JSON (the event stream). */
+  produces?: string;
   params?: JsonSchema;
   querystring?: JsonSchema;
   headers?: JsonSchema;

@@ -1,23 +1,15 @@
 // The staff page: static files over the JSON API (the one way actions happen), no build step.
 // This module routes between sign-in, the list and one item (#/item/<id>), keeps the view
-// fresh by polling, and owns the keyboard shortcuts.
+// fresh as the live queue (live.js) says things change, and owns the keyboard shortcuts.
 
 import { api, onSignedOut, setCsrfToken } from "./api.js";
 import { loadCosts, wireCosts } from "./costs.js";
 import { act, detail, neighbour, openItem, refreshDetail, wireDraft } from "./detail.js";
 import { $, isTyping } from "./dom.js";
+import { startLive, stopLive } from "./live.js";
 import { focusItemAt, loadQueue, moveInList, queue, wireQueue } from "./queue.js";
 
-/**
- * Polling, not server-sent events: any number of web processes sit behind a load balancer
- * (DESIGN.md §5), and a poll needs no connection pinned to one of them nor a broadcast
- * between them. Every few seconds is fresh enough for people working a queue.
- */
-const POLL_MS = 5000;
-
 let view = "sign-in";
-let pollTimer = 0;
-let pollGeneration = 0; // a refresh still in flight when the view changes must not re-arm its timer
 let signedIn = false;
 
 function show(section) {
@@ -35,26 +27,36 @@ function show(section) {
   }
 }
 
-function poll(refresh) {
-  const generation = ++pollGeneration;
-  clearTimeout(pollTimer);
-  const tick = async () => {
-    if (!document.hidden) await refresh().catch(() => undefined);
-    if (signedIn && generation === pollGeneration) pollTimer = setTimeout(tick, POLL_MS);
-  };
-  pollTimer = setTimeout(tick, POLL_MS);
-}
-
-function stopPolling() {
-  pollGeneration++;
-  clearTimeout(pollTimer);
-}
-
 const refreshView = () => (view === "detail" ? refreshDetail() : view === "queue" ? loadQueue() : view === "costs" ? loadCosts() : Promise.resolve());
+
+/**
+ * Something changed: the list or the item on screen is read again (refreshDetail never writes
+ * over a reply box someone is in or has changed). Costs are not: the person may be choosing
+ * days. Changes that come while a refresh runs make one more, not one each; a hidden page reads
+ * again when it is shown (visibilitychange).
+ */
+let refreshing = false;
+let changedMeanwhile = false;
+async function onChange() {
+  if (document.hidden || view === "costs" || view === "sign-in") return;
+  if (refreshing) {
+    changedMeanwhile = true;
+    return;
+  }
+  refreshing = true;
+  try {
+    do {
+      changedMeanwhile = false;
+      await refreshView().catch(() => undefined);
+    } while (changedMeanwhile);
+  } finally {
+    refreshing = false;
+  }
+}
 
 function showSignIn() {
   signedIn = false;
-  stopPolling();
+  stopLive();
   show("sign-in");
   document.title = "Sign in · Support queue";
 }
@@ -65,16 +67,13 @@ async function showQueue(message, fromItem) {
   show("queue");
   document.title = "Support queue";
   $("#queue-status").textContent = message ?? "";
-  stopPolling();
   await loadQueue();
   if (view !== "queue") return; // an item was opened meanwhile
   // Back from an item: the keyboard lands where it left off (after a send or discard, the next one in line).
   if (returningFrom >= 0) focusItemAt(returningFrom);
-  poll(loadQueue);
 }
 
 async function showItem(id) {
-  stopPolling();
   if (queue.ids.length === 0) await loadQueue(); // opened by its link: the list gives previous / next
   const found = await openItem(id, () => routeId === id);
   if (routeId !== id) return; // the person moved on meanwhile
@@ -84,15 +83,13 @@ async function showItem(id) {
   }
   show("detail");
   $("#detail-title").focus({ preventScroll: false });
-  poll(refreshDetail);
 }
 
 async function showCosts() {
   detail.current = null;
   show("costs");
   document.title = "Costs · Support queue";
-  stopPolling();
-  // Not polled: the person may be choosing days; a new visit or the Show button reads it again.
+  // Not refreshed by the live queue: the person may be choosing days; a new visit or the Show button reads it again.
   await loadCosts();
   if (view === "costs") $("#costs-title").focus({ preventScroll: true });
 }
@@ -135,6 +132,7 @@ async function start() {
   setCsrfToken(data.csrfToken);
   signedIn = true;
   $("#who").textContent = `Signed in as ${data.email}`;
+  startLive(onChange);
   route();
 }
 
