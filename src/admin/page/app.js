@@ -7,6 +7,7 @@ import { loadCosts, wireCosts } from "./costs.js";
 import { act, detail, neighbour, openItem, refreshDetail, wireDraft } from "./detail.js";
 import { $, isTyping } from "./dom.js";
 import { focusItemAt, loadQueue, moveInList, queue, wireQueue } from "./queue.js";
+import { wireTemplates } from "./templates.js";
 
 /**
  * Polling, not server-sent events: any number of web processes sit behind a load balancer
@@ -173,6 +174,7 @@ document.addEventListener("DOMContentLoaded", () => {
   onSignedOut(showSignIn);
   wireQueue();
   wireDraft();
+  wireTemplates();
   wireCosts();
   $("#sign-in").addEventListener("submit", async (event) => {
     event.preventDefault();
