@@ -9,6 +9,8 @@ import type { Queues } from "./queue/queues.ts";
 import type { RedisClient } from "./queue/redis.ts";
 import type { Tracing } from "./tracing/tracing.ts";
 import { WebhookLogController, webhookRoutes } from "./webhook/routes.ts";
+import { GraphClient } from "./whatsapp/graph-client.ts";
+import { TemplateCatalog } from "./whatsapp/templates.ts";
 
 export interface AppDeps {
   config: Pick<
@@ -85,9 +87,22 @@ export function buildApp(deps: AppDeps): FastifyInstance {
       keyPrefix: deps.config.queuePrefix,
       secureCookies: deps.config.adminSecureCookies,
       costs: deps.config.costs,
+      templates: templateCatalog(deps.config.whatsapp),
     }),
   );
   return app;
+}
+
+/** The staff page's approved templates, read with the web role's own Graph client; none without WHATSAPP_BUSINESS_ACCOUNT_ID. */
+function templateCatalog(whatsapp: Config["whatsapp"]): TemplateCatalog | undefined {
+  if (!whatsapp.businessAccountId) return undefined;
+  const graph = new GraphClient({
+    baseUrl: whatsapp.graphBaseUrl,
+    version: whatsapp.graphVersion,
+    accessToken: whatsapp.accessToken,
+    timeoutMs: whatsapp.graphTimeoutMs,
+  });
+  return new TemplateCatalog(graph, whatsapp.businessAccountId);
 }
 
 export interface MetricsAppDeps {

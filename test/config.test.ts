@@ -69,6 +69,11 @@ describe("configuration", () => {
       token: "metrics-token-0123456789",
     });
     expect(problemsOf(testEnv({ METRICS_TOKEN: "short" }))).toEqual(["METRICS_TOKEN must be at least 16 characters"]);
+    expect(loadConfig(testEnv()).whatsapp.businessAccountId).toBeUndefined();
+    expect(loadConfig(testEnv({ WHATSAPP_BUSINESS_ACCOUNT_ID: " 102290129340398 " })).whatsapp.businessAccountId).toBe("102290129340398");
+    expect(problemsOf(testEnv({ WHATSAPP_BUSINESS_ACCOUNT_ID: "waba/../1" }))).toEqual([
+      "WHATSAPP_BUSINESS_ACCOUNT_ID must be digits (the WABA id from WhatsApp Manager)",
+    ]);
     expect(problemsOf(testEnv({ PORT: "9000", METRICS_PORT: "9000" }))).toEqual([
       "METRICS_PORT must differ from PORT (both 9000): metrics have a listener of their own; 0 turns it off",
     ]);

@@ -254,6 +254,24 @@ describe("the staff API answers what the document says", () => {
     expectDocumented("DELETE", "/admin/session", signedOut);
   });
 
+  it("templates: the list (none without WHATSAPP_BUSINESS_ACCOUNT_ID), and a template send refused in words", async () => {
+    const list = await call("GET", "/admin/templates");
+    expect(list.statusCode).toBe(200);
+    expect(list.json()).toEqual({ configured: false, fetchedAt: null, templates: [] });
+    expectDocumented("GET", "/admin/templates", list);
+    const badQuery = await call("GET", "/admin/templates?colour=red");
+    expect(badQuery.statusCode).toBe(400);
+    expectDocumented("GET", "/admin/templates", badQuery);
+    const id = randomUUID();
+    const refused = await call("POST", `/admin/dlq/${id}/template`, { name: "order_update", language: "en_US", parameters: ["Ada"] });
+    expect(refused.statusCode).toBe(400);
+    expect(refused.json().error).toMatch(/WHATSAPP_BUSINESS_ACCOUNT_ID/);
+    expectDocumented("POST", "/admin/dlq/{id}/template", refused);
+    const badBody = await call("POST", `/admin/dlq/${id}/template`, { name: "order_update" });
+    expect(badBody.statusCode).toBe(400);
+    expectDocumented("POST", "/admin/dlq/{id}/template", badBody);
+  });
+
   it("the Idempotency-Key's refusals", async () => {
     const id = await deadLetter();
     const url = `/admin/dlq/${id}/discard`;

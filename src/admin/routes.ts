@@ -9,6 +9,7 @@ import { PAUSED_INDEFINITELY } from "../messages/controls.ts";
 import { type Queues, scheduleReply } from "../queue/queues.ts";
 import { pauseConversation, resumeConversation } from "../replies/state/conversations.ts";
 import { discardDeadLetter, reopenAfterFailedQueue, resendDeadLetter } from "../replies/state/dead-letters.ts";
+import type { TemplateCatalog } from "../whatsapp/templates.ts";
 import { registerStaffAuth, type StaffAuthDeps } from "./auth.ts";
 import { type CostRoutesDeps, registerCostRoutes } from "./costs.ts";
 import { registerLiveQueue } from "./events.ts";
@@ -16,12 +17,15 @@ import { registerIdempotency } from "./idempotency.ts";
 import { describeStaffApi } from "./openapi.ts";
 import { registerStaffPage } from "./page.ts";
 import { problem, serializeAsJson, staffRoute, validateWithZod, type ZodParts } from "./schema.ts";
+import { registerTemplateRoutes } from "./templates.ts";
 import * as wire from "./wire.ts";
 
 export interface AdminDeps extends StaffAuthDeps {
   queues: Queues;
   /** The cost ledger's prices (GET /admin/costs). */
   costs: CostRoutesDeps["costs"];
+  /** The business account's approved templates (WHATSAPP_BUSINESS_ACCOUNT_ID); undefined: none configured. */
+  templates: TemplateCatalog | undefined;
 }
 
 /** A refused staff action's answer: the reason, and a code the page can act on (e.g. ask to confirm a maybe-sent resend). */
@@ -104,11 +108,7 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
     );
 
     /** Resend one item and queue its reply job `delayMs` from now; undone if the queue is unreachable. */
-    const resend = async (
-      id: string,
-      input: { text?: string | undefined; regenerate?: boolean; confirmMaybeSent?: boolean | undefined; actor: string },
-      delayMs = 0,
-    ) => {
+    const resend = async (id: string, input: Parameters<typeof resendDeadLetter>[2], delayMs = 0) => {
       const result = await resendDeadLetter(deps.db, id, input, new Date());
       if (!result.ok) return result;
       try {
@@ -275,6 +275,7 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
       },
     );
 
+    registerTemplateRoutes(scope, { templates: deps.templates, metaRates: deps.costs.metaRates, resend });
     registerCostRoutes(scope, { db: deps.db, costs: deps.costs });
     registerLiveQueue(scope, { db: deps.db });
 

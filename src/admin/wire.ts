@@ -89,6 +89,37 @@ export const bulkBody = requestPart(
   { status: 400, error: "body must be { code: string, spacingMs?: number, confirmMaybeSent?: boolean }" },
 );
 
+/** Approved templates (issue 21): the cached list, or Meta's again. */
+export const templatesQuery = requestPart(
+  z.object({ refresh: z.enum(["1", "true"]).optional().describe("read Meta's list again, not the cached one") }).strict(),
+  {
+    status: 400,
+    error: "the only filter is refresh=1",
+  },
+);
+export const TEMPLATE_PARAMETER_LIMIT = 1024;
+export const templateBody = requestPart(
+  z
+    .object({
+      name: z.string().trim().min(1).max(512),
+      language: z.string().trim().min(1).max(20),
+      parameters: z
+        .array(z.string().trim().min(1).max(TEMPLATE_PARAMETER_LIMIT))
+        .max(100)
+        .default([])
+        .describe("the body's {{1}}, {{2}}… in order, each non-empty"),
+      confirmMaybeSent,
+    })
+    .strict(),
+  {
+    status: 400,
+    error: (error) =>
+      error.issues.some((issue) => issue.path[0] === "parameters")
+        ? `parameters must be non-empty strings of at most ${TEMPLATE_PARAMETER_LIMIT} characters`
+        : "body must be { name: string, language: string, parameters?: string[], confirmMaybeSent?: boolean }",
+  },
+);
+
 // Answers.
 
 const contact = z.object({
@@ -246,6 +277,19 @@ export const resendRefused = answer(
   z.object({ error: z.string(), code: z.enum(["already_delivered", "maybe_sent"]).optional() }),
   "not resent: already handled, Meta took the reply after all (`already_delivered`), its last send may have arrived (`maybe_sent`, until `confirmMaybeSent`), no reply to resend, or a resend of it already running",
 );
+const template = z.object({
+  name: z.string(),
+  language: z.string(),
+  category: z.string().describe("MARKETING, UTILITY or AUTHENTICATION"),
+  body: z.string().describe("the body's words with their {{1}}-style placeholders"),
+  parameterCount: z.number().int().describe("how many parameters the body takes"),
+  price: z.number().nullable().describe("what Meta charges for one, by META_RATES_FILE's `*` market of its category; null when the card has no price"),
+});
+export const templateList = answer(
+  z.object({ configured: z.boolean().describe("false without WHATSAPP_BUSINESS_ACCOUNT_ID"), fetchedAt: when.nullable(), templates: z.array(template) }),
+  "the business account's approved templates",
+);
+export const templatesUnavailable = problem("Meta's list of templates could not be read (the body says why)");
 export const queueUnavailable = problem("the queue is unreachable; the item is still open");
 export const deadLetterNotFound = problem("no such dead letter");
 export const conversationNotFound = problem("no such conversation");

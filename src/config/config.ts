@@ -58,6 +58,8 @@ export interface Config {
     readonly graphTimeoutMs: number;
     /** After a send whose answer never came, how long to wait for a status webhook to confirm it before sending again. */
     readonly sendReconcileWaitMs: number;
+    /** The WhatsApp Business Account whose approved templates staff may send (WHATSAPP_BUSINESS_ACCOUNT_ID); undefined: none. */
+    readonly businessAccountId: string | undefined;
   };
   readonly anthropic: {
     readonly apiKey: string;
@@ -263,6 +265,7 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
       graphVersion: e.GRAPH_API_VERSION,
       graphTimeoutMs: e.GRAPH_TIMEOUT_MS,
       sendReconcileWaitMs: e.SEND_RECONCILE_WAIT_MS,
+      businessAccountId: e.WHATSAPP_BUSINESS_ACCOUNT_ID,
     },
     anthropic: {
       apiKey: e.ANTHROPIC_API_KEY,

@@ -43,6 +43,13 @@ export const envSchema = z.object({
     .optional()
     .default("v24.0")
     .refine((v) => /^v\d+\.\d+$/.test(v), { error: 'GRAPH_API_VERSION must look like "v24.0"' }),
+  // The WhatsApp Business Account whose approved templates staff may send (optional; digits, as Meta's ids are).
+  WHATSAPP_BUSINESS_ACCOUNT_ID: z
+    .string()
+    .trim()
+    .optional()
+    .transform((v) => v || undefined)
+    .refine((v) => v === undefined || /^\d{1,30}$/.test(v), { error: "WHATSAPP_BUSINESS_ACCOUNT_ID must be digits (the WABA id from WhatsApp Manager)" }),
   GRAPH_TIMEOUT_MS: int("GRAPH_TIMEOUT_MS", 15_000, 100, 120_000),
   SEND_RECONCILE_WAIT_MS: int("SEND_RECONCILE_WAIT_MS", 15_000, 0, 3_600_000),
   ANTHROPIC_API_KEY: required("ANTHROPIC_API_KEY"),

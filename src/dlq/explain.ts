@@ -63,8 +63,69 @@ const META_UNAVAILABLE: Words = {
 
 const OPERATOR = "Tell an operator: this needs fixing in the set-up, not in the reply. Once it is fixed, send it again.";
 
+const TEMPLATE_NEXT = "Pick another approved template (or fix this one in WhatsApp Manager), then send it again.";
+
+/** A template Meta refused (WHATSAPP.md §12): what is wrong with it, and what a person does. */
+const TEMPLATE_REFUSED: Record<string, Words> = {
+  "132000": {
+    kind: "setup",
+    title: "The template's parameters did not match",
+    text: "Meta refused the template: the number of values sent does not match its {{1}}, {{2}}… placeholders.",
+    next: "Fill in every placeholder of the template (no more, no fewer), then send it again.",
+  },
+  "132001": {
+    kind: "setup",
+    title: "The template does not exist in that language",
+    text: "Meta refused the template: no approved template has that name in that language (it may have been deleted, renamed or not approved yet).",
+    next: TEMPLATE_NEXT,
+  },
+  "132005": {
+    kind: "setup",
+    title: "The filled template is too long",
+    text: "Meta refused the template: with its values filled in, the message is longer than WhatsApp allows.",
+    next: "Use shorter values for the placeholders, then send it again.",
+  },
+  "132007": {
+    kind: "setup",
+    title: "The template breaks WhatsApp's policy",
+    text: "Meta refused the template: its content (or the values filled in) goes against WhatsApp's policy.",
+    next: TEMPLATE_NEXT,
+  },
+  "132012": {
+    kind: "setup",
+    title: "A template value has the wrong format",
+    text: "Meta refused the template: a value filled in is not of the kind the template expects (text, currency, date, a link…).",
+    next: "Correct the values to the kind each placeholder takes, then send it again.",
+  },
+  "132015": {
+    kind: "setup",
+    title: "The template is paused",
+    text: "Meta paused the template because customers reacted badly to it (low quality); it cannot be sent for now.",
+    next: TEMPLATE_NEXT,
+  },
+  "132016": {
+    kind: "setup",
+    title: "The template is disabled",
+    text: "Meta disabled the template for good after repeated low quality; it can never be sent again.",
+    next: TEMPLATE_NEXT,
+  },
+  "132068": {
+    kind: "setup",
+    title: "The template's flow is blocked",
+    text: "Meta refused the template: the WhatsApp Flow it opens is blocked.",
+    next: "Tell an operator to fix the flow in WhatsApp Manager, or pick another template.",
+  },
+  "132069": {
+    kind: "meta_limits",
+    title: "The template's flow is throttled",
+    text: "Meta held the template back: the WhatsApp Flow it opens is being throttled.",
+    next: "Send it again in a while, or pick another template.",
+  },
+};
+
 /** Meta's codes (WHATSAPP.md §6, §9), from a send's answer or a "failed" delivery report. */
 const META: Record<string, Words> = {
+  ...TEMPLATE_REFUSED,
   "131047": WINDOW_CLOSED,
   "131026": {
     kind: "cannot_receive",
@@ -310,7 +371,7 @@ function explainFailure(failure: ExplainedFailure): Explanation {
       if (code && /^http_5\d\d$/.test(code)) return META_UNAVAILABLE;
       const number = Number(code);
       if (number >= 200 && number <= 299) return META["10"]!;
-      if (number >= 132000 && number <= 132016) {
+      if (number >= 132000 && number <= 132099) {
         return {
           kind: "setup",
           title: "The message template has a problem",

@@ -239,7 +239,12 @@ async function sendParts(deps: ReplyDeps, lease: Lease, conversation: Conversati
   const { leaseMs, timeoutMs, reconcileWaitMs } = deps.send;
 
   for (const part of parts) {
-    const template = part.template ? deps.numbers.get(conversation.phoneNumberId)?.windowClosedTemplate : undefined;
+    // A template a person chose carries its own language and parameters (issue 21); otherwise it is the number's windowClosedTemplate.
+    const template = !part.template
+      ? undefined
+      : part.templateLanguage
+        ? { name: part.template, language: part.templateLanguage, parameters: part.templateParameters ?? [] }
+        : deps.numbers.get(conversation.phoneNumberId)?.windowClosedTemplate;
     if (part.template && template?.name !== part.template) {
       // Never send a template's stand-in text as a free-form message.
       throw new PermanentError({ source: "window", code: "template_missing", reason: `Template "${part.template}" is no longer configured for this number` });
@@ -282,6 +287,7 @@ async function sendParts(deps: ReplyDeps, lease: Lease, conversation: Conversati
             to,
             name: template.name,
             language: template.language,
+            parameters: "parameters" in template ? template.parameters : undefined,
             bizOpaqueCallbackData: part.id,
             startBy,
           })

@@ -5,6 +5,7 @@ import { PermanentError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
 import type { ConversationView } from "./state/conversations.ts";
 import type { Lease } from "./state/fence.ts";
+import { awaitsChosenTemplate } from "./state/parts.ts";
 import { replaceUnsentWithTemplate } from "./state/replies.ts";
 
 /** Meta accepts free-form messages only within 24 h of the customer's last message (WHATSAPP.md §7). */
@@ -18,7 +19,8 @@ export function windowOpen(lastInboundAt: Date | null, now = Date.now()): boolea
 /**
  * Past the window only an approved template reaches the customer (WHATSAPP.md §7): when the
  * business number has one configured, it replaces whatever was still unsent, recorded as a
- * template; otherwise the reply is a dead letter saying so.
+ * template; otherwise the reply is a dead letter saying so. A template a person chose for this
+ * reply (issue 21) is already what past the window allows: it is sent as it is.
  */
 export async function templateInstead(
   deps: { db: Db; numbers: Config["numbers"] },
@@ -28,6 +30,7 @@ export async function templateInstead(
   log: Logger,
   now: Date,
 ): Promise<void> {
+  if (await awaitsChosenTemplate(deps.db, replyId)) return;
   const template: NumberSettings["windowClosedTemplate"] = deps.numbers.get(conversation.phoneNumberId)?.windowClosedTemplate;
   if (!template) {
     throw new PermanentError({

@@ -39,6 +39,16 @@ const RULES: Record<number, CodeRule> = {
   131057: { retry: true, reason: "The business account is in maintenance mode" },
   // WHATSAPP.md §9: e.g. one-tap, zero-tap and copy-code authentication templates.
   131062: { retry: false, reason: "Meta does not deliver this kind of message to a username (BSUID) recipient: it needs the customer's phone number" },
+  // Templates (WHATSAPP.md §6, §12): a send Meta refused for the template itself never succeeds as it is.
+  132000: { retry: false, reason: "The template's parameters do not match its placeholders (count mismatch)" },
+  132001: { retry: false, reason: "The template does not exist in that language, or is not approved" },
+  132005: { retry: false, reason: "The template's filled text is too long" },
+  132007: { retry: false, reason: "The template's content breaks WhatsApp's policy" },
+  132012: { retry: false, reason: "A template parameter has the wrong format" },
+  132015: { retry: false, reason: "The template is paused for low quality" },
+  132016: { retry: false, reason: "The template is disabled for low quality" },
+  132068: { retry: false, reason: "The template's flow is blocked" },
+  132069: { retry: false, reason: "The template's flow is throttled" },
   133004: { retry: true, reason: "Meta's server is temporarily unavailable" },
   133010: { retry: false, reason: "The business number is not registered on the Cloud API" },
 };
@@ -50,7 +60,7 @@ export function ruleForGraphCode(code: number, httpStatus: number | undefined): 
   const known = RULES[code];
   if (known) return known;
   if (code >= 200 && code <= 299) return { retry: false, reason: "The app lacks a required permission" };
-  if (code >= 132000 && code <= 132016) return { retry: false, reason: "The message template is missing, paused or mismatched" };
+  if (code >= 132000 && code <= 132099) return { retry: false, reason: "The message template is missing, paused or mismatched" };
   // Unknown code: let the transport decide — a 5xx or 429 may pass, any other 4xx will not.
   const retry = httpStatus === undefined || httpStatus === 429 || httpStatus >= 500;
   return { retry, reason: `Meta returned error code ${code}` };

@@ -37,6 +37,13 @@ const sendResponseSchema = z.object({
   messages: z.array(z.object({ id: z.string().min(1) })).min(1),
 });
 
+const templatePageSchema = z.object({
+  data: z.array(z.unknown()),
+  paging: z.object({ cursors: z.object({ after: z.string().optional() }).optional(), next: z.string().optional() }).optional(),
+});
+/** A business has at most a few hundred templates: this many pages of 100 is every one. */
+const MAX_TEMPLATE_PAGES = 20;
+
 export interface GraphClientOptions {
   baseUrl: string;
   version: string;
@@ -125,17 +132,44 @@ export class GraphClient {
     to: Recipient;
     name: string;
     language: string;
+    /** The body's {{1}}, {{2}}… in order; none: the template is sent without components. */
+    parameters?: readonly string[] | undefined;
     bizOpaqueCallbackData: string;
     startBy?: number | undefined;
   }): Promise<{ wamid: string }> {
+    const parameters = input.parameters ?? [];
     return this.sent("template", input.phoneNumberId, input.bizOpaqueCallbackData, input.startBy, {
       messaging_product: "whatsapp",
       recipient_type: "individual",
       ...addressed(input.to),
       type: "template",
-      template: { name: input.name, language: { code: input.language } },
+      template: {
+        name: input.name,
+        language: { code: input.language },
+        ...(parameters.length > 0 ? { components: [{ type: "body", parameters: parameters.map((text) => ({ type: "text", text })) }] } : {}),
+      },
       biz_opaque_callback_data: input.bizOpaqueCallbackData,
     });
+  }
+
+  /**
+   * The business account's message templates (WHATSAPP.md §12), every page. Pages are followed
+   * by their `after` cursor on our own base URL rather than by `paging.next`'s URL: the token
+   * never goes anywhere but GRAPH_API_BASE_URL.
+   */
+  async listTemplates(businessAccountId: string): Promise<unknown[]> {
+    if (!/^\d+$/.test(businessAccountId)) throw new PermanentError({ source: "graph", code: "bad_waba_id", reason: "The business account id is not digits" });
+    const templates: unknown[] = [];
+    let after: string | undefined;
+    for (let page = 0; page < MAX_TEMPLATE_PAGES; page++) {
+      const query = new URLSearchParams({ fields: "name,language,category,status,components", limit: "100", ...(after ? { after } : {}) });
+      const parsed = templatePageSchema.safeParse((await this.request("GET", `${businessAccountId}/message_templates?${query}`)).body);
+      if (!parsed.success) throw new PermanentError({ source: "graph", code: "templates_shape", reason: "Meta's list of templates had an unexpected shape" });
+      templates.push(...parsed.data.data);
+      after = parsed.data.paging?.next ? parsed.data.paging.cursors?.after : undefined;
+      if (!after) break;
+    }
+    return templates;
   }
 
   /** One send, in a span of its own (ids only: no text, no phone number). */

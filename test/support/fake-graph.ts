@@ -49,6 +49,37 @@ export interface SlowDownload {
   closedByClient: boolean;
 }
 
+/** A template as Meta lists it (WHATSAPP.md §12). */
+export interface ListedTemplate {
+  name: string;
+  language: string;
+  category: string;
+  status: string;
+  components: { type: string; text?: string; format?: string }[];
+}
+
+/** Two approved templates and one still pending (never offered to staff). */
+export const FAKE_TEMPLATES: readonly ListedTemplate[] = [
+  {
+    name: "order_update",
+    language: "en_US",
+    category: "UTILITY",
+    status: "APPROVED",
+    components: [
+      { type: "HEADER", format: "TEXT", text: "Your order" },
+      { type: "BODY", text: "Hello {{1}}, your order {{2}} is on its way." },
+    ],
+  },
+  {
+    name: "we_are_here",
+    language: "en_US",
+    category: "UTILITY",
+    status: "APPROVED",
+    components: [{ type: "BODY", text: "Hi {{1}}, we have an answer for you: reply to this message to read it." }],
+  },
+  { name: "summer_sale", language: "en_US", category: "MARKETING", status: "PENDING", components: [{ type: "BODY", text: "Everything half price, {{1}}!" }] },
+];
+
 export class FakeGraph {
   readonly requests: RecordedRequest[] = [];
   private readonly script: ScriptedAnswer[] = [];
@@ -79,6 +110,17 @@ export class FakeGraph {
   /** Queue answers for the next text sends, in order; afterwards sends succeed again. */
   answerSends(...answers: ScriptedAnswer[]): void {
     this.script.push(...answers);
+  }
+
+  /** The business account's templates, served by GET /{version}/{waba}/message_templates, this many a page. */
+  templates: ListedTemplate[] = [...FAKE_TEMPLATES];
+  templatePageSize = 2;
+  /** How many pages of templates were asked for. */
+  templateListRequests = 0;
+
+  /** Template messages we sent, with their components. */
+  get templateSends(): RecordedRequest[] {
+    return this.requests.filter((r) => r.body.type === "template");
   }
 
   /** Text messages we sent (not read receipts). */
@@ -153,7 +195,27 @@ export class FakeGraph {
     });
   }
 
+  /** Meta's list of templates, paged by an `after` cursor with a `paging.next` link while more follow. */
+  private serveTemplates(req: IncomingMessage, res: ServerResponse, url: URL): void {
+    this.templateListRequests++;
+    this.requests.push({ method: "GET", path: req.url ?? "", authorization: req.headers.authorization, body: {}, at: Date.now() });
+    if (req.headers.authorization !== "Bearer test-access-token") {
+      json(res, 401, graphError(190, "Invalid OAuth access token"));
+      return;
+    }
+    const from = Number(url.searchParams.get("after") ?? "0");
+    const page = this.templates.slice(from, from + this.templatePageSize);
+    const next = from + page.length;
+    const more = next < this.templates.length;
+    json(res, 200, {
+      data: page,
+      paging: { cursors: { before: String(from), after: String(next) }, ...(more ? { next: `${this.url}${url.pathname}?after=${next}` } : {}) },
+    });
+  }
+
   private async handle(req: IncomingMessage, raw: Buffer, res: ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? "/", "http://fake");
+    if (req.method === "GET" && /^\/v\d+\.\d+\/\d+\/message_templates$/.test(url.pathname)) return this.serveTemplates(req, res, url);
     if (req.method === "GET") return this.serveMedia(req, res);
     const text = raw.toString("utf8");
     const body = (text ? JSON.parse(text) : {}) as Record<string, unknown>;

@@ -8,6 +8,7 @@ import { act, detail, neighbour, openItem, refreshDetail, wireDraft } from "./de
 import { $, isTyping } from "./dom.js";
 import { startLive, stopLive } from "./live.js";
 import { focusItemAt, loadQueue, moveInList, queue, wireQueue } from "./queue.js";
+import { wireTemplates } from "./templates.js";
 
 let view = "sign-in";
 let signedIn = false;
@@ -171,6 +172,7 @@ document.addEventListener("DOMContentLoaded", () => {
   onSignedOut(showSignIn);
   wireQueue();
   wireDraft();
+  wireTemplates();
   wireCosts();
   $("#sign-in").addEventListener("submit", async (event) => {
     event.preventDefault();

@@ -4,6 +4,7 @@
 import { api } from "./api.js";
 import { $, $$, ago, clock, dayName, fullDate, h, messageWords } from "./dom.js";
 import { queue } from "./queue.js";
+import { renderTemplates, templateRequest } from "./templates.js";
 
 /** The item on screen, and the draft as last read from the server (to tell a person's edits from it). */
 export const detail = { current: null, draftBaseline: "", signature: "" };
@@ -23,6 +24,7 @@ const SOURCE_WORDS = {
 const ACTION_WORDS = {
   resend: "sent it again",
   resend_edited: "sent an edited reply",
+  resend_template: "sent an approved template",
   regenerate: "asked Claude for a new reply",
   discard: "discarded it",
   pause_bot: "paused the bot",
@@ -75,6 +77,7 @@ function render(data, { fresh }) {
   renderTimeline(data);
   renderDraft(data, fresh);
   renderActions(data);
+  renderTemplates(data, fresh);
   $("#actions").replaceChildren(
     ...data.actions.map((action) =>
       h(
@@ -83,6 +86,7 @@ function render(data, { fresh }) {
         h("time", { datetime: action.at }, fullDate(action.at)),
         ` ${action.actor}: ${ACTION_WORDS[action.action] ?? action.action}`,
         action.detail?.note ? ` (“${action.detail.note}”)` : "",
+        action.detail?.template ? ` (“${action.detail.template}”, ${action.detail.language})` : "",
       ),
     ),
   );
@@ -308,6 +312,7 @@ const DONE = {
   "send-edited": "Sent: your reply is on its way to",
   "send-draft": "Sent: the draft is on its way to",
   regenerate: "Claude is writing a new reply for",
+  "send-template": "Sent: the template is on its way to",
   discard: "Discarded the item of",
 };
 
@@ -318,9 +323,16 @@ const DONE = {
 export async function act(action) {
   const current = detail.current;
   if (!current) return undefined;
-  const resending = action === "send-edited" || action === "send-draft" || action === "regenerate";
+  const resending = action === "send-edited" || action === "send-draft" || action === "regenerate" || action === "send-template";
+  // A template is what WhatsApp allows past the window: only free text asks first.
+  const sendTemplate = action === "send-template" ? templateRequest(current.id) : undefined;
+  if (action === "send-template" && !sendTemplate) {
+    $("#result").textContent = "Pick a template and fill in every value first.";
+    return undefined;
+  }
   if (
     resending &&
+    action !== "send-template" &&
     !current.conversation.windowOpen &&
     !confirm("The 24-hour window has closed: WhatsApp will most likely refuse free text until the customer writes again. Send anyway?")
   )
@@ -343,6 +355,7 @@ export async function act(action) {
     "send-edited": () => api("POST", `/admin/dlq/${id}/retry`, { text: $("#draft").value, ...confirmed }, key),
     "send-draft": () => api("POST", `/admin/dlq/${id}/retry`, confirmed, key),
     regenerate: () => api("POST", `/admin/dlq/${id}/regenerate`, confirmed, key),
+    "send-template": () => sendTemplate(confirmed),
     discard: () => api("POST", `/admin/dlq/${id}/discard`, note ? { note } : {}, key),
     pause: () => api("POST", `/admin/conversations/${current.conversation.id}/pause`, {}, key),
     resume: () => api("POST", `/admin/conversations/${current.conversation.id}/resume`, {}, key),

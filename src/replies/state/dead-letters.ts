@@ -7,7 +7,7 @@ import { SERVICE_WINDOW_MS } from "../window.ts";
 import { assertLease, fenceOff, type Lease } from "./fence.ts";
 import { bindStranded } from "./messages.ts";
 import { delivered, maybeSent } from "./parts.ts";
-import { reopenForResend, storeDraft } from "./replies.ts";
+import { type ChosenTemplate, reopenForResend, storeDraft } from "./replies.ts";
 
 /**
  * A dead letter is a reply that could not be made or delivered (law 6), or a customer waiting
@@ -238,12 +238,13 @@ export type StaffActionResult = { ok: true } | { ok: false; status: 404 | 409; e
  * run still holding it (it may have been sending the dead reply's other parts) sends nothing
  * more: the reply job the caller schedules sends the reply again, keeping law 8. A reply Meta
  * took meanwhile (a late status) is not sent again; one whose last send may have arrived is
- * resent only when the person confirms it (`confirmMaybeSent`).
+ * resent only when the person confirms it (`confirmMaybeSent`). With `template`, the reply is
+ * resolved by that approved template alone (issue 21), sent once by the part machinery.
  */
 export async function resendDeadLetter(
   db: Db,
   id: string,
-  input: { text?: string | undefined; regenerate?: boolean; confirmMaybeSent?: boolean | undefined; actor: string },
+  input: { text?: string | undefined; regenerate?: boolean; template?: ChosenTemplate | undefined; confirmMaybeSent?: boolean | undefined; actor: string },
   now: Date,
 ): Promise<StaffActionResult & { conversationId?: string }> {
   return db.$transaction(async (tx) => {
@@ -279,10 +280,18 @@ export async function resendDeadLetter(
       data: {
         deadLetterId: id,
         actor: input.actor,
-        action: input.regenerate ? "regenerate" : input.text !== undefined ? "resend_edited" : "resend",
+        action: input.regenerate ? "regenerate" : input.template ? "resend_template" : input.text !== undefined ? "resend_edited" : "resend",
         createdAt: now,
-        ...(input.text !== undefined || uncertain
-          ? { detail: { ...(input.text !== undefined ? { text: input.text } : {}), ...(uncertain ? { maybeSentConfirmed: true } : {}) } }
+        ...(input.text !== undefined || input.template || uncertain
+          ? {
+              detail: {
+                ...(input.text !== undefined ? { text: input.text } : {}),
+                ...(input.template
+                  ? { template: input.template.name, language: input.template.language, parameters: [...input.template.parameters], text: input.template.text }
+                  : {}),
+                ...(uncertain ? { maybeSentConfirmed: true } : {}),
+              },
+            }
           : {}),
       },
     });

@@ -20,6 +20,9 @@ export interface PartView {
   seq: number;
   text: string;
   template: string | null;
+  /** Set when a person chose the template (issue 21): its language and body parameters; null: the number's windowClosedTemplate. */
+  templateLanguage: string | null;
+  templateParameters: string[] | null;
   sendState: "pending" | "sending" | "accepted" | "unconfirmed";
   resendAfter: Date | null;
 }
@@ -42,7 +45,7 @@ export const outboxOf = (row: OutboxJson): Outbox => ({
   quote: row.quote ?? undefined,
 });
 
-export const partJson = Prisma.sql`jsonb_build_object('id', p.id, 'seq', p.seq, 'text', p.text, 'template', p.template, 'sendState', p.send_state, 'resendAfter', p.resend_after)`;
+export const partJson = Prisma.sql`jsonb_build_object('id', p.id, 'seq', p.seq, 'text', p.text, 'template', p.template, 'templateLanguage', p.template_language, 'templateParameters', p.template_parameters, 'sendState', p.send_state, 'resendAfter', p.resend_after)`;
 
 /** By storage order: Meta's timestamps have one-second resolution, too coarse for a burst. */
 export const quoteOf = (replyId: string) => Prisma.sql`(
@@ -55,6 +58,13 @@ export async function unsentParts(db: Db, replyId: string): Promise<Outbox> {
     SELECT (SELECT jsonb_agg(${partJson} ORDER BY p.seq) FROM outbound_messages p WHERE p.reply_id = ${replyId}::uuid AND p.send_state IN ('pending', 'sending')) AS parts,
            (SELECT min(seq) FROM outbound_messages WHERE reply_id = ${replyId}::uuid) AS "firstSeq", ${quoteOf(replyId)}`;
   return outboxOf(row!);
+}
+
+/** Whether the reply's unsent part is a template a person chose (issue 21): it goes out as it is, whatever the window. */
+export async function awaitsChosenTemplate(db: Db, replyId: string): Promise<boolean> {
+  const [row] = await db.$queryRaw<{ chosen: boolean }[]>`
+    SELECT EXISTS (SELECT 1 FROM outbound_messages WHERE reply_id = ${replyId}::uuid AND send_state IN ('pending', 'sending') AND template_language IS NOT NULL) AS chosen`;
+  return row?.chosen ?? false;
 }
 
 export type MarkSending =

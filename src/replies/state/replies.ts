@@ -62,7 +62,7 @@ export async function storeDraft(
       INSERT INTO outbound_messages (id, reply_id, seq, text)
       SELECT gen_random_uuid(), stored.id, COALESCE(before.last, -1) + t.n, t.text
       FROM stored, before, unnest(${partsOf(draft.text)}::text[]) WITH ORDINALITY AS t(text, n)
-      RETURNING id, seq, text, template, send_state, resend_after
+      RETURNING id, seq, text, template, template_language, template_parameters, send_state, resend_after
     )
     SELECT COALESCE((SELECT held FROM conversation), false) AS held, (SELECT last_inbound_at FROM conversation) AS "lastInboundAt",
            EXISTS (SELECT 1 FROM stored) AS stored,
@@ -163,38 +163,67 @@ export async function replaceUnsentWithTemplate(db: Db, lease: Lease, replyId: s
  * Adds parts after any the reply already has: a part Meta accepted and later reported failed
  * stays as history, so new parts never reuse its number.
  */
-async function appendParts(tx: Tx, replyId: string, parts: { text: string; template?: string | null }[]): Promise<void> {
+type NewPart = { text: string; template?: string | null; templateLanguage?: string | null; templateParameters?: Prisma.JsonValue | null };
+
+async function appendParts(tx: Tx, replyId: string, parts: NewPart[]): Promise<void> {
   if (parts.length === 0) return;
   const last = await tx.outboundMessage.aggregate({ where: { replyId }, _max: { seq: true } });
   const first = (last._max.seq ?? -1) + 1;
   await tx.outboundMessage.createMany({
-    data: parts.map((part, i) => ({ replyId, seq: first + i, text: part.text, template: part.template ?? null })),
+    data: parts.map((part, i) => ({
+      replyId,
+      seq: first + i,
+      text: part.text,
+      template: part.template ?? null,
+      templateLanguage: part.templateLanguage ?? null,
+      ...(part.templateParameters ? { templateParameters: part.templateParameters as Prisma.InputJsonValue } : {}),
+    })),
   });
+}
+
+/** An approved template a person chose to send (issue 21), its parameters checked against Meta's list; `text` is its filled body. */
+export interface ChosenTemplate {
+  name: string;
+  language: string;
+  parameters: readonly string[];
+  text: string;
 }
 
 /**
  * dead → ready (or generating, to ask Claude again): a person's resend, inside the resend's
  * transaction, which has locked the reply (state/dead-letters.ts). What never reached the
- * customer is sent anew, as it was (a template stays a template) or as the person's text; a
+ * customer is sent anew, as it was (a template stays a template), as the person's text or as
+ * the approved template they chose (its one part, whatever the window); a
  * maybe-sent part becomes `unconfirmed`, kept so its late status still finds it.
  */
 export async function reopenForResend(
   tx: Tx,
   reply: { id: string; text: string | null },
-  choice: { text?: string | undefined; regenerate?: boolean | undefined },
+  choice: { text?: string | undefined; regenerate?: boolean | undefined; template?: ChosenTemplate | undefined },
   now: Date,
 ): Promise<void> {
   const parts = await tx.outboundMessage.findMany({ where: { replyId: reply.id }, orderBy: { seq: "asc" } });
-  const again = choice.regenerate
+  const again: NewPart[] = choice.regenerate
     ? []
-    : choice.text !== undefined
-      ? splitForWhatsApp(choice.text).map((text) => ({ text }))
-      : parts.filter((p) => !delivered(p)).map((p) => ({ text: p.text, template: p.template }));
+    : choice.template
+      ? [
+          {
+            text: choice.template.text,
+            template: choice.template.name,
+            templateLanguage: choice.template.language,
+            templateParameters: [...choice.template.parameters],
+          },
+        ]
+      : choice.text !== undefined
+        ? splitForWhatsApp(choice.text).map((text) => ({ text }))
+        : parts
+            .filter((p) => !delivered(p))
+            .map((p) => ({ text: p.text, template: p.template, templateLanguage: p.templateLanguage, templateParameters: p.templateParameters }));
   await tx.outboundMessage.updateMany({ where: { replyId: reply.id, sendState: "sending" }, data: { sendState: "unconfirmed" } });
   await tx.outboundMessage.deleteMany({ where: { replyId: reply.id, sendState: "pending" } });
   await appendParts(tx, reply.id, again);
   // Regenerating drops the draft: the reply job then asks Claude again (an explicit, paid choice).
-  const text = choice.regenerate ? null : (choice.text ?? reply.text);
+  const text = choice.regenerate ? null : (choice.template?.text ?? choice.text ?? reply.text);
   await tx.reply.update({ where: { id: reply.id }, data: { text, state: text ? "ready" : "generating", generationDeadline: null, updatedAt: now } });
 }
 
