@@ -196,13 +196,13 @@ async function listenOnceRedisIsReady(
     await untilReady(web.redis);
     logger.info({ event: "web.redis_ready", waitedMs: Date.now() - since }, "Redis is ready; taking webhooks");
   }
-  // A queue whose start failed (Redis lost in the middle of it) never enqueues: every webhook
-  // would be refused until a restart, so the restart comes now, from the supervisor.
+  // The queues' start waits out Redis being slow or away (patientInfo); one that failed
+  // otherwise (a Redis too old for BullMQ) never enqueues, so the supervisor hears it now.
   try {
     await web.queuesReady();
   } catch (error) {
     if (stopping()) return; // closed under them
-    throw new StartupError(`the queues could not start, Redis was lost while they did (${String(error)}); start the web again`);
+    throw new StartupError(`the queues could not start (${String(error)}); start the web again`);
   }
   if (stopping()) return;
   await app.listen({ port: config.port, host: config.host });
@@ -314,7 +314,7 @@ function connectWeb(config: Config, logger: Logger, tracing: Tracing | undefined
     db,
     redis,
     queues,
-    /** BullMQ's queues, which check Redis's version once connected; rejects for good when the connection fell during that. */
+    /** BullMQ's queues, which check Redis's version once connected: resolves once they did, rejects on a version BullMQ refuses. */
     async queuesReady() {
       await Promise.all(Object.values(queues).map((queue) => queue.waitUntilReady()));
     },

@@ -2,7 +2,8 @@ import pino from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { buildApp } from "../src/app.ts";
 import { createMetrics } from "../src/metrics/metrics.ts";
-import { inboundJobId } from "../src/queue/queues.ts";
+import { closeQueues, createQueues, inboundJobId } from "../src/queue/queues.ts";
+import { createFailFastRedis, untilReady } from "../src/queue/redis.ts";
 import { signMetaBody } from "../src/webhook/signature.ts";
 import { deliverOverHttp, type EntryPoint, runEntryPoint } from "./support/entry-point.ts";
 import { eventually, type Harness, startHarness, TEST_APP_SECRET, TEST_VERIFY_TOKEN } from "./support/harness.ts";
@@ -38,7 +39,7 @@ afterEach(async () => {
 
 /**
  * The harness's queues are started (BullMQ's version check done) before Redis is killed: a
- * queue whose start is cut off never enqueues, which is not what these tests are about.
+ * webhook would otherwise wait for that check too, which is not what these tests are about.
  */
 async function queuesStarted(harness: Harness): Promise<void> {
   await Promise.all(Object.values(harness.queues).map((queue) => queue.waitUntilReady()));
@@ -47,6 +48,26 @@ async function queuesStarted(harness: Harness): Promise<void> {
 const signed = (body: string) => ({ "content-type": "application/json", "x-hub-signature-256": signMetaBody(Buffer.from(body), TEST_APP_SECRET) });
 
 describe("the web's start-up", () => {
+  it("still enqueues when Redis did not answer its queues' first question in time (BullMQ keeps that answer for the queue's life)", async () => {
+    redis = await PrivateRedis.start();
+    const client = createFailFastRedis(redis.url);
+    client.on("error", () => undefined);
+    await untilReady(client);
+    // Frozen, not gone: the connection stays ready and the queues' version check (INFO) times out.
+    redis.freeze();
+    const queues = createQueues(client, { prefix: "{frozen-at-start}", attempts: 3 });
+    try {
+      await new Promise((r) => setTimeout(r, 2500)); // past the fail-fast connection's 2 s command timeout
+      redis.thaw();
+      const job = await queues.inbound.add("inbound", { message: { id: "wamid.FROZEN" } } as never, { jobId: "frozen" });
+      expect(await queues.inbound.getJob(job.id!)).toBeDefined();
+    } finally {
+      redis.thaw();
+      await closeQueues(queues);
+      await client.quit().catch(() => undefined);
+    }
+  }, 30_000);
+
   it("does not listen while its Redis connection is not ready, keeps waiting, and its first webhook is accepted", async () => {
     redis = await PrivateRedis.start();
     h = await startHarness({ workers: 0, env: { REDIS_URL: redis.url } });

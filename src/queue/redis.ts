@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from "node:timers/promises";
 import { Cluster, type ClusterOptions, Redis, type RedisOptions } from "ioredis";
 import type { RedisTarget, RedisTls } from "../config/redis.ts";
 
@@ -22,8 +23,32 @@ export function createFailFastRedis(target: RedisTarget | string): RedisClient {
     reconnectOnError: (error) => (onReplica(error) ? 1 : false),
   };
   const client = connect(target, options, { enableOfflineQueue: false, clusterRetryStrategy: (times) => Math.min(times * 200, 2000) });
+  patientInfo(client);
   // A cluster spreads commands over one socket per node: there is no one stream to cork.
   return client instanceof Redis ? coalesceWrites(client) : client;
+}
+
+/**
+ * BullMQ asks INFO once, when a queue is made, and keeps the outcome for the queue's life: a
+ * failed INFO fails every later add with the same error. On the fail-fast connection one slow
+ * answer at start-up (Redis frozen or loading, the event loop stalled past commandTimeout)
+ * would so refuse every webhook until a restart, while /readyz saw a healthy connection.
+ * INFO alone is asked again until it is answered or the client is closed: nothing on the
+ * webhook's path waits on it once the queues are made.
+ */
+function patientInfo(client: RedisClient): void {
+  const info = client.info.bind(client) as (...args: unknown[]) => Promise<string>;
+  const patient = async (...args: unknown[]): Promise<string> => {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await info(...args);
+      } catch (error) {
+        if (client.status === "end" || !isRedisUnavailable(error)) throw error;
+        await sleep(Math.min(attempt * 200, 2000));
+      }
+    }
+  };
+  client.info = patient as RedisClient["info"];
 }
 
 /**

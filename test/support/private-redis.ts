@@ -54,6 +54,16 @@ export class PrivateRedis {
     }
   }
 
+  /** SIGSTOP: connections stay open and nothing is answered, as when a host stalls. */
+  freeze(): void {
+    this.child?.kill("SIGSTOP");
+  }
+
+  /** SIGCONT: it answers what waited. */
+  thaw(): void {
+    this.child?.kill("SIGCONT");
+  }
+
   /** SIGKILL: no shutdown, no final save. */
   async kill(): Promise<void> {
     if (this.running) await killAndWait(this.child!);
