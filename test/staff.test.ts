@@ -70,7 +70,7 @@ describe("npm run staff", () => {
     expect((await staffCli(["role", "olga@example.com"])).status).toBe(2);
     expect((await h.db.staffMember.findUniqueOrThrow({ where: { email: "olga@example.com" } })).role).toBe("operator");
     expect((await h.db.staffMember.findUniqueOrThrow({ where: { email: "ana@example.com" } })).role).toBe("staff"); // the default
-  });
+  }, 90_000); // eight processes, each starting the CLI: seconds apiece on a loaded machine
 
   it("stores only a hash", async () => {
     const member = await h.db.staffMember.findUniqueOrThrow({ where: { email: "ana@example.com" } });
