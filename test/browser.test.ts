@@ -387,16 +387,17 @@ describe.runIf(chromiumAvailable("browser.test.ts"))("the staff page in Chromium
       await expect.poll(async () => (await h.db.deadLetter.findUniqueOrThrow({ where: { id: letters.get("Ravi Patel")! } })).state).toBe("discarded");
       await expect.poll(() => page.locator("[data-dead-letter-id]").count()).toBe(6);
 
-      // A customer who asked for a person: nothing to resend, the bot paused, a way to resume it.
+      // A customer who asked for a person: nothing to resend; a person writes to them, then gives them back to the bot.
       await item("Noah Williams").click();
       await page.getByRole("heading", { level: 2, name: "Noah Williams" }).waitFor();
       expect(await page.locator("#why-headline").textContent()).toBe("The customer asked for a person");
       expect(await page.locator("#paused-note").textContent()).toContain("The bot is paused for this conversation until someone resumes it");
-      for (const action of ["send-draft", "send-edited", "regenerate"]) expect(await page.locator(`[data-action="${action}"]`).isVisible(), action).toBe(false);
+      for (const action of ["send-draft", "send-edited", "regenerate", "resume"]) expect(await page.locator(`[data-action="${action}"]`).isVisible(), action).toBe(false);
+      expect(await page.getByRole("button", { name: "Send to the customer" }).isVisible()).toBe(true);
       expect(await axeProblems()).toEqual([]);
-      await page.getByRole("button", { name: "Resume the bot" }).click();
-      await page.getByText("The bot answers this conversation again.").waitFor();
-      await expect.poll(() => page.locator("#paused-note").isVisible()).toBe(false);
+      await page.getByRole("button", { name: "Give back to the bot" }).click();
+      await page.getByText("The bot answers again: Noah Williams.").waitFor();
+      expect((await h.db.deadLetter.findUniqueOrThrow({ where: { id: letters.get("Noah Williams")! } })).state).toBe("resolved");
     }),
     30_000,
   );
@@ -404,7 +405,7 @@ describe.runIf(chromiumAvailable("browser.test.ts"))("the staff page in Chromium
   it(
     "a reply that may already have arrived: the page says so, and sends it again only when the person confirms",
     steps("maybe-sent", async () => {
-      await page.getByRole("button", { name: "← All items" }).click();
+      // Back on the list: giving Noah back to the bot left the item.
       await item("Kofi Mensah").click();
       await page.getByRole("heading", { level: 2, name: "Kofi Mensah" }).waitFor();
       await page.locator("#maybe-sent-warning").waitFor();

@@ -192,6 +192,12 @@ describe("migrations", () => {
         },
       });
       await db.deadLetterAction.create({ data: { deadLetterId: letter.id, actor: "api", action: "discard", detail: { note: "n" } } });
+      await db.staffPresence.create({ data: { deadLetterId: letter.id, actor: "ana@example.com", seenAt: new Date(), answeringAt: new Date() } });
+      expect(await db.deadLetter.findUniqueOrThrow({ where: { id: letter.id }, include: { presence: true } })).toMatchObject({
+        presence: [{ actor: "ana@example.com", answeringAt: expect.any(Date) }],
+      });
+      const waiting = await db.deadLetter.create({ data: { conversationId: conversation.id, dedupKey: "k2", source: "handoff", reason: "r", state: "resolved" } });
+      expect(waiting).toMatchObject({ replyId: null, state: "resolved" });
       const staff = await db.staffMember.create({ data: { email: "ops@example.com", passwordHash: "$argon2id$x", role: "operator", disabledAt: null } });
       await db.staffSession.create({ data: { tokenHash: "t1", staffId: staff.id, csrfToken: "c1", expiresAt: new Date() } });
       expect(await db.staffMember.findUniqueOrThrow({ where: { id: staff.id }, include: { sessions: true } })).toMatchObject({

@@ -225,6 +225,35 @@ describe("the staff API answers what the document says", () => {
     expectDocumented("POST", "/admin/conversations/{id}/resume", await call("POST", `/admin/conversations/${randomUUID()}/resume`));
   });
 
+  it("a customer waiting for a person: answer (202, 400, 409), presence, take-over, leaving, give-back (200, then 409), and 404s", async () => {
+    const from = `1555${Math.floor(Math.random() * 1e7)}`;
+    await h.deliver(textWebhook({ text: "human", from }).body);
+    const { id } = await eventually(
+      () => h.db.deadLetter.findFirst({ where: { source: "handoff", conversation: { contact: { waId: from } } } }),
+      "the customer's item",
+    );
+    expectDocumented("POST", "/admin/dlq/{id}/presence", await call("POST", `/admin/dlq/${id}/presence`, { answering: true }));
+    expectDocumented("POST", "/admin/dlq/{id}/presence", await call("POST", `/admin/dlq/${id}/presence`, { answering: "yes" }));
+    const answered = await call("POST", `/admin/dlq/${id}/answer`, { text: "Hello, a person here." });
+    expect(answered.statusCode).toBe(202);
+    expectDocumented("POST", "/admin/dlq/{id}/answer", answered);
+    expectDocumented("POST", "/admin/dlq/{id}/answer", await call("POST", `/admin/dlq/${id}/answer`, { text: "" }));
+    expectDocumented("POST", "/admin/dlq/{id}/take-over", await call("POST", `/admin/dlq/${id}/take-over`));
+    expectDocumented("DELETE", "/admin/dlq/{id}/presence", await call("DELETE", `/admin/dlq/${id}/presence`));
+    const givenBack = await call("POST", `/admin/dlq/${id}/give-back`);
+    expect(givenBack.statusCode).toBe(200);
+    expectDocumented("POST", "/admin/dlq/{id}/give-back", givenBack);
+    for (const action of ["give-back", "answer"]) {
+      const refused = await call("POST", `/admin/dlq/${id}/${action}`, action === "answer" ? { text: "again" } : undefined);
+      expect(refused.statusCode).toBe(409);
+      expectDocumented("POST", `/admin/dlq/{id}/${action}`, refused);
+    }
+    const unknown = randomUUID();
+    for (const action of ["give-back", "take-over", "presence"]) {
+      expectDocumented("POST", `/admin/dlq/{id}/${action}`, await call("POST", `/admin/dlq/${unknown}/${action}`, action === "presence" ? {} : undefined));
+    }
+  });
+
   it("costs: the days' figures (of the replies the tests before made), and 400 for a bad range", async () => {
     const res = await call("GET", "/admin/costs");
     expect(res.statusCode).toBe(200);

@@ -60,7 +60,7 @@ async function readCursor(db: Db): Promise<string> {
     WITH shown AS (
       SELECT id, conversation_id, state, updated_at FROM dead_letters
       WHERE state = 'open'
-         OR (state IN ('resent', 'discarded') AND created_at > now() - make_interval(days => ${CLOSED_ITEMS_DAYS}::int))),
+         OR (state <> 'open' AND created_at > now() - make_interval(days => ${CLOSED_ITEMS_DAYS}::int))),
     open_conversations AS (SELECT DISTINCT conversation_id AS id FROM shown WHERE state = 'open'),
     letters_v AS (SELECT coalesce(md5(string_agg(id::text || state::text || updated_at::text, ',' ORDER BY id)), '') AS v FROM shown),
     actions_v AS (

@@ -9,7 +9,9 @@ import type { RedisClient } from "../queue/redis.ts";
  * for 24 h and replayed for the same key with `Idempotent-Replayed: true`; the same key with
  * a different request is 422; the same key while the first is still running is 409.
  * One deliberate difference from Stripe: a 5xx (e.g. the queue was unreachable) releases the
- * key, so the same click can be retried once the outage is over.
+ * key, so the same click can be retried once the outage is over. As with Stripe, a request
+ * refused before it ran because of someone else's work (`releaseIdempotencyKey`: another
+ * person answering the item) keeps nothing either: the same click acts once that is over.
  */
 
 const DONE_TTL_MS = 24 * 60 * 60 * 1000;
@@ -25,7 +27,13 @@ type Entry = { state: "running"; fingerprint: string } | { state: "done"; finger
 declare module "fastify" {
   interface FastifyRequest {
     idempotencyKey?: string;
+    idempotencyReleased?: boolean;
   }
+}
+
+/** This request's answer is not kept for its Idempotency-Key: it was refused before it ran, for a reason that passes. */
+export function releaseIdempotencyKey(request: FastifyRequest): void {
+  request.idempotencyReleased = true;
 }
 
 export function registerIdempotency(app: FastifyInstance, deps: { redis: RedisClient; keyPrefix: string; scope: (request: FastifyRequest) => string }): void {
@@ -60,7 +68,7 @@ export function registerIdempotency(app: FastifyInstance, deps: { redis: RedisCl
   app.addHook("onSend", async (request, reply, payload) => {
     const key = request.idempotencyKey;
     if (!key) return payload;
-    if (reply.statusCode >= 500) {
+    if (reply.statusCode >= 500 || request.idempotencyReleased) {
       await deps.redis.del(redisKey(request, key));
       return payload;
     }

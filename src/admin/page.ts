@@ -9,7 +9,7 @@ import type { FastifyInstance } from "fastify";
 
 const read = (name: string) => readFileSync(new URL(`./page/${name}`, import.meta.url), "utf8");
 // ES modules, loaded by the browser as they are (app.js imports the others).
-const SCRIPTS = ["app.js", "api.js", "dom.js", "queue.js", "detail.js", "templates.js", "costs.js", "live.js"];
+const SCRIPTS = ["app.js", "api.js", "dom.js", "queue.js", "detail.js", "templates.js", "presence.js", "costs.js", "live.js"];
 const ASSETS: Record<string, { type: string; body: string }> = {
   ...Object.fromEntries(SCRIPTS.map((name) => [name, { type: "text/javascript; charset=utf-8", body: read(name) }])),
   "style.css": { type: "text/css; charset=utf-8", body: read("style.css") },

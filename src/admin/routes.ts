@@ -2,13 +2,13 @@ import { createBullBoard } from "@bull-board/api";
 import { BullMQAdapter } from "@bull-board/api/bullMQAdapter";
 import { FastifyAdapter } from "@bull-board/fastify";
 import helmet from "@fastify/helmet";
-import type { FastifyInstance, FastifyPluginAsync } from "fastify";
+import type { FastifyBaseLogger, FastifyInstance, FastifyPluginAsync } from "fastify";
 import { summarizeDeadLetters } from "../dlq/reasons.ts";
 import { getDeadLetter, listDeadLetters } from "../dlq/views.ts";
 import { PAUSED_INDEFINITELY } from "../messages/controls.ts";
 import { type Queues, scheduleReply } from "../queue/queues.ts";
 import { pauseConversation, resumeConversation } from "../replies/state/conversations.ts";
-import { discardDeadLetter, reopenAfterFailedQueue, resendDeadLetter } from "../replies/state/dead-letters.ts";
+import { answerHandedOff, discardDeadLetter, giveBackToBot, reopenAfterFailedQueue, resendDeadLetter } from "../replies/state/dead-letters.ts";
 import type { TemplateCatalog } from "../whatsapp/templates.ts";
 import { registerStaffAuth, type StaffAuthDeps } from "./auth.ts";
 import { type CostRoutesDeps, registerCostRoutes } from "./costs.ts";
@@ -16,6 +16,7 @@ import { registerLiveQueue } from "./events.ts";
 import { registerIdempotency } from "./idempotency.ts";
 import { describeStaffApi } from "./openapi.ts";
 import { registerStaffPage } from "./page.ts";
+import { registerPresence } from "./presence.ts";
 import { problem, serializeAsJson, staffRoute, validateWithZod, type ZodParts } from "./schema.ts";
 import { registerTemplateRoutes } from "./templates.ts";
 import * as wire from "./wire.ts";
@@ -62,6 +63,8 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
     // After authentication, so an unauthenticated request can neither claim nor replay a key;
     // each person's keys are their own.
     registerIdempotency(scope, { redis: deps.redis, keyPrefix: deps.keyPrefix, scope: (request) => request.actor });
+    // After the Idempotency-Key's replay: a repeated request is answered as the first was.
+    registerPresence(scope, { db: deps.db });
 
     const DLQ = ["dead letters"];
     app.get(
@@ -117,6 +120,20 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
         await reopenAfterFailedQueue(deps.db, id, new Date());
         return { ok: false as const, status: 503 as const, error: "queue unavailable; the item is still open" };
       }
+      return result;
+    };
+
+    /**
+     * A person's message to a customer waiting for one, stored once and its reply job queued.
+     * Not undone when the queue is unreachable: the message is stored, ready, and the
+     * reconciler queues its job; undoing it could race a run already sending it.
+     */
+    const answerWaiting = async (id: string, input: Parameters<typeof answerHandedOff>[2], log: FastifyBaseLogger) => {
+      const result = await answerHandedOff(deps.db, id, input, new Date());
+      if (!result.ok) return result;
+      await scheduleReply(deps.queues, result.conversationId!, 0).catch((error: unknown) =>
+        log.warn({ event: "dlq.answer_not_queued", deadLetter: id, err: error }, "the answer's reply job could not be queued; the reconciler will queue it"),
+      );
       return result;
     };
 
@@ -218,7 +235,7 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
             200: wire.discarded,
             400: problem("a body other than { note? }"),
             404: wire.deadLetterNotFound,
-            409: problem("already resent or discarded (the body says by whom)"),
+            409: wire.discardRefused,
           },
         }),
       },
@@ -233,6 +250,52 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
 
     // Human handoff: while paused, the conversation's messages are stored but not answered.
     const HANDOFF = ["human handoff"];
+    app.post(
+      "/admin/dlq/:id/answer",
+      {
+        schema: staffRoute("POST", {
+          operationId: "answerWaitingCustomer",
+          summary: "Write to a customer waiting for a person (within the 24-hour window); sent once even when pressed twice, and the bot stays paused",
+          tags: [...DLQ, ...HANDOFF],
+          params: wire.deadLetterId,
+          body: wire.answerBody,
+          response: {
+            202: wire.answered,
+            400: problem(`a body other than { text }, or a text over ${wire.RESEND_TEXT_LIMIT} characters (ten WhatsApp messages)`),
+            404: wire.deadLetterNotFound,
+            409: wire.answerRefused,
+          },
+        }),
+      },
+      async (request, reply) => {
+        const { id } = request.params;
+        const result = await answerWaiting(id, { text: request.body.text, actor: request.actor }, request.log);
+        if (!result.ok) return reply.code(result.status).send(refusal(result));
+        request.log.info({ event: "dlq.answered", deadLetter: id, reply: result.replyId }, "a person wrote to a waiting customer");
+        return reply.code(202).send({ ok: true, state: "open" });
+      },
+    );
+
+    app.post(
+      "/admin/dlq/:id/give-back",
+      {
+        schema: staffRoute("POST", {
+          operationId: "giveBackToBot",
+          summary: "The person is done: the bot answers the customer's next message, with the person's words in its history",
+          tags: [...DLQ, ...HANDOFF],
+          params: wire.deadLetterId,
+          response: { 200: wire.givenBack, 404: wire.deadLetterNotFound, 409: wire.answerRefused },
+        }),
+      },
+      async (request, reply) => {
+        const { id } = request.params;
+        const result = await giveBackToBot(deps.db, id, request.actor, new Date());
+        if (!result.ok) return reply.code(result.status).send(refusal(result));
+        request.log.info({ event: "dlq.given_back", deadLetter: id, conversation: result.conversationId }, "conversation given back to the bot");
+        return reply.code(200).send({ ok: true, state: "resolved" });
+      },
+    );
+
     app.post(
       "/admin/conversations/:id/pause",
       {
@@ -275,7 +338,20 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
       },
     );
 
-    registerTemplateRoutes(scope, { templates: deps.templates, metaRates: deps.costs.metaRates, resend });
+    registerTemplateRoutes(scope, {
+      templates: deps.templates,
+      metaRates: deps.costs.metaRates,
+      // A waiting customer has no failed reply: the template is the person's message to them.
+      send: async (id, { template, confirmMaybeSent, actor }, log) => {
+        const item = await deps.db.deadLetter.findUnique({ where: { id }, select: { replyId: true } });
+        if (item && item.replyId === null) {
+          const answered = await answerWaiting(id, { template, actor }, log);
+          return answered.ok ? { ok: true, state: "open" } : answered;
+        }
+        const resent = await resend(id, { template, confirmMaybeSent, actor });
+        return resent.ok ? { ok: true, state: "resent" } : resent;
+      },
+    });
     registerCostRoutes(scope, { db: deps.db, costs: deps.costs });
     registerLiveQueue(scope, { db: deps.db });
 

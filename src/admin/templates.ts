@@ -1,27 +1,30 @@
-import type { FastifyInstance } from "fastify";
+import type { FastifyBaseLogger, FastifyInstance } from "fastify";
 import type { MetaRates } from "../costs/meta-rates.ts";
 import { PermanentError, RetryableError } from "../errors.ts";
-import type { resendDeadLetter } from "../replies/state/dead-letters.ts";
+import type { ChosenTemplate } from "../replies/state/replies.ts";
 import { fillTemplate, type TemplateCatalog } from "../whatsapp/templates.ts";
 import { problem, staffRoute, type ZodParts } from "./schema.ts";
 import * as wire from "./wire.ts";
 
 /**
  * Approved templates for staff (issue 21): `GET /admin/templates` lists the business account's
- * (WHATSAPP_BUSINESS_ACCOUNT_ID), and `POST /admin/dlq/:id/template` resolves an item by sending
- * one of them once, through the same resend as retry (its Idempotency-Key, its 409s) and the
- * part machinery of law 5.
+ * (WHATSAPP_BUSINESS_ACCOUNT_ID), and `POST /admin/dlq/:id/template` sends one of them once on
+ * an item: a failed reply is resolved by it, through the same resend as retry (its
+ * Idempotency-Key, its 409s), and a customer waiting for a person gets it as the person's
+ * message (past the window, the only one that reaches them); both by the part machinery of law 5.
  */
 
-type Resend = (
+/** Sends the chosen template on the item (routes.ts decides which way): `resent`, or `open` for a waiting customer. */
+type SendTemplate = (
   id: string,
-  input: Parameters<typeof resendDeadLetter>[2],
-) => Promise<{ ok: true } | { ok: false; status: 404 | 409 | 503; error: string; code?: string | undefined }>;
+  input: { template: ChosenTemplate; confirmMaybeSent: boolean | undefined; actor: string },
+  log: FastifyBaseLogger,
+) => Promise<{ ok: true; state: "resent" | "open" } | { ok: false; status: 404 | 409 | 503; error: string; code?: string | undefined }>;
 
 export interface TemplateRoutesDeps {
   templates: TemplateCatalog | undefined;
   metaRates: unknown;
-  resend: Resend;
+  send: SendTemplate;
 }
 
 const NOT_CONFIGURED = "no business account is configured: set WHATSAPP_BUSINESS_ACCOUNT_ID to send approved templates";
@@ -66,17 +69,18 @@ export function registerTemplateRoutes(scope: FastifyInstance, deps: TemplateRou
     {
       schema: staffRoute("POST", {
         operationId: "sendTemplateForDeadLetter",
-        summary: "Resolve the item with an approved template (its body's parameters filled), sent once even when pressed twice",
+        summary:
+          "Send an approved template (its body's parameters filled) once, even when pressed twice: it resolves a failed reply, or answers a customer waiting for a person",
         tags: ["dead letters", ...TEMPLATES],
         params: wire.deadLetterId,
         body: wire.templateBody,
         response: {
-          202: wire.resent,
+          202: wire.templateSent,
           400: problem(
             "a body other than { name, language, parameters?, confirmMaybeSent? }, no such approved template, the wrong number of parameters, or no business account configured",
           ),
           404: wire.deadLetterNotFound,
-          409: wire.resendRefused,
+          409: wire.templateRefused,
           502: wire.templatesUnavailable,
           503: wire.queueUnavailable,
         },
@@ -99,10 +103,13 @@ export function registerTemplateRoutes(scope: FastifyInstance, deps: TemplateRou
         });
       }
       const chosen = { name, language, parameters, text: fillTemplate(template.body, parameters) || `[Template "${name}" (${language})]` };
-      const result = await deps.resend(request.params.id, { template: chosen, confirmMaybeSent, actor: request.actor });
+      const result = await deps.send(request.params.id, { template: chosen, confirmMaybeSent, actor: request.actor }, request.log);
       if (!result.ok) return reply.code(result.status).send({ error: result.error, ...(result.code ? { code: result.code } : {}) });
-      request.log.info({ event: "dlq.template_sent", deadLetter: request.params.id, template: name, language }, "dead letter resolved with a template");
-      return reply.code(202).send({ ok: true, state: "resent" });
+      request.log.info(
+        { event: "dlq.template_sent", deadLetter: request.params.id, template: name, language, state: result.state },
+        "template sent on an item",
+      );
+      return reply.code(202).send({ ok: true, state: result.state });
     },
   );
 }

@@ -72,6 +72,25 @@ export const retryBody = requestPart(
         : "body must be { text?: non-empty string, confirmMaybeSent?: boolean }",
   },
 );
+export const answerBody = requestPart(
+  z
+    .object({
+      text: z
+        .string()
+        .trim()
+        .min(1)
+        .max(RESEND_TEXT_LIMIT)
+        .describe(`what the customer reads; at most ${RESEND_TEXT_LIMIT} characters (ten WhatsApp messages), once trimmed`),
+    })
+    .strict(),
+  {
+    status: 400,
+    error: (error) =>
+      error.issues.some((issue) => issue.code === "too_big" && issue.path[0] === "text")
+        ? `text must be at most ${RESEND_TEXT_LIMIT} characters (ten WhatsApp messages)`
+        : "body must be { text: non-empty string }",
+  },
+);
 export const regenerateBody = requestPart(z.object({ confirmMaybeSent }).strict(), { status: 400, error: "body must be { confirmMaybeSent?: boolean }" });
 export const discardBody = requestPart(z.object({ note: z.string().max(2000).optional() }).strict(), { status: 400, error: "body must be { note?: string }" });
 export const pauseBody = requestPart(z.object({ minutes: z.number().int().min(1).max(525_600).optional().describe("else until resumed") }).strict(), {
@@ -262,6 +281,15 @@ export const deadLetterDetail = answer(
 
 export const resent = answer(z.object({ ok: z.literal(true), state: z.literal("resent") }), "queued: the reply goes out again");
 export const discarded = answer(z.object({ ok: z.literal(true), state: z.literal("discarded") }), "closed");
+export const answered = answer(
+  z.object({ ok: z.literal(true), state: z.literal("open") }),
+  "queued: the person's message goes out once; the conversation stays with them until they give it back",
+);
+export const templateSent = answer(
+  z.object({ ok: z.literal(true), state: z.enum(["resent", "open"]) }),
+  "queued: the template goes out once; `resent` resolved a failed reply, `open`: a waiting customer's conversation stays with the person",
+);
+export const givenBack = answer(z.object({ ok: z.literal(true), state: z.literal("resolved") }), "the bot answers the customer's next message");
 export const bulkResent = answer(
   z.object({ ok: z.literal(true), resent: z.number().int(), skipped: z.number().int(), spacingMs: z.number().int() }),
   "how many were queued, and how many were skipped",
@@ -272,10 +300,28 @@ export const paused = answer(
 );
 export const resumed = answer(z.object({ ok: z.literal(true) }), "the bot answers again");
 
+/** Every action on an item is refused while another person answers it (src/admin/presence.ts). */
+const HELD = "another person answering the item right now (`held_by_other`: the body names them; take it over first)";
+/** A refused discard. */
+export const discardRefused = answer(
+  z.object({ error: z.string(), code: z.literal("held_by_other").optional() }),
+  `not discarded: already resent, discarded or resolved (the body says by whom), or ${HELD}`,
+);
+
 /** A refused resend: `code` says when the page can act (e.g. ask to confirm a maybe-sent resend). */
 export const resendRefused = answer(
-  z.object({ error: z.string(), code: z.enum(["already_delivered", "maybe_sent"]).optional() }),
-  "not resent: already handled, Meta took the reply after all (`already_delivered`), its last send may have arrived (`maybe_sent`, until `confirmMaybeSent`), no reply to resend, or a resend of it already running",
+  z.object({ error: z.string(), code: z.enum(["already_delivered", "maybe_sent", "no_reply", "held_by_other"]).optional() }),
+  `not resent: already handled, Meta took the reply after all (\`already_delivered\`), its last send may have arrived (\`maybe_sent\`, until \`confirmMaybeSent\`), a customer waiting for a person with no reply to resend (\`no_reply\`), ${HELD}, or a resend of it already running`,
+);
+/** A refused answer to a waiting customer, or a refused give-back. */
+export const answerRefused = answer(
+  z.object({ error: z.string(), code: z.enum(["has_reply", "window_closed", "opted_out", "held_by_other"]).optional() }),
+  `not done: already resolved or discarded (the body says by whom), a failed reply to resend instead (\`has_reply\`), free text past the 24-hour window (\`window_closed\`: send a template), a customer who opted out (\`opted_out\`), or ${HELD}`,
+);
+/** A template send's refusals: a resend's, or an answer's. */
+export const templateRefused = answer(
+  z.object({ error: z.string(), code: z.enum(["already_delivered", "maybe_sent", "opted_out", "held_by_other"]).optional() }),
+  `not sent: already handled, Meta took the failed reply after all (\`already_delivered\`), its last send may have arrived (\`maybe_sent\`, until \`confirmMaybeSent\`), a customer who opted out (\`opted_out\`), or ${HELD}`,
 );
 const template = z.object({
   name: z.string(),

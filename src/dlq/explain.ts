@@ -312,6 +312,10 @@ const INTERNAL: Record<string, Words> = {
   },
 };
 
+/** What a person does for a customer waiting for one, whoever handed them over. */
+const HANDOFF_NEXT =
+  "Write to them here (free text within the 24-hour window, an approved template after it), then give the conversation back to the bot: it answers their next message knowing what you said.";
+
 /** The plain-words explanation of a dead letter; `maybeSent` when its last send may have arrived. */
 export function explain(failure: ExplainedFailure, context: { maybeSent?: boolean } = {}): Explanation {
   const words = explainFailure(failure);
@@ -322,20 +326,28 @@ function explainFailure(failure: ExplainedFailure): Explanation {
   const { source, code } = failure;
   switch (source) {
     case "handoff":
+      if (code === "paused") {
+        return {
+          kind: "handoff",
+          title: "The customer wrote to a paused bot",
+          text: "The bot is paused for this conversation (someone took it over earlier), so it stores the customer's messages but does not answer them, and nobody has yet.",
+          next: HANDOFF_NEXT,
+        };
+      }
       if (code === "claude") {
         const said = failure.reason.replace(/^Claude handed the customer to a person: /, "");
         return {
           kind: "handoff",
           title: "Claude handed the customer to a person",
           text: `Claude could not help from the business's knowledge and tools, and said why: “${said}”. The customer was told a person will answer; the bot is paused for this conversation.`,
-          next: "Answer them yourself (from the WhatsApp Business app, or call them), then resume the bot and discard this item with a note.",
+          next: HANDOFF_NEXT,
         };
       }
       return {
         kind: "handoff",
         title: "The customer asked for a person",
         text: "The customer asked to talk to a person, so the bot is paused for this conversation: it stores their messages but does not answer.",
-        next: "Answer them yourself (from the WhatsApp Business app, or call them), then resume the bot and discard this item with a note.",
+        next: HANDOFF_NEXT,
       };
     case "budget":
       return {

@@ -1,5 +1,5 @@
 import type { Db } from "../db/client.ts";
-import type { Prisma } from "../generated/prisma/client.ts";
+import type { DeadLetterState, Prisma } from "../generated/prisma/client.ts";
 import { explain, REASON_KINDS, type ReasonKind } from "./explain.ts";
 
 /**
@@ -29,7 +29,7 @@ export interface ReasonCount {
 }
 
 /** Counts of the items in `state` (default open), by reason, largest first. */
-export async function summarizeDeadLetters(db: Db, filter: { state?: "open" | "resent" | "discarded" | undefined; phoneNumberId?: string | undefined } = {}) {
+export async function summarizeDeadLetters(db: Db, filter: { state?: DeadLetterState | undefined; phoneNumberId?: string | undefined } = {}) {
   const where: Where = { state: filter.state ?? "open", ...(filter.phoneNumberId ? { conversation: { phoneNumberId: filter.phoneNumberId } } : {}) };
   const groups = await db.deadLetter.groupBy({ by: ["source", "code"], where, _count: { _all: true }, _min: { createdAt: true } });
   const byKind = new Map<ReasonKind, ReasonCount>();

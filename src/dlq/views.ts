@@ -1,7 +1,7 @@
 import type { Citation } from "../ai/claude.ts";
 import { contactLabel } from "../contacts/identity.ts";
 import type { Db } from "../db/client.ts";
-import type { Contact, Prisma, ToolCall } from "../generated/prisma/client.ts";
+import type { Contact, DeadLetterState, Prisma, ToolCall } from "../generated/prisma/client.ts";
 import { delivered, maybeSent } from "../replies/state/parts.ts";
 import { windowOpen } from "../replies/window.ts";
 import { explain, type ReasonKind } from "./explain.ts";
@@ -14,7 +14,7 @@ import { reasonWhere } from "./reasons.ts";
  */
 
 export interface DeadLetterFilter {
-  state?: "open" | "resent" | "discarded" | undefined;
+  state?: DeadLetterState | undefined;
   code?: string | undefined;
   source?: string | undefined;
   phoneNumberId?: string | undefined;

@@ -2,6 +2,7 @@ import type { Config } from "../config/config.ts";
 import { changeUserId, conversationWith, resolveContact } from "../contacts/identity.ts";
 import type { Db } from "../db/client.ts";
 import type { Logger } from "../logger.ts";
+import { BUSINESS_APP } from "../messages/controls.ts";
 import { describeInbound } from "../messages/describe.ts";
 import type { EventJobData } from "../queue/catalog.ts";
 import { pauseForPerson } from "../replies/state/conversations.ts";
@@ -65,7 +66,7 @@ async function recordEcho(deps: EventDeps, event: Extract<EventJobData, { type: 
   const minutes = deps.conversation.humanReplyPauseMinutes;
   if (minutes > 0) {
     // A person is talking to the customer: the bot keeps out for a while, then comes back by itself.
-    await pauseForPerson(deps.db, conversation.id, new Date(at.getTime() + minutes * 60_000), "business app", new Date());
+    await pauseForPerson(deps.db, conversation.id, new Date(at.getTime() + minutes * 60_000), BUSINESS_APP, new Date());
   }
   log.info({ event: "echo.recorded", conversation: conversation.id, pausedMinutes: minutes }, "a person answered from the WhatsApp Business app");
   return "recorded";

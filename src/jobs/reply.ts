@@ -75,9 +75,8 @@ export async function processReply(deps: ReplyDeps, job: Job<ReplyJobData>, keep
     debounceMaxMs: deps.replyDebounceMs * DEBOUNCE_MAX_WINDOWS,
     historyMessages: deps.historyMessages,
     generationBudgetMs: generationBudgetMs(deps.generation),
-    openHandoff: async (tx: Parameters<BeginSettings["openHandoff"]>[0], id: string, wamid: string) => {
-      await openHandoffItem(tx, id, { key: wamid });
-      handoffOpened = true;
+    openHandoff: async (tx: Parameters<BeginSettings["openHandoff"]>[0], id: string, wamid: string, why: "asked" | "waiting") => {
+      if (await openHandoffItem(tx, id, { key: wamid, waiting: why === "waiting" })) handoffOpened = true;
     },
   };
   // Before the bind, which arms the reply's generation deadline from this same moment.

@@ -24,5 +24,8 @@ export function controlOf(text: string | undefined, keywords: ControlKeywords): 
   return undefined;
 }
 
+/** Who paused a conversation when a person answered from the WhatsApp Business app (WHATSAPP.md §10). */
+export const BUSINESS_APP = "business app";
+
 /** A pause until a person resumes it: far enough to never end by itself. */
 export const PAUSED_INDEFINITELY = new Date("9999-12-31T00:00:00Z");

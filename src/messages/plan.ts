@@ -35,8 +35,12 @@ export interface Plan {
   skips: { id: string; reason: string }[];
   /** The answer to write now, and the messages it answers. */
   answer: { kind: "ai"; messageIds: string[] } | { kind: "canned"; messageIds: string[]; text: string } | undefined;
-  /** What the controls among the planned messages change, applied with the plan. */
-  effects: { optedOut?: boolean; handoffWamid?: string };
+  /**
+   * What the controls among the planned messages change, applied with the plan; and
+   * `waitingWamid`, the first message the customer wrote to a bot already paused for a person
+   * (nobody may be looking: the staff queue should show it).
+   */
+  effects: { optedOut?: boolean; handoffWamid?: string; waitingWamid?: string };
 }
 
 export function planNextAnswer(messages: readonly PendingMessage[], initial: ConversationState, settings: PlanSettings): Plan {
@@ -46,6 +50,10 @@ export function planNextAnswer(messages: readonly PendingMessage[], initial: Con
   const canned: { ids: string[]; texts: string[] } = { ids: [], texts: [] };
   const started = () => ai.length > 0 || canned.ids.length > 0;
   const skip = (m: PendingMessage, reason: string) => plan.skips.push({ id: m.id, reason });
+  const waiting = (m: PendingMessage, reason: string) => {
+    skip(m, reason);
+    if (initial.paused) plan.effects.waitingWamid ??= m.wamid;
+  };
 
   /** A control changes what comes after it: it is answered alone, so what follows sees the new state. */
   const control = (m: PendingMessage, text: string, reason: string): "stop" | "continue" => {
@@ -81,7 +89,7 @@ export function planNextAnswer(messages: readonly PendingMessage[], initial: Con
         continue;
       }
       if (state.paused) {
-        skip(m, "bot paused for a person (repeated request)");
+        waiting(m, "bot paused for a person (repeated request)");
         continue;
       }
       if (started()) break;
@@ -91,7 +99,7 @@ export function planNextAnswer(messages: readonly PendingMessage[], initial: Con
       continue;
     }
     if (state.optedOut) skip(m, "customer opted out");
-    else if (state.paused) skip(m, "bot paused for a person");
+    else if (state.paused) waiting(m, "bot paused for a person");
     else if (m.cannedText !== null) {
       if (ai.length > 0) break;
       canned.ids.push(m.id);

@@ -7,6 +7,7 @@ import { loadCosts, wireCosts } from "./costs.js";
 import { act, detail, neighbour, openItem, refreshDetail, wireDraft } from "./detail.js";
 import { $, isTyping } from "./dom.js";
 import { startLive, stopLive } from "./live.js";
+import { leavePresence } from "./presence.js";
 import { focusItemAt, loadQueue, moveInList, queue, wireQueue } from "./queue.js";
 import { wireTemplates } from "./templates.js";
 
@@ -57,6 +58,7 @@ async function onChange() {
 
 function showSignIn() {
   signedIn = false;
+  leavePresence();
   stopLive();
   show("sign-in");
   document.title = "Sign in · Support queue";
@@ -64,6 +66,7 @@ function showSignIn() {
 
 async function showQueue(message, fromItem) {
   detail.current = null;
+  leavePresence();
   const returningFrom = fromItem ? queue.ids.indexOf(fromItem) : -1;
   show("queue");
   document.title = "Support queue";
@@ -88,6 +91,7 @@ async function showItem(id) {
 
 async function showCosts() {
   detail.current = null;
+  leavePresence();
   show("costs");
   document.title = "Costs · Support queue";
   // Not refreshed by the live queue: the person may be choosing days; a new visit or the Show button reads it again.
@@ -157,6 +161,7 @@ function onKey(event) {
   if (view === "detail") {
     const visible = (action) => !$(`[data-action="${action}"]`).hidden && !$(`[data-action="${action}"]`).disabled;
     if (key === "s" && visible("send-edited")) doAction("send-edited");
+    else if (key === "s" && visible("answer")) doAction("answer");
     else if (key === "d" && visible("discard")) {
       if (confirm("Discard this item?")) doAction("discard");
     } else if (key === "e" && !$("#draft").disabled) $("#draft").focus();

@@ -3,6 +3,7 @@
 
 import { api } from "./api.js";
 import { $, $$, ago, clock, dayName, fullDate, h, messageWords } from "./dom.js";
+import { lookAgain, startedAnswering, watchPresence } from "./presence.js";
 import { queue } from "./queue.js";
 import { renderTemplates, templateRequest } from "./templates.js";
 
@@ -18,7 +19,7 @@ const SOURCE_WORDS = {
   anthropic: "Claude",
   window: "The 24-hour window",
   internal: "Our system",
-  handoff: "The customer",
+  handoff: "The customer, or someone who paused the bot",
 };
 
 const ACTION_WORDS = {
@@ -29,6 +30,9 @@ const ACTION_WORDS = {
   discard: "discarded it",
   pause_bot: "paused the bot",
   resume_bot: "resumed the bot",
+  staff_reply: "wrote to the customer",
+  give_back: "gave the conversation back to the bot",
+  take_over: "took the item over",
   failed_again: "it failed again",
   holding_reply: "the customer was told a person will answer",
   holding_failed: "the customer's holding message could not be sent",
@@ -46,6 +50,7 @@ export async function openItem(id, stillWanted = () => true) {
   $("#result").textContent = "";
   $("#draft-note").hidden = true;
   render(data, { fresh: true });
+  watchPresence(id);
   return true;
 }
 
@@ -86,7 +91,9 @@ function render(data, { fresh }) {
         h("time", { datetime: action.at }, fullDate(action.at)),
         ` ${action.actor}: ${ACTION_WORDS[action.action] ?? action.action}`,
         action.detail?.note ? ` (“${action.detail.note}”)` : "",
+        action.action === "take_over" && action.detail?.from ? ` from ${action.detail.from}` : "",
         action.detail?.template ? ` (“${action.detail.template}”, ${action.detail.language})` : "",
+        action.action === "staff_reply" && !action.detail?.template && action.detail?.text ? `: “${action.detail.text}”` : "",
       ),
     ),
   );
@@ -150,7 +157,7 @@ function renderNotes(data) {
   const handled = data.handled;
   $("#handled-note").hidden = data.state === "open";
   if (handled) {
-    const what = data.state === "resent" ? "sent again" : "discarded";
+    const what = { resent: "sent again", discarded: "discarded", resolved: "answered and given back to the bot" }[data.state] ?? data.state;
     $("#handled-note").textContent =
       `This item was ${what}${handled.by ? ` by ${handled.by}` : ""}${handled.at ? ` at ${fullDate(handled.at)}` : ""}${handled.note ? `, with the note “${handled.note}”` : ""}. Nothing more to do here.`;
   }
@@ -290,21 +297,35 @@ function renderDraft(data, fresh) {
     $("#draft-note").hidden = false;
     $("#draft-note").textContent = "The stored draft changed meanwhile; your text is kept. “Send the draft as is” sends the stored one.";
   }
-  draft.placeholder = data.reply ? (stored ? "" : "No draft: write the reply here, or regenerate it with Claude.") : "There is no reply to send for this item.";
+  // A customer waiting for a person has no failed reply: the box is the person's own message to them.
+  $("#draft-label").textContent = data.reply ? "Draft (edit before sending if needed)" : "Your message to the customer";
+  draft.placeholder = data.reply
+    ? stored
+      ? ""
+      : "No draft: write the reply here, or regenerate it with Claude."
+    : data.conversation.windowOpen
+      ? "Write to the customer: they read it on WhatsApp, from the business."
+      : "The 24-hour window has closed: send an approved template instead.";
 }
 
 function renderActions(data) {
   const open = data.state === "open";
   const hasReply = data.reply !== null;
+  // No failed reply: a customer waiting for a person, answered here and then given back.
+  const waiting = !hasReply;
   const show = (action, visible) => {
     $(`[data-action="${action}"]`).hidden = !visible;
   };
   show("send-edited", hasReply);
   show("send-draft", hasReply && Boolean(data.reply.draft));
   show("regenerate", hasReply);
-  show("resume", Boolean(data.conversation.pausedUntil));
-  $("#draft").disabled = !hasReply || !open;
-  for (const action of ["send-edited", "send-draft", "regenerate", "discard"]) $(`[data-action="${action}"]`).disabled = !open;
+  show("answer", waiting);
+  show("give-back", waiting && open);
+  show("resume", hasReply && Boolean(data.conversation.pausedUntil));
+  show("pause", hasReply);
+  $("#draft").disabled = !open || (waiting && !data.conversation.windowOpen);
+  for (const action of ["send-edited", "send-draft", "regenerate", "discard", "give-back"]) $(`[data-action="${action}"]`).disabled = !open;
+  $('[data-action="answer"]').disabled = !open || !data.conversation.windowOpen;
   $("#note").disabled = !open;
 }
 
@@ -314,6 +335,7 @@ const DONE = {
   regenerate: "Claude is writing a new reply for",
   "send-template": "Sent: the template is on its way to",
   discard: "Discarded the item of",
+  "give-back": "The bot answers again:",
 };
 
 /**
@@ -338,7 +360,7 @@ export async function act(action) {
   )
     return undefined;
   if (action === "regenerate" && !confirm("Regenerating calls Claude again (it costs money). Continue?")) return undefined;
-  if (action === "send-edited" && !$("#draft").value.trim()) {
+  if ((action === "send-edited" || action === "answer") && !$("#draft").value.trim()) {
     $("#result").textContent = "Write the reply first: the box is empty.";
     $("#draft").focus();
     return undefined;
@@ -357,6 +379,9 @@ export async function act(action) {
     regenerate: () => api("POST", `/admin/dlq/${id}/regenerate`, confirmed, key),
     "send-template": () => sendTemplate(confirmed),
     discard: () => api("POST", `/admin/dlq/${id}/discard`, note ? { note } : {}, key),
+    answer: () => api("POST", `/admin/dlq/${id}/answer`, { text: $("#draft").value }, answerKey(id)),
+    "give-back": () => api("POST", `/admin/dlq/${id}/give-back`, {}, key),
+    "take-over": () => api("POST", `/admin/dlq/${id}/take-over`, undefined, key),
     pause: () => api("POST", `/admin/conversations/${current.conversation.id}/pause`, {}, key),
     resume: () => api("POST", `/admin/conversations/${current.conversation.id}/resume`, {}, key),
   };
@@ -368,6 +393,14 @@ export async function act(action) {
   renderActions(current);
   if (status >= 300 || status === 0) {
     $("#result").textContent = `Not done: ${data.error ?? `the server answered ${status}`}`;
+    if (data.code === "held_by_other") lookAgain();
+    await refreshDetail();
+    return undefined;
+  }
+  if (action === "take-over") {
+    startedAnswering();
+    lookAgain();
+    $("#result").textContent = data.from ? `You are answering this customer now, instead of ${data.from}.` : "You are answering this customer now.";
     await refreshDetail();
     return undefined;
   }
@@ -377,17 +410,42 @@ export async function act(action) {
     return undefined;
   }
   unsent.delete(id);
+  // The person keeps the conversation after writing to a waiting customer: the item stays on screen.
+  if (data.state === "open") {
+    answerKeys.delete(id);
+    $("#draft").value = "";
+    detail.draftBaseline = "";
+    $("#draft-note").hidden = true;
+    $("#result").textContent = "Sent: the customer will read it on WhatsApp. Give the conversation back to the bot when you are done.";
+    await refreshDetail();
+    return undefined;
+  }
   const contact = current.conversation.contact;
   return `${DONE[action]} ${contact.name || contact.label}.`;
 }
+
+/**
+ * One Idempotency-Key per message written to a waiting customer: pressing Send again (a double
+ * click, a retry after a lost answer) replays the same request, so the customer reads it once.
+ * Changing the text makes it another message, with a key of its own.
+ */
+const answerKeys = new Map();
+const answerKey = (id) => {
+  if (!answerKeys.has(id)) answerKeys.set(id, crypto.randomUUID());
+  return answerKeys.get(id);
+};
 
 /** Remembers what a person types, so that leaving the item does not lose it. */
 export function wireDraft() {
   $("#draft").addEventListener("input", () => {
     const id = detail.current?.id;
     if (!id) return;
+    answerKeys.delete(id);
     const value = $("#draft").value;
     if (value === detail.draftBaseline) unsent.delete(id);
-    else unsent.set(id, value);
+    else {
+      unsent.set(id, value);
+      startedAnswering();
+    }
   });
 }

@@ -3,7 +3,7 @@
 import { api } from "./api.js";
 import { $, $$, ago, fullDate, h, messageWords } from "./dom.js";
 
-const STATE_NAMES = { open: "Open items", resent: "Resent items", discarded: "Discarded items" };
+const STATE_NAMES = { open: "Open items", resent: "Resent items", discarded: "Discarded items", resolved: "Given back to the bot" };
 
 /** What the list shows now, and its order (the detail's previous / next follow it). */
 export const queue = { ids: [], items: new Map(), reason: "", signature: "" };

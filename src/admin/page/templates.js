@@ -5,6 +5,7 @@
 
 import { api } from "./api.js";
 import { $, h } from "./dom.js";
+import { startedAnswering } from "./presence.js";
 
 /** The account's approved templates, read once per page (the server caches Meta's list too). */
 let catalog;
@@ -52,7 +53,11 @@ function renderParameters(customerName) {
     );
   }
   $("#template-params").replaceChildren(...fields);
-  for (const input of document.querySelectorAll("#template-params input")) input.addEventListener("input", draftChanged);
+  for (const input of document.querySelectorAll("#template-params input"))
+    input.addEventListener("input", () => {
+      startedAnswering();
+      draftChanged();
+    });
   draftChanged();
 }
 
@@ -64,7 +69,8 @@ function renderParameters(customerName) {
 export async function renderTemplates(data, fresh) {
   const box = $("#template-box");
   const { configured, templates: list } = await templates();
-  const usable = configured && list.length > 0 && data.reply !== null;
+  // A failed reply is resolved by a template; a waiting customer gets one as the person's message.
+  const usable = configured && list.length > 0;
   box.hidden = !usable;
   if (!usable) return;
   const closed = !data.conversation.windowOpen || data.explanation.kind === "window_closed";

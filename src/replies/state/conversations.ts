@@ -2,11 +2,11 @@ import { randomUUID } from "node:crypto";
 import { type Db, Prisma } from "../../db/client.ts";
 import { FencedOut } from "../../errors.ts";
 import type { ReplyState } from "../../generated/prisma/client.ts";
-import { type Control, PAUSED_INDEFINITELY } from "../../messages/controls.ts";
+import { BUSINESS_APP, type Control, PAUSED_INDEFINITELY } from "../../messages/controls.ts";
 import { type PendingMessage, type Plan, type PlanSettings, planNextAnswer } from "../../messages/plan.ts";
 import { type HistoryJson, type HistoryRows, historyColumns, historyOf } from "../history.ts";
 import { splitForWhatsApp } from "../split.ts";
-import { auditOpenItems } from "./dead-letters.ts";
+import { auditOpenItems, resumeIn } from "./dead-letters.ts";
 import type { Lease } from "./fence.ts";
 import { AWAITING_WORDS } from "./messages.ts";
 
@@ -91,8 +91,12 @@ export interface BeginSettings extends PlanSettings {
   historyMessages: number;
   /** How long a Claude call for a reply bound now may take to start and answer (replies.ts, `generationDeadline`). */
   generationBudgetMs: number;
-  /** Opens the staff item of a customer's request for a person, inside the same transaction. */
-  openHandoff: (tx: Tx, conversationId: string, wamid: string) => Promise<void>;
+  /**
+   * Opens the staff item of a customer waiting for a person, inside the same transaction: they
+   * asked for one (`asked`), or wrote while the bot was paused for one (`waiting`: only when
+   * the conversation has no open item, and not while a person answers from the Business app).
+   */
+  openHandoff: (tx: Tx, conversationId: string, wamid: string, why: "asked" | "waiting") => Promise<void>;
 }
 
 /** Another run bound or skipped a message between our read and our bind: plan again from what is there now. */
@@ -129,13 +133,17 @@ export async function beginReply(db: Db, conversationId: string, settings: Begin
       settings,
     );
     const bind = (tx: Db | Tx) => bindAnswer(tx, lease, plan, pending, settings, now);
-    const bound = plan.effects.handoffWamid
-      ? await db.$transaction(async (tx) => {
-          const made = await bind(tx);
-          if (made.held) await settings.openHandoff(tx, conversationId, plan.effects.handoffWamid!);
-          return made;
-        })
-      : await bind(db);
+    const { handoffWamid } = plan.effects;
+    const waitingWamid = taken.pausedBy === BUSINESS_APP ? undefined : plan.effects.waitingWamid;
+    const bound =
+      handoffWamid || waitingWamid
+        ? await db.$transaction(async (tx) => {
+            const made = await bind(tx);
+            if (made.held && handoffWamid) await settings.openHandoff(tx, conversationId, handoffWamid, "asked");
+            if (made.held && waitingWamid) await settings.openHandoff(tx, conversationId, waitingWamid, "waiting");
+            return made;
+          })
+        : await bind(db);
     if (!bound.held) throw new FencedOut(`conversation ${conversationId} was taken over while its answer was planned`);
     const used = plan.skips.length + (plan.answer?.messageIds.length ?? 0);
     if (!plan.answer) return { kind: "nothing_to_answer" };
@@ -159,6 +167,7 @@ interface Taken {
   conversation: ConversationView;
   optedOut: boolean;
   pausedUntil: Date | null;
+  pausedBy: string | null;
   /** The two oldest replies not finished, oldest first. */
   unfinished: ReplyView[];
   /** The messages not answered nor skipped, in the customer's order. */
@@ -171,15 +180,23 @@ interface Taken {
  */
 async function takeConversation(db: Db, conversationId: string): Promise<Taken | undefined> {
   const [row] = await db.$queryRaw<
-    (ConversationView & { fence: bigint; optedOut: boolean; pausedUntil: Date | null; unfinished: ReplyJson[] | null; pending: WaitingJson[] | null })[]
+    (ConversationView & {
+      fence: bigint;
+      optedOut: boolean;
+      pausedUntil: Date | null;
+      pausedBy: string | null;
+      unfinished: ReplyJson[] | null;
+      pending: WaitingJson[] | null;
+    })[]
   >`
     WITH taken AS (
       UPDATE conversations SET reply_fence = reply_fence + 1 WHERE id = ${conversationId}::uuid
-      RETURNING id, reply_fence, phone_number_id, contact_id, last_inbound_at, opted_out_at, paused_until
+      RETURNING id, reply_fence, phone_number_id, contact_id, last_inbound_at, opted_out_at, paused_until, paused_by
     )
     SELECT t.id, t.reply_fence AS fence, t.phone_number_id AS "phoneNumberId", ct.wa_id AS "waId",
            COALESCE(ct.user_id, ct.parent_user_id) AS "userId", t.last_inbound_at AS "lastInboundAt",
            t.opted_out_at IS NOT NULL AS "optedOut", t.paused_until AS "pausedUntil",
+           t.paused_by AS "pausedBy",
            (SELECT jsonb_agg(to_jsonb(r) ORDER BY r.created_at) FROM (
               SELECT id, conversation_id, state, kind, text, generation_deadline, created_at FROM replies
               WHERE conversation_id = t.id AND state IN ('generating', 'ready') ORDER BY created_at LIMIT 2) r) AS unfinished,
@@ -196,6 +213,7 @@ async function takeConversation(db: Db, conversationId: string): Promise<Taken |
     conversation: { id: row.id, phoneNumberId: row.phoneNumberId, waId: row.waId, userId: row.userId, lastInboundAt: row.lastInboundAt },
     optedOut: row.optedOut,
     pausedUntil: row.pausedUntil,
+    pausedBy: row.pausedBy,
     unfinished: (row.unfinished ?? []).map(replyOf),
     pending: (row.pending ?? []).map((m) => ({ ...m, control: m.control as Control | null, createdAt: new Date(m.createdAt) })),
   };
@@ -304,15 +322,11 @@ export async function pauseConversation(db: Db, change: { conversationId: string
   });
 }
 
-/** The bot answers again (whoever paused it). */
+/** The bot answers again (whoever paused it); nobody waits for a person any more (dead-letters.ts, resumeIn). */
 export async function resumeConversation(db: Db, change: { conversationId: string; actor: string }, now: Date): Promise<ConversationChange> {
-  return db.$transaction(async (tx) => {
-    const resumed = await tx.$executeRaw`
-      UPDATE conversations SET paused_until = NULL, paused_by = NULL, updated_at = ${now}::timestamptz WHERE id = ${change.conversationId}::uuid`;
-    if (resumed === 0) return { ok: false, refused: "not_found" } as const;
-    await auditOpenItems(tx, change.conversationId, { actor: change.actor, action: "resume_bot" }, now);
-    return { ok: true } as const;
-  });
+  return db.$transaction(async (tx) =>
+    (await resumeIn(tx, change.conversationId, change.actor, now)) ? ({ ok: true } as const) : ({ ok: false, refused: "not_found" } as const),
+  );
 }
 
 /**

@@ -7,7 +7,7 @@ import { SERVICE_WINDOW_MS } from "../window.ts";
 import { assertLease, fenceOff, type Lease } from "./fence.ts";
 import { bindStranded } from "./messages.ts";
 import { delivered, maybeSent } from "./parts.ts";
-import { type ChosenTemplate, reopenForResend, storeDraft } from "./replies.ts";
+import { type ChosenTemplate, reopenForResend, storeDraft, writeStaffReply } from "./replies.ts";
 
 /**
  * A dead letter is a reply that could not be made or delivered (law 6), or a customer waiting
@@ -17,6 +17,8 @@ import { type ChosenTemplate, reopenForResend, storeDraft } from "./replies.ts";
  *   (deadLetterReply, openHandoffItem) open ─resend─▶ resent
  *                                      open ─discard─▶ discarded
  *                                      resent ─reopenAfterFailedQueue─▶ open   (the resend's job could not be queued)
+ *   a customer waiting for a person:   open ─answerHandedOff─▶ open, a person's message on its way
+ *                                      open ─giveBackToBot, resumeConversation─▶ resolved
  *
  * One open dead letter per reply (a UNIQUE index): a later failure of the same reply joins the
  * open item's history. Every staff action is in that history, attributed.
@@ -186,22 +188,33 @@ export async function deadLetterMessage(
 /**
  * The staff item of a customer handed to a person (no reply to resend: the bot is paused for
  * them), inside the caller's transaction: the bind that applied a handoff word (keyed by its
- * wamid), or Claude's handoff (keyed by its tool_use id, with Claude's reason).
+ * wamid), Claude's handoff (keyed by its tool_use id, with Claude's reason), or the bind that
+ * skipped a message written to a bot already paused (`waiting`, keyed by its wamid): that one
+ * only when the conversation has no open item, since staff would already see it there. The
+ * bind holds the conversation's row, so two runs cannot both find none. True when it opened one.
  */
-export async function openHandoffItem(tx: Tx, conversationId: string, handoff: { key: string; reason?: string | undefined }): Promise<void> {
+export async function openHandoffItem(
+  tx: Tx,
+  conversationId: string,
+  handoff: { key: string; reason?: string | undefined; waiting?: boolean },
+): Promise<boolean> {
+  if (handoff.waiting && (await tx.deadLetter.count({ where: { conversationId, state: "open" } })) > 0) return false;
   await tx.deadLetter.create({
     data: {
       conversationId,
       dedupKey: `handoff.${handoff.key}`,
       source: "handoff",
       // Claude's own handoff (handoff_to_human, or a refusal) says so, for the staff page's words.
-      code: handoff.reason ? "claude" : null,
+      code: handoff.reason ? "claude" : handoff.waiting ? "paused" : null,
       reason: handoff.reason
         ? `Claude handed the customer to a person: ${handoff.reason}`
-        : "The customer asked for a person; the bot is paused for this conversation until staff resume it",
+        : handoff.waiting
+          ? "The customer wrote while the bot was paused for this conversation; nobody has answered them"
+          : "The customer asked for a person; the bot is paused for this conversation until staff resume it",
       detail: handoff.reason ? { toolUseId: handoff.key, reason: handoff.reason } : { wamid: handoff.key },
     },
   });
+  return true;
 }
 
 /**
@@ -229,7 +242,9 @@ export async function handOff(
   });
 }
 
-export type StaffActionResult = { ok: true } | { ok: false; status: 404 | 409; error: string; code?: "already_delivered" | "maybe_sent" };
+export type StaffActionResult =
+  | { ok: true }
+  | { ok: false; status: 404 | 409; error: string; code?: "already_delivered" | "maybe_sent" | "has_reply" | "no_reply" | "window_closed" | "opted_out" };
 
 /**
  * open → resent, and the reply dead → ready (or generating): exactly once, however many people
@@ -248,11 +263,10 @@ export async function resendDeadLetter(
   now: Date,
 ): Promise<StaffActionResult & { conversationId?: string }> {
   return db.$transaction(async (tx) => {
-    const [letter] = await tx.$queryRaw<{ id: string; state: string; replyId: string | null; conversationId: string }[]>`
-      SELECT id, state::text AS state, reply_id AS "replyId", conversation_id AS "conversationId" FROM dead_letters WHERE id = ${id}::uuid FOR UPDATE`;
+    const letter = await lockItem(tx, id);
     if (!letter) return { ok: false, status: 404, error: "dead letter not found" } as const;
     if (letter.state !== "open") return alreadyHandled(tx, id);
-    if (!letter.replyId) return { ok: false, status: 409, error: "dead letter has no reply to resend; discard it instead" } as const;
+    if (!letter.replyId) return NO_REPLY;
     const [reply] = await tx.$queryRaw<{ id: string; text: string | null }[]>`SELECT id, text FROM replies WHERE id = ${letter.replyId}::uuid FOR UPDATE`;
     if (!reply) return { ok: false, status: 404, error: "dead letter not found" } as const;
     const parts = await tx.outboundMessage.findMany({ where: { replyId: reply.id } });
@@ -299,6 +313,119 @@ export async function resendDeadLetter(
   });
 }
 
+/** Refused on a customer waiting for a person: there is no failed reply to send again. */
+const NO_REPLY = {
+  ok: false,
+  status: 409,
+  code: "no_reply",
+  error: "This customer is waiting for a person and no reply failed: write to them (answer), then give the conversation back to the bot.",
+} as const;
+
+/** Refused on a failed reply: that item is resolved by sending it again (with a person's text, if they like). */
+const HAS_REPLY = {
+  ok: false,
+  status: 409,
+  code: "has_reply",
+  error: "A reply failed here: send it again (your text may replace it) or discard it; answering and giving back are for customers waiting for a person.",
+} as const;
+
+/** The item locked for a staff action, with what decides it. */
+async function lockItem(tx: Tx, id: string) {
+  const [letter] = await tx.$queryRaw<{ id: string; state: string; replyId: string | null; conversationId: string }[]>`
+    SELECT id, state::text AS state, reply_id AS "replyId", conversation_id AS "conversationId" FROM dead_letters WHERE id = ${id}::uuid FOR UPDATE`;
+  return letter;
+}
+
+/**
+ * open → open, with a person's message to a customer waiting for one (issue 21): their text,
+ * or the approved template they chose, becomes a reply of kind "staff" (writeStaffReply) that
+ * the reply job sends once (law 5) and Claude later reads as the business's side. The person
+ * now holds the conversation: the bot stays paused, in their name, until it is given back.
+ * Free text only within the 24-hour window (a template is for after it), never to a customer
+ * who opted out. The caller schedules the reply job; if it cannot, the reconciler does.
+ */
+export async function answerHandedOff(
+  db: Db,
+  id: string,
+  input: ({ text: string } | { template: ChosenTemplate }) & { actor: string },
+  now: Date,
+): Promise<StaffActionResult & { conversationId?: string; replyId?: string }> {
+  return db.$transaction(async (tx) => {
+    const letter = await lockItem(tx, id);
+    if (!letter) return { ok: false, status: 404, error: "dead letter not found" } as const;
+    if (letter.state !== "open") return alreadyHandled(tx, id);
+    if (letter.replyId) return HAS_REPLY;
+    const [conversation] = await tx.$queryRaw<{ lastInboundAt: Date | null; optedOut: boolean }[]>`
+      SELECT last_inbound_at AS "lastInboundAt", opted_out_at IS NOT NULL AS "optedOut"
+      FROM conversations WHERE id = ${letter.conversationId}::uuid FOR UPDATE`;
+    if (!conversation) return { ok: false, status: 404, error: "dead letter not found" } as const;
+    if (conversation.optedOut) {
+      return {
+        ok: false,
+        status: 409,
+        code: "opted_out",
+        error: "The customer opted out (STOP): nothing more is sent to them until they write again.",
+      } as const;
+    }
+    const windowOpen = conversation.lastInboundAt !== null && conversation.lastInboundAt.getTime() > now.getTime() - SERVICE_WINDOW_MS;
+    if ("text" in input && !windowOpen) {
+      return {
+        ok: false,
+        status: 409,
+        code: "window_closed",
+        error: "The 24-hour window has closed: WhatsApp refuses free text until the customer writes again. Send an approved template instead.",
+      } as const;
+    }
+    await tx.$executeRaw`
+      UPDATE conversations SET paused_until = ${PAUSED_INDEFINITELY}::timestamptz, paused_by = ${input.actor}, updated_at = ${now}::timestamptz
+      WHERE id = ${letter.conversationId}::uuid`;
+    const replyId = await writeStaffReply(tx, letter.conversationId, "template" in input ? { template: input.template } : { text: input.text }, now);
+    const detail =
+      "template" in input
+        ? { replyId, template: input.template.name, language: input.template.language, parameters: [...input.template.parameters], text: input.template.text }
+        : { replyId, text: input.text };
+    await tx.deadLetterAction.create({ data: { deadLetterId: id, actor: input.actor, action: "staff_reply", detail, createdAt: now } });
+    return { ok: true, conversationId: letter.conversationId, replyId } as const;
+  });
+}
+
+/**
+ * open → resolved: the person gives the conversation back to the bot (issue 21), which answers
+ * the customer's next message with the person's words in its history. The same as resuming
+ * the bot for the conversation (resumeConversation), reached from the item.
+ */
+export async function giveBackToBot(db: Db, id: string, actor: string, now: Date): Promise<StaffActionResult & { conversationId?: string }> {
+  return db.$transaction(async (tx) => {
+    const letter = await lockItem(tx, id);
+    if (!letter) return { ok: false, status: 404, error: "dead letter not found" } as const;
+    if (letter.state !== "open") return alreadyHandled(tx, id);
+    if (letter.replyId) return HAS_REPLY;
+    await resumeIn(tx, letter.conversationId, actor, now);
+    return { ok: true, conversationId: letter.conversationId } as const;
+  });
+}
+
+/**
+ * The bot answers the conversation again, inside the caller's transaction: the pause is lifted,
+ * the conversation's failed replies note it in their history, and its customers-waiting items
+ * are resolved (nobody waits for a person any more), in the actor's name. False when there is
+ * no such conversation.
+ */
+export async function resumeIn(tx: Tx, conversationId: string, actor: string, now: Date): Promise<boolean> {
+  const resumed = await tx.$executeRaw`
+    UPDATE conversations SET paused_until = NULL, paused_by = NULL, updated_at = ${now}::timestamptz WHERE id = ${conversationId}::uuid`;
+  if (resumed === 0) return false;
+  const open = await tx.deadLetter.findMany({ where: { conversationId, state: "open" }, select: { id: true, replyId: true } });
+  await tx.deadLetter.updateMany({
+    where: { id: { in: open.filter((letter) => !letter.replyId).map((letter) => letter.id) } },
+    data: { state: "resolved", actedBy: actor, actedAt: now },
+  });
+  await tx.deadLetterAction.createMany({
+    data: open.map((letter) => ({ deadLetterId: letter.id, actor, action: letter.replyId ? "resume_bot" : "give_back", createdAt: now })),
+  });
+  return true;
+}
+
 /** open → discarded, with an optional note. */
 export async function discardDeadLetter(db: Db, id: string, input: { note?: string | undefined; actor: string }, now: Date): Promise<StaffActionResult> {
   return db.$transaction(async (tx) => {
@@ -339,6 +466,13 @@ export async function reopenAfterFailedQueue(db: Db, id: string, now: Date): Pro
     await tx.deadLetterAction.create({
       data: { deadLetterId: id, actor: "system", action: "reopen", detail: { reason: "the resend could not be queued" }, createdAt: now },
     });
+  });
+}
+
+/** A person took the item over from whoever was answering it (src/admin/presence.ts), in its history, inside the take-over's transaction. */
+export async function recordTakeOver(tx: Tx, deadLetterId: string, takeOver: { actor: string; from: string }, now: Date): Promise<void> {
+  await tx.deadLetterAction.create({
+    data: { deadLetterId, actor: takeOver.actor, action: "take_over", detail: takeOver.from ? { from: takeOver.from } : {}, createdAt: now },
   });
 }
 

@@ -14,6 +14,7 @@ import { delivered, type Outbox, type OutboxJson, outboxOf, partJson, quoteOf } 
  *   (bindAnswer, a configured answer) ready
  *   generating ─replaceUnsentWithTemplate─▶ ready   (the window closed: a template instead)
  *   any ─deadLetterReply─▶ dead ─reopenForResend (a person)─▶ ready | generating
+ *   (writeStaffReply: a person answering a customer handed to them) ready
  *
  * While generating, `generation_deadline` says until when a Claude call started for it may
  * still answer (law 4): a run that takes the conversation over waits for it, and the answer is
@@ -225,6 +226,25 @@ export async function reopenForResend(
   // Regenerating drops the draft: the reply job then asks Claude again (an explicit, paid choice).
   const text = choice.regenerate ? null : (choice.template?.text ?? choice.text ?? reply.text);
   await tx.reply.update({ where: { id: reply.id }, data: { text, state: text ? "ready" : "generating", generationDeadline: null, updatedAt: now } });
+}
+
+/**
+ * (a person answering a customer handed to them, from the staff page) → ready: a reply of kind
+ * "staff", their text in WhatsApp-sized parts or the approved template they chose, sent by the
+ * reply job like any other (law 5) and, once sent, the business's side of the conversation in
+ * Claude's history. Inside the answer's transaction (state/dead-letters.ts, answerHandedOff).
+ */
+export async function writeStaffReply(tx: Tx, conversationId: string, choice: { text: string } | { template: ChosenTemplate }, now: Date): Promise<string> {
+  const text = "template" in choice ? choice.template.text : choice.text;
+  const reply = await tx.reply.create({ data: { conversationId, kind: "staff", state: "ready", text, updatedAt: now }, select: { id: true } });
+  await appendParts(
+    tx,
+    reply.id,
+    "template" in choice
+      ? [{ text, template: choice.template.name, templateLanguage: choice.template.language, templateParameters: [...choice.template.parameters] }]
+      : splitForWhatsApp(text).map((part) => ({ text: part })),
+  );
+  return reply.id;
 }
 
 /**

@@ -1,0 +1,163 @@
+import { randomUUID } from "node:crypto";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { graphError } from "./support/fake-graph.ts";
+import { eventually, type Harness, settle, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
+import { textWebhook } from "./support/webhook-bodies.ts";
+
+/**
+ * Issue 21.2: a customer waiting for a person (they asked, Claude handed them over, or they
+ * wrote to a paused bot) is an item staff answer from the page: the person's text is sent once
+ * like any part, stored as the business's side, and the bot, given the conversation back,
+ * answers the next message with it in its history. The bot never answers meanwhile.
+ */
+
+const HANDOFF_REPLY = "A person will answer you here.";
+let h: Harness;
+beforeAll(async () => {
+  h = await startHarness({ env: { HANDOFF_REPLY, REPLY_DEBOUNCE_MS: "0", JOB_ATTEMPTS: "1", WHATSAPP_BUSINESS_ACCOUNT_ID: "102290129340398" } });
+});
+afterAll(async () => h?.close());
+
+const auth = { authorization: `Bearer ${TEST_ADMIN_TOKEN}` };
+const post = (url: string, payload?: Record<string, unknown>, key?: string) =>
+  h.app.inject({ method: "POST", url, headers: { ...auth, ...(key ? { "idempotency-key": key } : {}) }, ...(payload ? { payload } : {}) });
+const item = async (id: string) => (await h.app.inject({ method: "GET", url: `/admin/dlq/${id}`, headers: auth })).json();
+
+const newCustomer = () => `1555${Math.floor(Math.random() * 1e7)}`;
+const sentTo = (to: string) =>
+  h.graph.sends
+    .filter((r) => r.body.to === to)
+    .map((r) => (r.body.text as { body?: string } | undefined)?.body ?? `template:${(r.body.template as { name: string }).name}`);
+
+/** The customer writes and the worker has stored it. */
+async function say(from: string, text: string): Promise<void> {
+  const { body, wamids } = textWebhook({ text, from, name: "Ada" });
+  expect((await h.deliver(body)).statusCode).toBe(200);
+  await eventually(() => h.db.inboundMessage.findUnique({ where: { wamid: wamids[0] } }), `"${text}" to be stored`);
+}
+
+/** The customer's open item, once its reply job has settled. */
+async function openItemOf(from: string): Promise<{ id: string; conversationId: string; replyId: string | null; code: string | null }> {
+  const letter = await eventually(
+    () => h.db.deadLetter.findFirst({ where: { state: "open", conversation: { contact: { waId: from } } } }),
+    `an item for ${from}`,
+  );
+  await settle();
+  return letter;
+}
+
+describe("a customer handed to a person", () => {
+  it("is answered from the page once (a repeated request replays), the bot stays silent, and given back it answers with the person's words in its history", async () => {
+    const from = newCustomer();
+    await say(from, "human");
+    await eventually(() => sentTo(from).length === 1, "the handoff reply");
+    const letter = await openItemOf(from);
+    expect(letter.replyId).toBeNull();
+
+    const key = randomUUID();
+    const answered = await post(`/admin/dlq/${letter.id}/answer`, { text: "  Hi Ada, this is Sam. Your parcel leaves today.  " }, key);
+    expect(answered.statusCode).toBe(202);
+    expect(answered.json()).toEqual({ ok: true, state: "open" });
+    const replayed = await post(`/admin/dlq/${letter.id}/answer`, { text: "  Hi Ada, this is Sam. Your parcel leaves today.  " }, key);
+    expect(replayed.statusCode).toBe(202);
+    await eventually(() => sentTo(from).length === 2, "the person's message");
+    await settle();
+    expect(sentTo(from)).toEqual([HANDOFF_REPLY, "Hi Ada, this is Sam. Your parcel leaves today."]);
+
+    // The business's side of the conversation, attributed; the item stays with the person.
+    const staffReply = await h.db.reply.findFirstOrThrow({ where: { conversationId: letter.conversationId, kind: "staff" } });
+    expect(staffReply).toMatchObject({ state: "sent", text: "Hi Ada, this is Sam. Your parcel leaves today." });
+    const shown = await item(letter.id);
+    expect(shown.state).toBe("open");
+    expect(shown.actions).toContainEqual(expect.objectContaining({ actor: "api", action: "staff_reply" }));
+    expect(shown.conversation.pausedBy).toBe("api");
+
+    // The customer answers the person: the bot keeps out.
+    await say(from, "thanks, what time?");
+    await settle();
+    expect(sentTo(from)).toHaveLength(2);
+    const asked = h.claude.requests.length;
+
+    const givenBack = await post(`/admin/dlq/${letter.id}/give-back`);
+    expect(givenBack.statusCode).toBe(200);
+    expect(givenBack.json()).toEqual({ ok: true, state: "resolved" });
+    expect((await item(letter.id)).state).toBe("resolved");
+    expect((await post(`/admin/dlq/${letter.id}/give-back`)).json().error).toMatch(/already resolved by api/);
+    expect((await post(`/admin/dlq/${letter.id}/answer`, { text: "one more" })).statusCode).toBe(409);
+
+    await say(from, "and can I change the address?");
+    await eventually(() => sentTo(from).length === 3, "the bot's answer");
+    expect(h.claude.requests).toHaveLength(asked + 1);
+    const history = h.claude.requests.at(-1)!.messages;
+    const assistant = history.filter((m) => m.role === "assistant").map((m) => JSON.stringify(m.content));
+    expect(assistant.some((turn) => turn.includes("Your parcel leaves today."))).toBe(true);
+    expect(h.claude.userText(h.claude.requests.length - 1)).toContain("thanks, what time?");
+  });
+
+  it("a customer who writes to a paused bot becomes an item, once, unless one is open", async () => {
+    const from = newCustomer();
+    await say(from, "first question");
+    await eventually(() => sentTo(from).length === 1, "an answer");
+    const conversation = await h.db.conversation.findFirstOrThrow({ where: { contact: { waId: from } } });
+    expect((await post(`/admin/conversations/${conversation.id}/pause`, {})).statusCode).toBe(200);
+
+    await say(from, "hello? anyone?");
+    const letter = await openItemOf(from);
+    expect(letter).toMatchObject({ code: "paused", replyId: null });
+    await say(from, "still there?");
+    await settle();
+    expect(await h.db.deadLetter.count({ where: { conversationId: conversation.id } })).toBe(1);
+    expect(sentTo(from)).toHaveLength(1);
+    expect((await item(letter.id)).explanation.title).toBe("The customer wrote to a paused bot");
+
+    // Resuming the bot from the conversation settles the item too: nobody waits for a person.
+    expect((await post(`/admin/conversations/${conversation.id}/resume`)).statusCode).toBe(200);
+    expect((await item(letter.id)).state).toBe("resolved");
+  });
+
+  it("past the 24-hour window free text is refused in words and an approved template goes out, once", async () => {
+    const from = newCustomer();
+    await say(from, "agent");
+    const letter = await openItemOf(from);
+    await h.db.conversation.update({ where: { id: letter.conversationId }, data: { lastInboundAt: new Date(Date.now() - 25 * 3600_000) } });
+
+    const text = await post(`/admin/dlq/${letter.id}/answer`, { text: "Hello?" });
+    expect(text.statusCode).toBe(409);
+    expect(text.json()).toEqual({ code: "window_closed", error: expect.stringMatching(/24-hour window has closed.*template/) });
+
+    const key = randomUUID();
+    const body = { name: "order_update", language: "en_US", parameters: ["Ada", "A-17"] };
+    const sent = await post(`/admin/dlq/${letter.id}/template`, body, key);
+    expect(sent.statusCode).toBe(202);
+    expect(sent.json()).toEqual({ ok: true, state: "open" });
+    expect((await post(`/admin/dlq/${letter.id}/template`, body, key)).statusCode).toBe(202);
+    await eventually(() => h.graph.templateSends.filter((r) => r.body.to === from).length === 1, "the template");
+    await settle();
+    expect(h.graph.templateSends.filter((r) => r.body.to === from)).toHaveLength(1);
+    expect((await h.db.reply.findFirstOrThrow({ where: { conversationId: letter.conversationId, kind: "staff" } })).text).toBe(
+      "Hello Ada, your order A-17 is on its way.",
+    );
+  });
+
+  it("answering and giving back are refused for a failed reply, with what to do instead; resending is refused for a waiting customer", async () => {
+    const from = newCustomer();
+    h.graph.answerSends({ status: 400, body: graphError(131026, "Message undeliverable") });
+    await say(from, "hello");
+    const failed = await openItemOf(from);
+    expect(failed.replyId).not.toBeNull();
+    for (const url of [`/admin/dlq/${failed.id}/answer`, `/admin/dlq/${failed.id}/give-back`]) {
+      const refused = await post(url, url.endsWith("answer") ? { text: "hi" } : undefined);
+      expect(refused.statusCode).toBe(409);
+      expect(refused.json()).toMatchObject({ code: "has_reply", error: expect.stringMatching(/send it again/) });
+    }
+
+    const waiting = newCustomer();
+    await say(waiting, "human");
+    const letter = await openItemOf(waiting);
+    const resend = await post(`/admin/dlq/${letter.id}/retry`, { text: "hi" });
+    expect(resend.statusCode).toBe(409);
+    expect(resend.json()).toMatchObject({ code: "no_reply", error: expect.stringMatching(/write to them/) });
+    expect((await post(`/admin/dlq/${letter.id}/answer`, { text: "" })).statusCode).toBe(400);
+    expect((await post(`/admin/dlq/${randomUUID()}/answer`, { text: "hi" })).statusCode).toBe(404);
+  });
+});
