@@ -17,6 +17,11 @@ import { textWebhook } from "./support/webhook-bodies.ts";
  */
 
 const ARTIFACTS = "test-artifacts";
+/** The README's screenshots are taken here too: `SCREENSHOT=docs npx vitest run test/handoff-browser.test.ts test/templates-browser.test.ts`. */
+const SCREENSHOTS = process.env.SCREENSHOT;
+const screenshot = async (on: Page, name: string) => {
+  if (SCREENSHOTS) await on.screenshot({ path: `${SCREENSHOTS}/${name}`, fullPage: true });
+};
 const PASSWORD = "correct horse battery staple";
 const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
 // textWebhook names every sender so.
@@ -107,6 +112,7 @@ describe.runIf(chromiumAvailable("handoff-browser.test.ts"))("answering a handed
       expect(await box.inputValue()).toBe("");
       // The item stays with the person; the conversation shows their message (the live queue refreshes it).
       await expect.poll(() => page.locator("#timeline").textContent(), { timeout: 10_000 }).toContain(ANSWER);
+      await screenshot(page, "staff-handoff.png");
       await page.getByText("History of this item").click();
       await expect.poll(() => page.locator("#actions").textContent()).toContain(`sam@example.com: wrote to the customer: “${ANSWER}”`);
 
@@ -170,6 +176,7 @@ describe.runIf(chromiumAvailable("handoff-browser.test.ts"))("answering a handed
       await settle();
       expect(textsSent().length).toBe(sentBefore);
       expect(await axeViolations(kim)).toEqual([]);
+      await screenshot(kim, "staff-two-people.png");
 
       // Kim takes it over: the send goes out once, and Sam is now the one refused.
       await kim.getByRole("button", { name: "Take it over" }).click();

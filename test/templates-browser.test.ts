@@ -16,6 +16,11 @@ import { textWebhook } from "./support/webhook-bodies.ts";
  */
 
 const ARTIFACTS = "test-artifacts";
+/** The README's screenshots are taken here too: `SCREENSHOT=docs npx vitest run test/handoff-browser.test.ts test/templates-browser.test.ts`. */
+const SCREENSHOTS = process.env.SCREENSHOT;
+const screenshot = async (on: Page, name: string) => {
+  if (SCREENSHOTS) await on.screenshot({ path: `${SCREENSHOTS}/${name}`, fullPage: true });
+};
 const PASSWORD = "correct horse battery staple";
 const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
 // textWebhook names every sender so.
@@ -80,6 +85,7 @@ describe.runIf(chromiumAvailable("templates-browser.test.ts"))("sending a templa
       await page.getByLabel("{{2}}").fill("A-1042");
       await expect.poll(() => page.locator("#template-preview").textContent()).toBe("Hello José Müller, your order A-1042 is on its way.");
       expect(await axeViolations()).toEqual([]);
+      await screenshot(page, "staff-template.png");
 
       // Another template: its own values, its own preview.
       await picker.selectOption({ label: "we_are_here (en_US, utility)" });

@@ -115,6 +115,8 @@ export const neighbour = (delta) => {
 
 function renderExplanation(data) {
   const why = data.explanation;
+  // A customer waiting for a person: nothing went wrong, someone should answer.
+  $("#why-title").textContent = data.reply ? "What went wrong" : "Why they are waiting";
   $("#explanation").className = `card kind-${why.kind}`;
   $("#why-headline").textContent = why.title;
   $("#why-text").textContent = why.text;
