@@ -392,7 +392,8 @@ describe.runIf(chromiumAvailable("browser.test.ts"))("the staff page in Chromium
       await page.getByRole("heading", { level: 2, name: "Noah Williams" }).waitFor();
       expect(await page.locator("#why-headline").textContent()).toBe("The customer asked for a person");
       expect(await page.locator("#paused-note").textContent()).toContain("The bot is paused for this conversation until someone resumes it");
-      for (const action of ["send-draft", "send-edited", "regenerate", "resume"]) expect(await page.locator(`[data-action="${action}"]`).isVisible(), action).toBe(false);
+      for (const action of ["send-draft", "send-edited", "regenerate", "resume"])
+        expect(await page.locator(`[data-action="${action}"]`).isVisible(), action).toBe(false);
       expect(await page.getByRole("button", { name: "Send to the customer" }).isVisible()).toBe(true);
       expect(await axeProblems()).toEqual([]);
       await page.getByRole("button", { name: "Give back to the bot" }).click();

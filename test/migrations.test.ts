@@ -196,7 +196,9 @@ describe("migrations", () => {
       expect(await db.deadLetter.findUniqueOrThrow({ where: { id: letter.id }, include: { presence: true } })).toMatchObject({
         presence: [{ actor: "ana@example.com", answeringAt: expect.any(Date) }],
       });
-      const waiting = await db.deadLetter.create({ data: { conversationId: conversation.id, dedupKey: "k2", source: "handoff", reason: "r", state: "resolved" } });
+      const waiting = await db.deadLetter.create({
+        data: { conversationId: conversation.id, dedupKey: "k2", source: "handoff", reason: "r", state: "resolved" },
+      });
       expect(waiting).toMatchObject({ replyId: null, state: "resolved" });
       const staff = await db.staffMember.create({ data: { email: "ops@example.com", passwordHash: "$argon2id$x", role: "operator", disabledAt: null } });
       await db.staffSession.create({ data: { tokenHash: "t1", staffId: staff.id, csrfToken: "c1", expiresAt: new Date() } });
