@@ -145,6 +145,34 @@ describe("npm run demo's sandbox, through its JSON API", () => {
     expect((await chat(from)).openDeadLetters).toBe(0);
   });
 
+  it("staff resolve a 131047 item with one of the demo shop's approved templates, listed by its simulated Meta; it arrives once", async () => {
+    await api("POST", "/demo/api/faults", { send: "131047" });
+    const from = newPhone();
+    await write({ from, text: "Is my order #4417 coming?" });
+    await eventually(async () => (await chat(from)).openDeadLetters === 1, "an open dead letter");
+    await api("POST", "/demo/api/faults", { send: null });
+    const letter = await demo.db.deadLetter.findFirstOrThrow({ where: { state: "open", conversation: { contact: { waId: from } } } });
+    const staff = (method: string, path: string, body?: unknown) =>
+      fetch(`${demo.url}${path}`, {
+        method,
+        headers: { authorization: `Bearer ${demo.config.adminToken}`, "content-type": "application/json", "idempotency-key": `demo-${letter.id}` },
+        ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+      });
+    const listed = (await (await staff("GET", "/admin/templates")).json()) as { configured: boolean; templates: { name: string }[] };
+    expect(listed.configured).toBe(true);
+    expect(listed.templates.map((t) => t.name)).toEqual(["order_update", "we_are_here"]);
+    const body = { name: "order_update", language: "en_US", parameters: ["Ana", "#4417"] };
+    expect((await staff("POST", `/admin/dlq/${letter.id}/template`, body)).status).toBe(202);
+    expect((await staff("POST", `/admin/dlq/${letter.id}/template`, body)).headers.get("idempotent-replayed")).toBe("true");
+    await eventually(
+      () =>
+        demo.db.outboundMessage.findFirst({ where: { template: "order_update", sendState: "accepted", reply: { conversation: { contact: { waId: from } } } } }),
+      "the template taken by the simulated Meta",
+    );
+    await settle(800);
+    expect(await replies(from)).toHaveLength(1);
+  });
+
   it("Claude told to fail with 400 dead-letters the reply at once, without a draft", async () => {
     await api("POST", "/demo/api/faults", { claude: "400" });
     const from = newPhone();

@@ -1,5 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { fileURLToPath } from "node:url";
+import { DEMO_BUSINESS_ACCOUNT_ID } from "./meta/graph.ts";
 
 /**
  * The demo's environment, composed here rather than read from `.env` or the shell: fresh
@@ -121,6 +122,8 @@ export function demoEnvironment(
     WHATSAPP_APP_SECRET: secrets.appSecret,
     WHATSAPP_ACCESS_TOKEN: secrets.accessToken,
     GRAPH_API_BASE_URL: urls.graph,
+    // Its approved templates, for staff to send past the 24-hour window (the simulated Meta lists them).
+    WHATSAPP_BUSINESS_ACCOUNT_ID: DEMO_BUSINESS_ACCOUNT_ID,
     // Short, so a fault shows in seconds rather than minutes.
     GRAPH_TIMEOUT_MS: String(DEMO_GRAPH_TIMEOUT_MS),
     SEND_RECONCILE_WAIT_MS: "3000",

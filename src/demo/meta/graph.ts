@@ -7,13 +7,35 @@ import { envelope, graphError, messagesChange, metaWire } from "./wire.ts";
  * Meta's Graph API as the system reaches it through GRAPH_API_BASE_URL, playing by Meta's
  * rules (WHATSAPP.md §5, §6, §8): sends (`to` a phone or `recipient` a BSUID, at most 4096
  * characters, quoting with `context`), read receipts with the typing indicator, the two-step
- * media download, Graph's error bodies. It records every send Meta TOOK (the customer got
+ * media download, the business account's approved templates (`GET /{waba}/message_templates`,
+ * DEMO_TEMPLATES), Graph's error bodies. It records every send Meta TOOK (the customer got
  * it, whatever the HTTP answer said) and, after each, has the status webhooks delivered
  * (`sent`, `delivered`, …), each carrying the send's biz_opaque_callback_data.
  *
  * A process may be given its own base path (`/w1`, `/web`, …), so a request says which
  * process made it: that is how a chaos scenario finds the worker that is mid-send.
  */
+
+/** The demo shop's business account (WHATSAPP_BUSINESS_ACCOUNT_ID in the demo's environment). */
+export const DEMO_BUSINESS_ACCOUNT_ID = "100000000000042";
+
+/** The demo shop's approved templates, as Meta lists them: what staff may send past the 24-hour window. */
+export const DEMO_TEMPLATES = [
+  {
+    name: "order_update",
+    language: "en_US",
+    category: "UTILITY",
+    status: "APPROVED",
+    components: [{ type: "BODY", text: "Hello {{1}}, your order {{2}} is on its way." }],
+  },
+  {
+    name: "we_are_here",
+    language: "en_US",
+    category: "UTILITY",
+    status: "APPROVED",
+    components: [{ type: "BODY", text: "Hi {{1}}, we have an answer for you: reply to this message to read it." }],
+  },
+] as const;
 
 /** An edge proxy's error page, as a 502 or 504 from in front of Graph looks. */
 export const PROXY_502_PAGE = "<html><head><title>502 Bad Gateway</title></head><body><center><h1>502 Bad Gateway</h1></center></body></html>";
@@ -181,6 +203,11 @@ export class MetaGraph {
     if (req.headers.authorization !== `Bearer ${this.accessToken}`) return this.refuse(res, path, 401, 190, "Invalid OAuth access token");
     const send = /^(?:\/([\w-]+))?\/v\d+\.\d+\/(\d+)\/messages$/.exec(path);
     if (req.method === "POST" && send) return this.handleMessages(send[1] ?? "", send[2]!, raw, res);
+    const templates = /^(?:\/[\w-]+)?\/v\d+\.\d+\/(\d+)\/message_templates$/.exec(path);
+    if (req.method === "GET" && templates) {
+      if (templates[1] !== DEMO_BUSINESS_ACCOUNT_ID) return this.refuse(res, path, 400, 100, "Unsupported get request: no such business account");
+      return sendJson(res, 200, { data: DEMO_TEMPLATES, paging: { cursors: { before: "0", after: String(DEMO_TEMPLATES.length) } } });
+    }
     const download = /^(?:\/[\w-]+)?\/media-download\/([^/]+)$/.exec(path);
     if (req.method === "GET" && download) return this.download(decodeURIComponent(download[1]!), res);
     const info = /^(?:\/([\w-]+))?\/v\d+\.\d+\/([^/]+)$/.exec(path);
