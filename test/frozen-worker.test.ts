@@ -82,7 +82,10 @@ describe("a worker frozen past its lock", () => {
   }, 90_000);
 
   it("frozen while Claude was writing: the worker that takes over waits for that call, and its answer, stored when the frozen one wakes, goes out once: Claude is paid once", async () => {
-    const h = await harness({ workers: 0, env: ENV });
+    // A generation deadline (Claude's timeout and a margin) well beyond the takeover: on a
+    // loaded machine the lock's expiry and the second worker's start took past a 6 s one, and
+    // the takeover then rightly asked Claude itself, which is another test's scenario (below).
+    const h = await harness({ workers: 0, env: { ...ENV, ANTHROPIC_TIMEOUT_MS: "12000" } });
     h.claude.latencyMs = 2500;
     child = startWorkerProcess(h);
     await h.deliver(textWebhook({ text: "what sizes do you have?" }).body);
