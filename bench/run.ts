@@ -2,7 +2,7 @@ import { execFileSync } from "node:child_process";
 import { availableParallelism, cpus, loadavg } from "node:os";
 import { runCacheBench } from "./cache.ts";
 import { type EndToEndScenario, formatEndToEnd, medianOf, pairedRatio, perCpuSecond, runEndToEnd, theoreticalRate } from "./e2e.ts";
-import { formatIngest, ingestSettings, ingestTarget, runIngestBench } from "./ingest.ts";
+import { formatIngest, ingestSettings, ingestTargets, runIngestBench } from "./ingest.ts";
 import { formatIsolation, isolationSettings, isolationTarget, runIsolationBench } from "./isolation.ts";
 import { LoadGenerator } from "./load.ts";
 import { formatScale, runScaleBench, scaleSettings } from "./scale.ts";
@@ -108,9 +108,11 @@ async function main(): Promise<void> {
   try {
     const report = await runIngestBench(load, ingest);
     console.log(formatIngest(report));
-    const line = ingestTarget(report);
-    console.log(`\n${Targets.inline(line)}`);
-    targets.add(line);
+    console.log("");
+    for (const line of ingestTargets(report)) {
+      console.log(Targets.inline(line));
+      targets.add(line);
+    }
   } finally {
     await load.close();
   }
