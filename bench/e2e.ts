@@ -27,6 +27,10 @@ export interface EndToEndScenario {
   /** Single messages sent one at a time, each after the last was answered: the latency of an idle system. */
   idleSamples: number;
   timeoutMs: number;
+  /** Issue 22's floor worker (bench/floor-worker.ts) in place of the real one. */
+  floor?: boolean;
+  /** The real worker under `--cpu-prof`, writing its profile here when it exits. */
+  profileDir?: string;
 }
 
 export interface RoundResult {
@@ -50,6 +54,8 @@ export interface RoundResult {
   deadLetters: number;
   failedJobs: number;
   non200: number;
+  /** When the round ran, on the monotonic clock in µs (a CPU profile's clock). */
+  window: { fromUs: number; toUs: number };
 }
 
 export interface EndToEndResult {
