@@ -198,6 +198,12 @@ export function formatEndToEnd(results: EndToEndResult[]): string {
     "  once (so it includes waiting behind the others); idle: one message at a time on an idle system; bench CPU: this",
     "  process (webhook, fakes, counting), not the worker's; load: the machine's 1-minute load average after each round",
     "  (2 cores: above 2, the worker waits for a core and replies/s understates it; replies/CPU-s does not).",
+    ...(results.some((r) => r.scenario.floor)
+      ? ["  floor: bench/floor-worker.ts in the worker's place, a bare BullMQ worker doing the same 6 SQL statements and 2 HTTP calls a reply."]
+      : []),
+    ...(results.some((r) => r.scenario.profileDir)
+      ? ["  --cpu-prof: the worker sampled every 100 µs, which slows it: read for its profile, not its figures."]
+      : []),
     "",
   );
   for (const r of results) {
