@@ -40,10 +40,14 @@ export interface ProfileSummary {
   top: Frame[];
 }
 
-/** The one profile `dir` holds (a worker writes one as it exits). */
+/**
+ * The main thread's profile in `dir`, written by one process as it exits. Node writes one per
+ * thread, `CPU.<date>.<time>.<pid>.<thread>.<seq>.cpuprofile`; tsx's module hooks run on a
+ * thread of their own (thread 1), the jobs on the main one (thread 0).
+ */
 export async function readProfile(dir: string): Promise<CpuProfile> {
-  const files = (await readdir(dir)).filter((f) => f.endsWith(".cpuprofile"));
-  if (files.length !== 1) throw new Error(`expected one .cpuprofile in ${dir}, found ${files.length}`);
+  const files = (await readdir(dir)).filter((f) => /^CPU\.\d+\.\d+\.\d+\.0\.\d+\.cpuprofile$/.test(f));
+  if (files.length !== 1) throw new Error(`expected one main-thread .cpuprofile in ${dir}, found ${files.length}`);
   return JSON.parse(await readFile(join(dir, files[0]!), "utf8")) as CpuProfile;
 }
 
