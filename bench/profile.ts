@@ -28,7 +28,7 @@ interface CpuProfile {
 
 export interface Frame {
   name: string;
-  /** "file.ts:12", or "" for V8's pseudo-frames. */
+  /** "file.ts:12" (a dependency's with its package), or "" for V8's pseudo-frames. */
   where: string;
   /** Share of the busy samples (not idle) with this frame on top, 0–1. */
   share: number;
@@ -75,10 +75,17 @@ export function topFrames(profile: CpuProfile, windows: { fromUs: number; toUs: 
     .slice(0, count)
     .map(({ frame, samples }) => ({
       name: frame.functionName || "(anonymous)",
-      where: frame.url ? `${basename(frame.url)}:${frame.lineNumber + 1}` : "",
+      where: locationOf(frame),
       share: samples / busy,
     }));
   return { samples: busy, top };
+}
+
+/** "file.ts:12", with its package before it when it is a dependency's ("pg-protocol serializer.js:80"): basenames alone repeat (index.js, client.js). */
+function locationOf(frame: CallFrame): string {
+  if (!frame.url) return "";
+  const dependency = /node_modules\/((?:@[^/]+\/)?[^/]+)\//.exec(frame.url)?.[1];
+  return `${dependency ? `${dependency} ` : ""}${basename(frame.url)}:${frame.lineNumber + 1}`;
 }
 
 export function formatFrames(summary: ProfileSummary): string {
