@@ -2,6 +2,7 @@ import { mkdtemp, readFile, rm } from "node:fs/promises";
 import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
+import { fileURLToPath } from "node:url";
 import { RoleProcess } from "../chaos/processes.ts";
 import { loadConfig } from "../src/config/config.ts";
 import type { RecordedRequest } from "../test/support/fake-graph.ts";
@@ -9,6 +10,7 @@ import { type Harness, startHarness } from "../test/support/harness.ts";
 import { seedHistory } from "../test/support/seed-history.ts";
 import { textWebhook } from "../test/support/webhook-bodies.ts";
 import type { EndToEndResult, EndToEndScenario, RoundResult } from "./e2e.ts";
+import { MAIN, NodeProcess } from "./node-process.ts";
 import { processStat } from "./proc.ts";
 import { percentile, sleep } from "./stats.ts";
 
@@ -28,6 +30,27 @@ const WARMUP_MESSAGES = 20;
 
 /** After the last expected send, how long to keep watching for sends that must not happen (a duplicate). */
 const SETTLE_MS = 500;
+
+/** Issue 22's floor worker (a bare BullMQ worker doing the same I/O), run in place of the real one by scenarios that ask. */
+const FLOOR_WORKER = fileURLToPath(new URL("floor-worker.ts", import.meta.url));
+
+/** What the system needs of a worker process, whichever started it. */
+type WorkerProcess = Pick<RoleProcess, "pid" | "exited" | "logPath" | "signal" | "kill">;
+
+/**
+ * The worker of `scenario`: the real one as operators start it (RoleProcess), or, when the
+ * scenario asks for a profile or the floor, through NodeProcess, which can pass node flags.
+ */
+function spawnWorker(scenario: EndToEndScenario, index: number, env: Record<string, string>, logDir: string): WorkerProcess {
+  const name = `worker-${index}`;
+  if (scenario.floor) return NodeProcess.spawn(name, FLOOR_WORKER, [], { env, logDir });
+  if (scenario.profileDir) {
+    // Sampling every 100 µs (the default 1 ms gives too few samples of a 2–4 s round to rank ten frames).
+    const nodeArgs = ["--cpu-prof", `--cpu-prof-dir=${scenario.profileDir}`, "--cpu-prof-interval=100"];
+    return NodeProcess.spawn(name, MAIN, ["worker"], { env, logDir, nodeArgs });
+  }
+  return RoleProcess.spawn(name, "worker", env, logDir);
+}
 
 /** A process's CPU time so far in ms, or `otherwise` once it has exited. */
 function cpuMsOr(pid: number, otherwise: number): number {
@@ -50,7 +73,7 @@ export class System {
   private constructor(
     readonly scenario: EndToEndScenario,
     readonly h: Harness,
-    readonly worker: RoleProcess,
+    readonly worker: WorkerProcess,
     readonly settings: EndToEndResult["worker"],
     private readonly logDir: string,
   ) {
@@ -92,7 +115,7 @@ export class System {
         logLevel: config.logLevel,
       };
       const logDir = await mkdtemp(join(tmpdir(), "bench-worker-"));
-      const worker = RoleProcess.spawn(`worker-${index}`, "worker", env, logDir);
+      const worker = spawnWorker(scenario, index, env, logDir);
       return new System(scenario, h, worker, settings, logDir);
     } catch (error) {
       await h.close();
@@ -151,6 +174,7 @@ export class System {
     const workerCpuStart = processStat(this.worker.pid).cpuMs;
     const benchCpuStart = process.cpuUsage();
     const start = performance.now();
+    const fromUs = monotonicUs();
     this.lastRound = { users, startedAt: start };
     const non200 = await this.deliverAll(users, scenario.deliveryConcurrency, deliveredAt);
     const deliveryMs = performance.now() - start;
@@ -162,6 +186,7 @@ export class System {
       },
     );
     const workerCpuMs = cpuMsOr(this.worker.pid, workerCpuStart) - workerCpuStart;
+    const window = { fromUs, toUs: monotonicUs() };
     const benchCpu = process.cpuUsage(benchCpuStart);
     const replied = users.filter((u) => this.sentAt.has(u));
     const elapsedMs = (finished ? Math.max(...replied.map((u) => this.sentAt.get(u)!)) : performance.now()) - start;
@@ -189,6 +214,7 @@ export class System {
       deadLetters: (await h.db.deadLetter.count()) - deadBefore,
       failedJobs: (await this.failedJobs()) - failedBefore,
       non200,
+      window,
     };
   }
 
@@ -224,6 +250,9 @@ export class System {
     await rm(this.logDir, { recursive: true, force: true });
   }
 }
+
+/** The monotonic clock in µs: the clock of V8's CPU profiles (a profile's startTime and sample times), so a round's window can be cut from one. */
+const monotonicUs = () => Number(process.hrtime.bigint() / 1000n);
 
 export async function withTimeout(promise: Promise<void>, ms: number, what: string): Promise<void> {
   let timer: NodeJS.Timeout | undefined;

@@ -27,6 +27,10 @@ export interface EndToEndScenario {
   /** Single messages sent one at a time, each after the last was answered: the latency of an idle system. */
   idleSamples: number;
   timeoutMs: number;
+  /** Issue 22's floor worker (bench/floor-worker.ts) in place of the real one. */
+  floor?: boolean;
+  /** The real worker under `--cpu-prof`, writing its profile here when it exits. */
+  profileDir?: string;
 }
 
 export interface RoundResult {
@@ -50,6 +54,8 @@ export interface RoundResult {
   deadLetters: number;
   failedJobs: number;
   non200: number;
+  /** When the round ran, on the monotonic clock in µs (a CPU profile's clock). */
+  window: { fromUs: number; toUs: number };
 }
 
 export interface EndToEndResult {
@@ -192,6 +198,12 @@ export function formatEndToEnd(results: EndToEndResult[]): string {
     "  once (so it includes waiting behind the others); idle: one message at a time on an idle system; bench CPU: this",
     "  process (webhook, fakes, counting), not the worker's; load: the machine's 1-minute load average after each round",
     "  (2 cores: above 2, the worker waits for a core and replies/s understates it; replies/CPU-s does not).",
+    ...(results.some((r) => r.scenario.floor)
+      ? ["  floor: bench/floor-worker.ts in the worker's place, a bare BullMQ worker doing the same 6 SQL statements and 2 HTTP calls a reply."]
+      : []),
+    ...(results.some((r) => r.scenario.profileDir)
+      ? ["  --cpu-prof: the worker sampled every 100 µs, which slows it: read for its profile, not its figures."]
+      : []),
     "",
   );
   for (const r of results) {

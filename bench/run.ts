@@ -1,7 +1,6 @@
 import { execFileSync } from "node:child_process";
 import { availableParallelism, cpus, loadavg } from "node:os";
 import { runCacheBench } from "./cache.ts";
-import { type EndToEndScenario, formatEndToEnd, medianOf, pairedRatio, perCpuSecond, runEndToEnd, theoreticalRate } from "./e2e.ts";
 import { formatIngest, ingestSettings, ingestTargets, runIngestBench } from "./ingest.ts";
 import { formatIsolation, isolationSettings, isolationTarget, runIsolationBench } from "./isolation.ts";
 import { LoadGenerator } from "./load.ts";
@@ -10,6 +9,7 @@ import { formatSplit, runSplitBench, splitSettings } from "./split.ts";
 import { answeringPerMessage, formatSql, runSqlBench, type SqlSettings } from "./sql.ts";
 import { fmt } from "./stats.ts";
 import { Targets } from "./targets.ts";
+import { runWorkerBench } from "./worker-bench.ts";
 
 /**
  * `npm run bench`: benchmark 1 (webhook ingest over HTTP), benchmark 2 (worker end to end,
@@ -27,37 +27,6 @@ const quick = process.env.BENCH_QUICK === "1";
 
 const ingest = ingestSettings(quick);
 
-/** Instant fakes: what one worker process does when nothing waits. */
-const instant: EndToEndScenario = {
-  name: "(a) fakes at 0 ms",
-  messages: quick ? 100 : 500,
-  rounds: quick ? 1 : 3,
-  claudeLatencyMs: 0,
-  replyConcurrency: 50,
-  storedMessages: 0,
-  deliveryConcurrency: 16,
-  idleSamples: quick ? 3 : 200,
-  timeoutMs: 120_000,
-};
-
-const endToEnd: EndToEndScenario[][] = [
-  // (a) and (c) alternate round by round: their ratio is target 2's throughput figure.
-  [instant, { ...instant, name: `(c) (a) on ${quick ? "10,000" : "100,000"} stored messages`, storedMessages: quick ? 10_000 : 100_000 }],
-  [
-    {
-      name: "(b) Claude at 2000 ms",
-      messages: quick ? 100 : 800, // 4 waves of 200 Claude calls
-      rounds: quick ? 1 : 3,
-      claudeLatencyMs: 2000,
-      replyConcurrency: 200,
-      storedMessages: 0,
-      deliveryConcurrency: 16,
-      idleSamples: 0, // the idle latency is (a)'s plus the 2 s Claude is told to take
-      timeoutMs: 180_000,
-    },
-  ],
-];
-
 const sql: SqlSettings = { customers: quick ? 5 : 50, storedMessages: quick ? 10_000 : 100_000, timeoutMs: 60_000 };
 
 /**
@@ -67,9 +36,6 @@ const sql: SqlSettings = { customers: quick ? 5 : 50, storedMessages: quick ? 10
 const BASELINE = {
   sqlPerMessage: "37",
   seqScans: "0 of 33",
-  storedRatio: "0.86–0.92",
-  repliesPerSec: "60–71/s, ~92 per CPU-s",
-  claudeRatio: "0.39–0.51",
 };
 
 /** Other work on the machine moves every figure here; print it so a reader can tell. */
@@ -119,44 +85,9 @@ async function main(): Promise<void> {
 
   console.log(`\n${machineLoad()}`);
   console.log("\n## Benchmark 2: worker end to end, the worker in a process of its own (REPLY_DEBOUNCE_MS 0, one user per message)\n");
-  const results = [];
-  for (const group of endToEnd) results.push(...(await runEndToEnd(group)));
-  console.log(formatEndToEnd(results));
-  const [a, c, b] = results;
-  if (a && c && b) {
-    const perSec = medianOf(a, (r) => r.repliesPerSec);
-    const claudeRate = medianOf(b, (r) => r.repliesPerSec);
-    const claude = claudeRate / theoreticalRate(b.scenario);
-    const stored = pairedRatio(c, a, (r) => r.repliesPerSec);
-    const lines = [
-      {
-        target: "3a. replies/s per worker process, instant fakes",
-        goal: "≥ 150/s",
-        figure: `${fmt(perSec, 1)}/s (${fmt(medianOf(a, perCpuSecond), 1)} per worker CPU-second)`,
-        met: perSec >= 150,
-        baseline: BASELINE.repliesPerSec,
-      },
-      {
-        target: `3b. replies/s ÷ (${b.scenario.replyConcurrency} / ${b.scenario.claudeLatencyMs / 1000} s), Claude at ${b.scenario.claudeLatencyMs} ms`,
-        goal: "≥ 0.90",
-        figure: `${fmt(claude, 2)} (${fmt(claudeRate, 1)}/s of ${fmt(theoreticalRate(b.scenario))}/s, Claude max in flight ${Math.max(...b.rounds.map((r) => r.claudeMaxInFlight))})`,
-        met: claude >= 0.9,
-        baseline: BASELINE.claudeRatio,
-      },
-      {
-        target: `2b. throughput with ${fmt(c.scenario.storedMessages)} stored messages ÷ empty`,
-        goal: "≥ 0.90",
-        figure: `${fmt(stored, 2)} (per worker CPU-second: ${fmt(pairedRatio(c, a, perCpuSecond), 2)})`,
-        met: stored >= 0.9,
-        baseline: BASELINE.storedRatio,
-      },
-    ];
-    console.log("");
-    for (const line of lines) {
-      console.log(Targets.inline(line));
-      targets.add(line);
-    }
-  }
+  const worker = await runWorkerBench(quick);
+  console.log(worker.text);
+  for (const line of worker.lines) targets.add(line);
 
   console.log("\n## Benchmark 3: prompt caching with each model's minimum prefix: the share of the prompt read from cache\n");
   console.log(await runCacheBench());
@@ -211,7 +142,7 @@ async function main(): Promise<void> {
   console.log("\n## Benchmark 7: splitting a 100 000-unit reply into WhatsApp messages (CPU on the worker's event loop)\n");
   console.log(formatSplit(runSplitBench(splitSettings(quick))));
 
-  console.log("\n## Issue 10's targets (baseline: main before the work, bench/BASELINE-issue-10.md)\n");
+  console.log("\n## Targets of issues 10 and 22 (baseline: main before the work: bench/BASELINE-issue-10.md, issue 22's text)\n");
   console.log(targets.format());
 
   console.log(`\n${machineLoad()} at the end; total bench time ${((Date.now() - started) / 1000).toFixed(0)} s`);
