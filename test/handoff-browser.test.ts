@@ -1,10 +1,8 @@
-import { readFileSync } from "node:fs";
 import { mkdir } from "node:fs/promises";
-import { createRequire } from "node:module";
 import { type Browser, chromium, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { addStaff } from "../src/staff/accounts.ts";
-import { CHROMIUM, chromiumAvailable } from "./support/chromium.ts";
+import { axeViolations, CHROMIUM, chromiumAvailable, readmeScreenshot } from "./support/chromium.ts";
 import { eventually, type Harness, settle, startHarness } from "./support/harness.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
 
@@ -17,13 +15,7 @@ import { textWebhook } from "./support/webhook-bodies.ts";
  */
 
 const ARTIFACTS = "test-artifacts";
-/** The README's screenshots are taken here too: `SCREENSHOT=docs npx vitest run test/handoff-browser.test.ts test/templates-browser.test.ts`. */
-const SCREENSHOTS = process.env.SCREENSHOT;
-const screenshot = async (on: Page, name: string) => {
-  if (SCREENSHOTS) await on.screenshot({ path: `${SCREENSHOTS}/${name}`, fullPage: true });
-};
 const PASSWORD = "correct horse battery staple";
-const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
 // textWebhook names every sender so.
 const CUSTOMER = { name: "José Müller", phone: "447700900778" };
 const HANDOFF_REPLY = "A person will answer you here.";
@@ -35,12 +27,6 @@ describe.runIf(chromiumAvailable("handoff-browser.test.ts"))("answering a handed
   let page: Page;
   let base: string;
   const cspViolations: string[] = [];
-
-  async function axeViolations(on: Page = page): Promise<string[]> {
-    if (!(await on.evaluate<boolean>("typeof axe === 'object'"))) await on.evaluate(AXE_SOURCE);
-    const result = await on.evaluate<{ violations: { id: string; impact: string; nodes: { target: string[] }[] }[] }>("axe.run()");
-    return result.violations.map((v) => `${v.impact} ${v.id} (${v.nodes.map((n) => n.target.join(" ")).join(", ")})`);
-  }
 
   const say = async (text: string, from = CUSTOMER.phone) => {
     const { body, wamids } = textWebhook({ text, from });
@@ -96,7 +82,7 @@ describe.runIf(chromiumAvailable("handoff-browser.test.ts"))("answering a handed
       expect(await page.getByRole("button", { name: "Send this text" }).isHidden()).toBe(true);
       expect(await page.getByRole("button", { name: "Resume the bot" }).isHidden()).toBe(true);
       await box.fill(ANSWER);
-      expect(await axeViolations()).toEqual([]);
+      expect(await axeViolations(page)).toEqual([]);
 
       // Pressed three times at once: one message reaches the customer.
       const send = page.getByRole("button", { name: "Send to the customer" });
@@ -112,7 +98,7 @@ describe.runIf(chromiumAvailable("handoff-browser.test.ts"))("answering a handed
       expect(await box.inputValue()).toBe("");
       // The item stays with the person; the conversation shows their message (the live queue refreshes it).
       await expect.poll(() => page.locator("#timeline").textContent(), { timeout: 10_000 }).toContain(ANSWER);
-      await screenshot(page, "staff-handoff.png");
+      await readmeScreenshot(page, "staff-handoff.png");
       await page.getByText("History of this item").click();
       await expect.poll(() => page.locator("#actions").textContent()).toContain(`sam@example.com: wrote to the customer: “${ANSWER}”`);
 
@@ -125,7 +111,7 @@ describe.runIf(chromiumAvailable("handoff-browser.test.ts"))("answering a handed
       await page.getByRole("button", { name: "Give back to the bot" }).click();
       await page.getByText(`The bot answers again: ${CUSTOMER.name}.`).waitFor();
       expect((await h.db.deadLetter.findUniqueOrThrow({ where: { id: letter.id } })).state).toBe("resolved");
-      expect(await axeViolations()).toEqual([]);
+      expect(await axeViolations(page)).toEqual([]);
 
       await say("can you deliver it to my office instead?");
       await eventually(() => h.claude.requests.length === asked + 1, "the bot to answer again");
@@ -176,7 +162,7 @@ describe.runIf(chromiumAvailable("handoff-browser.test.ts"))("answering a handed
       await settle();
       expect(textsSent().length).toBe(sentBefore);
       expect(await axeViolations(kim)).toEqual([]);
-      await screenshot(kim, "staff-two-people.png");
+      await readmeScreenshot(kim, "staff-two-people.png");
 
       // Kim takes it over: the send goes out once, and Sam is now the one refused.
       await kim.getByRole("button", { name: "Take it over" }).click();

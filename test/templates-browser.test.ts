@@ -1,10 +1,8 @@
-import { readFileSync } from "node:fs";
 import { mkdir } from "node:fs/promises";
-import { createRequire } from "node:module";
 import { type Browser, chromium, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { addStaff } from "../src/staff/accounts.ts";
-import { CHROMIUM, chromiumAvailable } from "./support/chromium.ts";
+import { axeViolations, CHROMIUM, chromiumAvailable, readmeScreenshot } from "./support/chromium.ts";
 import { graphError } from "./support/fake-graph.ts";
 import { eventually, type Harness, startHarness } from "./support/harness.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
@@ -16,13 +14,7 @@ import { textWebhook } from "./support/webhook-bodies.ts";
  */
 
 const ARTIFACTS = "test-artifacts";
-/** The README's screenshots are taken here too: `SCREENSHOT=docs npx vitest run test/handoff-browser.test.ts test/templates-browser.test.ts`. */
-const SCREENSHOTS = process.env.SCREENSHOT;
-const screenshot = async (on: Page, name: string) => {
-  if (SCREENSHOTS) await on.screenshot({ path: `${SCREENSHOTS}/${name}`, fullPage: true });
-};
 const PASSWORD = "correct horse battery staple";
-const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
 // textWebhook names every sender so.
 const CUSTOMER = { name: "José Müller", phone: "447700900777" };
 
@@ -33,12 +25,6 @@ describe.runIf(chromiumAvailable("templates-browser.test.ts"))("sending a templa
   let base: string;
   let letterId: string;
   const cspViolations: string[] = [];
-
-  async function axeViolations(): Promise<string[]> {
-    if (!(await page.evaluate<boolean>("typeof axe === 'object'"))) await page.evaluate(AXE_SOURCE);
-    const result = await page.evaluate<{ violations: { id: string; impact: string; nodes: { target: string[] }[] }[] }>("axe.run()");
-    return result.violations.map((v) => `${v.impact} ${v.id} (${v.nodes.map((n) => n.target.join(" ")).join(", ")})`);
-  }
 
   beforeAll(async () => {
     h = await startHarness({ env: { ADMIN_SECURE_COOKIES: "false", JOB_ATTEMPTS: "1", WHATSAPP_BUSINESS_ACCOUNT_ID: "102290129340398" } });
@@ -84,8 +70,8 @@ describe.runIf(chromiumAvailable("templates-browser.test.ts"))("sending a templa
       expect(await page.getByLabel(/\{\{1\}\}/).inputValue()).toBe(CUSTOMER.name);
       await page.getByLabel("{{2}}").fill("A-1042");
       await expect.poll(() => page.locator("#template-preview").textContent()).toBe("Hello José Müller, your order A-1042 is on its way.");
-      expect(await axeViolations()).toEqual([]);
-      await screenshot(page, "staff-template.png");
+      expect(await axeViolations(page)).toEqual([]);
+      await readmeScreenshot(page, "staff-template.png");
 
       // Another template: its own values, its own preview.
       await picker.selectOption({ label: "we_are_here (en_US, utility)" });
@@ -144,7 +130,7 @@ describe.runIf(chromiumAvailable("templates-browser.test.ts"))("sending a templa
       await page.getByRole("heading", { level: 2, name: CUSTOMER.name }).waitFor();
       await page.getByText("History of this item").click();
       await expect.poll(() => page.locator("#actions").textContent()).toContain("sam@example.com: sent an approved template (“order_update”, en_US)");
-      expect(await axeViolations()).toEqual([]);
+      expect(await axeViolations(page)).toEqual([]);
       expect(cspViolations).toEqual([]);
     } catch (error) {
       await mkdir(ARTIFACTS, { recursive: true });

@@ -1,6 +1,6 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { z } from "zod";
-import type { Db } from "../db/client.ts";
+import type { Db, Prisma } from "../db/client.ts";
 import { recordTakeOver } from "../replies/state/dead-letters.ts";
 import { releaseIdempotencyKey } from "./idempotency.ts";
 import { answer, problem, requestPart, staffRoute, type ZodParts } from "./schema.ts";
@@ -50,11 +50,16 @@ async function claimOrHolder(db: Db, itemId: string, actor: string, now: Date): 
       WHERE dead_letter_id = ${itemId}::uuid AND actor <> ${actor} AND answering_at IS NOT NULL AND seen_at > ${since}::timestamptz
       ORDER BY answering_at LIMIT 1`;
     if (holder) return holder.actor;
-    await tx.$executeRaw`
-      INSERT INTO staff_presence (dead_letter_id, actor, seen_at, answering_at) VALUES (${itemId}::uuid, ${actor}, ${now}::timestamptz, ${now}::timestamptz)
-      ON CONFLICT (dead_letter_id, actor) DO UPDATE SET seen_at = EXCLUDED.seen_at, answering_at = EXCLUDED.answering_at`;
+    await answerFromNow(tx, itemId, actor, now);
     return undefined;
   });
+}
+
+/** The actor has the item open and answers it from `now` (a claim, or a take-over), inside the caller's transaction. */
+async function answerFromNow(tx: Prisma.TransactionClient, itemId: string, actor: string, now: Date): Promise<void> {
+  await tx.$executeRaw`
+    INSERT INTO staff_presence (dead_letter_id, actor, seen_at, answering_at) VALUES (${itemId}::uuid, ${actor}, ${now}::timestamptz, ${now}::timestamptz)
+    ON CONFLICT (dead_letter_id, actor) DO UPDATE SET seen_at = EXCLUDED.seen_at, answering_at = EXCLUDED.answering_at`;
 }
 
 const itemIdPattern = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -196,9 +201,7 @@ async function takeOver(db: Db, itemId: string, actor: string, now: Date): Promi
       UPDATE staff_presence SET answering_at = NULL
       WHERE dead_letter_id = ${itemId}::uuid AND actor <> ${actor} AND answering_at IS NOT NULL AND seen_at > ${since}::timestamptz
       RETURNING actor`;
-    await tx.$executeRaw`
-      INSERT INTO staff_presence (dead_letter_id, actor, seen_at, answering_at) VALUES (${itemId}::uuid, ${actor}, ${now}::timestamptz, ${now}::timestamptz)
-      ON CONFLICT (dead_letter_id, actor) DO UPDATE SET seen_at = EXCLUDED.seen_at, answering_at = EXCLUDED.answering_at`;
+    await answerFromNow(tx, itemId, actor, now);
     const from = previous.map((p) => p.actor).join(", ");
     await recordTakeOver(tx, itemId, { actor, from }, now);
     return from;

@@ -51,45 +51,30 @@ const confirmMaybeSent = z.boolean().optional().describe("resend even though the
 /** Ten WhatsApp messages, in UTF-16 units like WhatsApp's own limit: a longer text is a paste gone wrong, not a reply. */
 export const RESEND_TEXT_LIMIT = 10 * WHATSAPP_TEXT_LIMIT;
 
+/** A person's text for the customer: trimmed, non-empty, ten WhatsApp messages at most. */
+const staffText = z.string().trim().min(1).max(RESEND_TEXT_LIMIT);
+/** A body with a person's text refused: its length named when that was the fault, else the body's shape. */
+const textRefusal = (shape: string) => (error: z.ZodError) =>
+  error.issues.some((issue) => issue.code === "too_big" && issue.path[0] === "text")
+    ? `text must be at most ${RESEND_TEXT_LIMIT} characters (ten WhatsApp messages)`
+    : `body must be ${shape}`;
+
 export const retryBody = requestPart(
   z
     .object({
-      text: z
-        .string()
-        .trim()
-        .min(1)
-        .max(RESEND_TEXT_LIMIT)
-        .optional()
-        .describe(`send this instead of the draft; at most ${RESEND_TEXT_LIMIT} characters (ten WhatsApp messages), once trimmed`),
+      text: staffText.optional().describe(`send this instead of the draft; at most ${RESEND_TEXT_LIMIT} characters (ten WhatsApp messages), once trimmed`),
       confirmMaybeSent,
     })
     .strict(),
-  {
-    status: 400,
-    error: (error) =>
-      error.issues.some((issue) => issue.code === "too_big" && issue.path[0] === "text")
-        ? `text must be at most ${RESEND_TEXT_LIMIT} characters (ten WhatsApp messages)`
-        : "body must be { text?: non-empty string, confirmMaybeSent?: boolean }",
-  },
+  { status: 400, error: textRefusal("{ text?: non-empty string, confirmMaybeSent?: boolean }") },
 );
 export const answerBody = requestPart(
   z
     .object({
-      text: z
-        .string()
-        .trim()
-        .min(1)
-        .max(RESEND_TEXT_LIMIT)
-        .describe(`what the customer reads; at most ${RESEND_TEXT_LIMIT} characters (ten WhatsApp messages), once trimmed`),
+      text: staffText.describe(`what the customer reads; at most ${RESEND_TEXT_LIMIT} characters (ten WhatsApp messages), once trimmed`),
     })
     .strict(),
-  {
-    status: 400,
-    error: (error) =>
-      error.issues.some((issue) => issue.code === "too_big" && issue.path[0] === "text")
-        ? `text must be at most ${RESEND_TEXT_LIMIT} characters (ten WhatsApp messages)`
-        : "body must be { text: non-empty string }",
-  },
+  { status: 400, error: textRefusal("{ text: non-empty string }") },
 );
 export const regenerateBody = requestPart(z.object({ confirmMaybeSent }).strict(), { status: 400, error: "body must be { confirmMaybeSent?: boolean }" });
 export const discardBody = requestPart(z.object({ note: z.string().max(2000).optional() }).strict(), { status: 400, error: "body must be { note?: string }" });
