@@ -3,14 +3,14 @@ import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
-import { RoleProcess } from "../chaos/processes.ts";
+import { builtMain, RoleProcess } from "../chaos/processes.ts";
 import { loadConfig } from "../src/config/config.ts";
 import type { RecordedRequest } from "../test/support/fake-graph.ts";
 import { type Harness, startHarness } from "../test/support/harness.ts";
 import { seedHistory } from "../test/support/seed-history.ts";
 import { textWebhook } from "../test/support/webhook-bodies.ts";
 import type { EndToEndResult, EndToEndScenario, RoundResult } from "./e2e.ts";
-import { MAIN, NodeProcess } from "./node-process.ts";
+import { NodeProcess } from "./node-process.ts";
 import { processStat } from "./proc.ts";
 import { percentile, sleep } from "./stats.ts";
 
@@ -47,7 +47,7 @@ function spawnWorker(scenario: EndToEndScenario, index: number, env: Record<stri
   if (scenario.profileDir) {
     // Sampling every 100 µs (the default 1 ms gives too few samples of a 2–4 s round to rank ten frames).
     const nodeArgs = ["--cpu-prof", `--cpu-prof-dir=${scenario.profileDir}`, "--cpu-prof-interval=100"];
-    return NodeProcess.spawn(name, MAIN, ["worker"], { env, logDir, nodeArgs });
+    return NodeProcess.spawn(name, builtMain(), ["worker"], { env, logDir, nodeArgs });
   }
   return RoleProcess.spawn(name, "worker", env, logDir);
 }

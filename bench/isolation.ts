@@ -4,6 +4,7 @@ import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { Redis } from "ioredis";
+import buildWhenStale, { MAIN_JS } from "../test/support/build.ts";
 import { type Harness, startHarness, TEST_REDIS_URL } from "../test/support/harness.ts";
 import { freePort } from "../test/support/ports.ts";
 import { envelope, messagesChange, metaWire, textMessage } from "../test/support/webhook-bodies.ts";
@@ -50,7 +51,6 @@ export function isolationSettings(quick: boolean): IsolationSettings {
 type Layout = "one-loop" | "worker-child" | "two-roles" | "web-alone";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
-const MAIN = join(ROOT, "src", "main.ts");
 
 interface LayoutSpec {
   layout: Layout;
@@ -71,7 +71,7 @@ const LAYOUTS: LayoutSpec[] = [
   {
     layout: "worker-child",
     name: "(b) npm start: worker child",
-    commands: [[MAIN, "all"]],
+    commands: [[MAIN_JS, "all"]],
     workerPid: (started) => workerChildOf(started[0]!.pid!),
   },
   {
@@ -79,8 +79,8 @@ const LAYOUTS: LayoutSpec[] = [
     layout: "two-roles",
     name: "(c) npm run web + worker",
     commands: [
-      [MAIN, "web"],
-      [MAIN, "worker"],
+      [MAIN_JS, "web"],
+      [MAIN_JS, "worker"],
     ],
     workerPid: (started) => started[1]!.pid,
   },
@@ -88,7 +88,7 @@ const LAYOUTS: LayoutSpec[] = [
     // No workers at all: what this machine gives the web at that moment, the floor of the others.
     layout: "web-alone",
     name: "(d) web alone, no workers",
-    commands: [[MAIN, "web"]],
+    commands: [[MAIN_JS, "web"]],
     workerPid: () => undefined,
   },
 ];
@@ -275,11 +275,13 @@ async function queueBacklog(h: Harness, count: number, label: string): Promise<v
 
 /** Each process gets a metrics listener of its own (npm start's child shares its parent's). */
 function startServers(spec: LayoutSpec, env: Record<string, string>, metricsPorts: number[], logPath: string): ChildProcess[] {
+  buildWhenStale();
   const log = openSync(logPath, "w");
   try {
-    // This process's execArgv carries tsx's loader, so the servers run the TypeScript sources too.
+    // The system runs compiled, as it ships (MAIN_JS); this process's execArgv carries tsx's
+    // loader, which the one-loop script of the old layout needs.
     return spec.commands.map((command, i) =>
-      spawn(process.execPath, [...process.execArgv, ...command], {
+      spawn(process.execPath, [...(command[0]!.endsWith(".ts") ? process.execArgv : []), ...command], {
         env: { ...process.env, ...env, METRICS_PORT: String(metricsPorts[i]), METRICS_HOST: "127.0.0.1" },
         stdio: ["ignore", log, log],
       }),

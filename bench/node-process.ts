@@ -2,20 +2,18 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { closeSync, openSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { ENV_VARIABLES } from "../src/config/env.ts";
+import { baseEnv } from "../chaos/processes.ts";
 
 /**
- * A TypeScript entry run as a node process of its own through tsx's loader, with node flags of
- * our choosing: the floor worker (bench/floor-worker.ts), and the real worker under
- * `--cpu-prof`, which Node refuses in NODE_OPTIONS and chaos/processes.ts's RoleProcess has no
- * way to pass. Same environment rules as RoleProcess: ours, minus every variable the system
- * reads as configuration, plus `env`; output to a log file.
+ * A script run as a node process of its own, with node flags of our choosing: the floor worker
+ * (bench/floor-worker.ts, through tsx's loader), and the real worker (MAIN_JS, compiled as it
+ * ships) under `--cpu-prof`, which Node refuses in NODE_OPTIONS and chaos/processes.ts's
+ * RoleProcess has no way to pass. Same environment rules as RoleProcess: ours, minus every
+ * variable the system reads as configuration, plus `env`; output to a log file.
  */
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const TSX_LOADER = import.meta.resolve("tsx");
-
-export const MAIN = join(ROOT, "src", "main.ts");
 
 export class NodeProcess {
   readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
@@ -27,14 +25,15 @@ export class NodeProcess {
     this.exited = new Promise((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
   }
 
-  /** `node [nodeArgs] --import tsx <script> [args]`, in `logDir`, writing to `<name>.log` there. */
+  /** `node [nodeArgs] [--import tsx, for a .ts script] <script> [args]`, in `logDir`, writing to `<name>.log` there. */
   static spawn(name: string, script: string, args: string[], options: { env: Record<string, string>; logDir: string; nodeArgs?: string[] }): NodeProcess {
     const logPath = join(options.logDir, `${name}.log`);
     const log = openSync(logPath, "a");
     try {
-      const child = spawn(process.execPath, [...(options.nodeArgs ?? []), "--import", TSX_LOADER, script, ...args], {
+      const loader = script.endsWith(".ts") ? ["--import", TSX_LOADER] : [];
+      const child = spawn(process.execPath, [...(options.nodeArgs ?? []), ...loader, script, ...args], {
         cwd: options.logDir,
-        env: { ...baseEnv(), ...options.env },
+        env: { ...baseEnv(), TSX_TSCONFIG_PATH: join(ROOT, "tsconfig.json"), ...options.env },
         stdio: ["ignore", log, log],
       });
       return new NodeProcess(logPath, child);
@@ -61,12 +60,4 @@ export class NodeProcess {
     this.child.kill("SIGKILL");
     await this.exited;
   }
-}
-
-function baseEnv(): Record<string, string> {
-  const ours = new Set([...ENV_VARIABLES, "RECONCILE_INTERVAL_MS", "RECONCILE_AFTER_MS"]);
-  const env: Record<string, string> = {};
-  for (const [name, value] of Object.entries(process.env)) if (value !== undefined && !ours.has(name)) env[name] = value;
-  env.TSX_TSCONFIG_PATH = join(ROOT, "tsconfig.json");
-  return env;
 }

@@ -7,6 +7,7 @@ import { LoadGenerator } from "./load.ts";
 import { formatScale, runScaleBench, scaleSettings } from "./scale.ts";
 import { formatSplit, runSplitBench, splitSettings } from "./split.ts";
 import { answeringPerMessage, formatSql, runSqlBench, type SqlSettings } from "./sql.ts";
+import { formatStartup, runStartupBench, startupTarget } from "./startup.ts";
 import { fmt } from "./stats.ts";
 import { Targets } from "./targets.ts";
 import { runWorkerBench } from "./worker-bench.ts";
@@ -17,7 +18,8 @@ import { runWorkerBench } from "./worker-bench.ts";
  * answered message and the plans of every statement), benchmark 5 (webhook acks with the
  * workers saturated, in npm start's layouts), benchmark 6 (1 and 2 worker processes, on one
  * Redis and on a Redis Cluster), benchmark 7 (splitting a 100 000-unit reply, beside a floor
- * measured in the same run), printed as tables, then issue 10's
+ * measured in the same run), benchmark 8 (start-up, compiled and through tsx), printed as
+ * tables, then issues 10's and 22's
  * targets beside their figures. Needs Redis and Postgres as for the tests (TEST_REDIS_URL,
  * TEST_DATABASE_URL); each benchmark builds its own isolated harness and removes it after.
  * BENCH_QUICK=1 shortens every phase, for checking the bench itself, not for figures.
@@ -141,6 +143,14 @@ async function main(): Promise<void> {
   console.log(`\n${machineLoad()}`);
   console.log("\n## Benchmark 7: splitting a 100 000-unit reply into WhatsApp messages (CPU on the worker's event loop)\n");
   console.log(formatSplit(runSplitBench(splitSettings(quick))));
+
+  console.log(`\n${machineLoad()}`);
+  console.log("\n## Benchmark 8: start-up, npm start's layout from process start to the first /readyz 200, compiled and through tsx\n");
+  const startup = await runStartupBench(quick);
+  console.log(formatStartup(startup));
+  const startupLine = startupTarget(startup);
+  console.log(`\n${Targets.inline(startupLine)}`);
+  targets.add(startupLine);
 
   console.log("\n## Targets of issues 10 and 22 (baseline: main before the work: bench/BASELINE-issue-10.md, issue 22's text)\n");
   console.log(targets.format());

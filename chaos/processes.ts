@@ -2,32 +2,33 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { closeSync, openSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { sleep } from "../bench/stats.ts";
 import { ENV_VARIABLES } from "../src/config/env.ts";
+import buildWhenStale, { MAIN_JS } from "../test/support/build.ts";
 
 /**
- * The system's real processes, started the way operators start them (`src/main.ts <role>`
- * through tsx's loader), configured by environment variables only, each writing its log
- * lines to a file of its own.
+ * The system's real processes, started the way operators start them (`node dist/main.js
+ * <role>`, npm run build's output), configured by environment variables only, each writing
+ * its log lines to a file of its own.
  */
 
-const ROOT = fileURLToPath(new URL("..", import.meta.url));
-const MAIN = join(ROOT, "src", "main.ts");
-const TSX_LOADER = import.meta.resolve("tsx");
-
 export type Role = "web" | "worker" | "migrate";
+
+/** dist/main.js, built first when src/ is newer, so a scenario or benchmark run alone runs what src/ says. */
+export function builtMain(): string {
+  buildWhenStale();
+  return MAIN_JS;
+}
 
 /**
  * The environment every process starts from: ours, minus anything the system would read as
  * its configuration (a developer's exported DATABASE_URL must not leak into a scenario).
  * The processes run in the log directory, so no .env file of a checkout is loaded either.
  */
-function baseEnv(): Record<string, string> {
+export function baseEnv(): Record<string, string> {
   const env: Record<string, string> = {};
   const ours = new Set([...ENV_VARIABLES, "RECONCILE_INTERVAL_MS", "RECONCILE_AFTER_MS"]);
   for (const [name, value] of Object.entries(process.env)) if (value !== undefined && !ours.has(name)) env[name] = value;
-  env.TSX_TSCONFIG_PATH = join(ROOT, "tsconfig.json");
   return env;
 }
 
@@ -56,7 +57,7 @@ export class RoleProcess {
     const logPath = join(logDir, `${name}.log`);
     const log = openSync(logPath, "a");
     try {
-      const child = spawn(process.execPath, ["--import", TSX_LOADER, MAIN, role], {
+      const child = spawn(process.execPath, [builtMain(), role], {
         cwd: logDir,
         env: { ...baseEnv(), ...env },
         stdio: ["ignore", log, log],

@@ -17,9 +17,10 @@ import type { Tracing } from "./tracing/tracing.ts";
 
 /**
  * The entry point, and the only module that reads process.env, opens ports and traps signals.
- *   tsx src/main.ts all --migrate   (npm start)   web here, workers in a child process
- *   tsx src/main.ts web | worker                  one role each, for scaling out
- *   tsx src/main.ts migrate                       apply migrations and exit
+ * Compiled to dist/main.js by npm run build, and run by plain node:
+ *   node dist/main.js all --migrate   (npm start)   web here, workers in a child process
+ *   node dist/main.js web | worker                  one role each, for scaling out
+ *   node dist/main.js migrate                       apply migrations and exit
  */
 
 type Role = "all" | "web" | "worker" | "migrate";

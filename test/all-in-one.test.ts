@@ -3,6 +3,7 @@ import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { getPriority } from "node:os";
 import { afterEach, describe, expect, it } from "vitest";
 import { signMetaBody } from "../src/webhook/signature.ts";
+import { MAIN_JS } from "./support/build.ts";
 import { eventually, type Harness, startHarness, TEST_APP_SECRET, testEnv } from "./support/harness.ts";
 import { freePort } from "./support/ports.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
@@ -45,7 +46,7 @@ afterEach(async () => {
 
 async function startAll(harness: Harness, attempt = 1): Promise<AllInOne> {
   const [port, metricsPort] = [await freePort(), await freePort()];
-  const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts", "all", "--migrate"], {
+  const child = spawn(process.execPath, [MAIN_JS, "all", "--migrate"], {
     env: { ...process.env, ...harness.env, PORT: String(port), HOST: "127.0.0.1", METRICS_PORT: String(metricsPort), LOG_LEVEL: "info" },
     stdio: ["ignore", "pipe", "pipe"],
   });
@@ -276,7 +277,7 @@ describe("npm start: the web and its worker child", () => {
 
   it("a bad environment stops npm start before anything starts, naming each bad variable once", () => {
     const env = { ...testEnv({ WHATSAPP_ACCESS_TOKEN: "", REPLY_CONCURRENCY: "0" }), PATH: process.env.PATH ?? "", LOG_LEVEL: "info" };
-    const result = spawnSync(process.execPath, ["--import", "tsx", "src/main.ts", "all", "--migrate"], { env, encoding: "utf8", timeout: 30_000 });
+    const result = spawnSync(process.execPath, [MAIN_JS, "all", "--migrate"], { env, encoding: "utf8", timeout: 30_000 });
     expect(result.status).toBe(1);
     expect(result.stderr.split("WHATSAPP_ACCESS_TOKEN is required")).toHaveLength(2);
     expect(result.stderr.split("REPLY_CONCURRENCY must be an integer")).toHaveLength(2);

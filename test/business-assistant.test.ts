@@ -7,6 +7,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { DemoShop, shopToolsFile } from "../src/demo/business/shop.ts";
 import { isPublicAddress } from "../src/tools/addresses.ts";
 import { idempotencyKeyFor } from "../src/tools/idempotency.ts";
+import { MAIN_JS } from "./support/build.ts";
 import type { AnswerBlock, ClaudeRequest } from "./support/fake-anthropic.ts";
 import { eventually, type Harness, settle, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
 import { PHONE_NUMBER_ID, textWebhook } from "./support/webhook-bodies.ts";
@@ -360,8 +361,7 @@ describe("handoff that Claude can choose", () => {
 });
 
 describe("resuming a reply after its worker is killed (law 12)", () => {
-  const worker = () =>
-    spawn(process.execPath, ["--import", "tsx", "src/main.ts", "worker"], { env: { ...process.env, ...h!.env, LOG_LEVEL: "silent" }, stdio: "ignore" });
+  const worker = () => spawn(process.execPath, [MAIN_JS, "worker"], { env: { ...process.env, ...h!.env, LOG_LEVEL: "silent" }, stdio: "ignore" });
 
   it("killed between a tool's request and its recorded answer: the call is repeated with the same key, the business acts once, and no stored step is asked of Claude again", async () => {
     await assistant({ JOB_LOCK_MS: "1000" }, undefined, 0);

@@ -3,6 +3,7 @@ import { readFile } from "node:fs/promises";
 import { describe, expect, it } from "vitest";
 import { loadConfig } from "../src/config/config.ts";
 import { ENV_VARIABLES } from "../src/config/env.ts";
+import { MAIN_JS } from "./support/build.ts";
 import { problemsOf } from "./support/config-problems.ts";
 import { testEnv } from "./support/harness.ts";
 
@@ -126,7 +127,7 @@ describe("configuration", () => {
 
   it("start-up with a bad environment exits non-zero, naming each bad variable", () => {
     const env = { ...testEnv({ WHATSAPP_ACCESS_TOKEN: "", PORT: "-1" }), PATH: process.env.PATH ?? "" };
-    const result = spawnSync(process.execPath, ["--import", "tsx", "src/main.ts", "web"], { env, encoding: "utf8", timeout: 20_000 });
+    const result = spawnSync(process.execPath, [MAIN_JS, "web"], { env, encoding: "utf8", timeout: 20_000 });
     expect(result.status).toBe(1);
     expect(result.stderr).toContain("WHATSAPP_ACCESS_TOKEN is required");
     expect(result.stderr).toContain("PORT must be an integer");

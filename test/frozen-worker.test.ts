@@ -1,5 +1,6 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { afterEach, describe, expect, it } from "vitest";
+import { MAIN_JS } from "./support/build.ts";
 import { delayedUntil, eventually, type Harness, settle } from "./support/harness.ts";
 import { harnessPerTest } from "./support/per-test.ts";
 import { statusWebhook, textWebhook } from "./support/webhook-bodies.ts";
@@ -23,7 +24,7 @@ afterEach(() => {
 });
 
 function startWorkerProcess(h: Harness): ChildProcess {
-  return spawn(process.execPath, ["--import", "tsx", "src/main.ts", "worker"], { env: { ...process.env, ...h.env, LOG_LEVEL: "silent" }, stdio: "ignore" });
+  return spawn(process.execPath, [MAIN_JS, "worker"], { env: { ...process.env, ...h.env, LOG_LEVEL: "silent" }, stdio: "ignore" });
 }
 
 const fence = async (h: Harness) => (await h.db.conversation.findFirstOrThrow()).replyFence;

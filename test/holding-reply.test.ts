@@ -1,5 +1,6 @@
 import { spawn } from "node:child_process";
 import { describe, expect, it } from "vitest";
+import { MAIN_JS } from "./support/build.ts";
 import { anthropicError } from "./support/fake-anthropic.ts";
 import { graphError } from "./support/fake-graph.ts";
 import { eventually, type Harness, settle } from "./support/harness.ts";
@@ -95,7 +96,7 @@ describe("the holding reply", () => {
     const h = await harness({ workers: 0, env: { JOB_LOCK_MS: "1000", GRAPH_TIMEOUT_MS: "5000", SEND_RECONCILE_WAIT_MS: "500" } });
     h.claude.answer({ status: 400, body: anthropicError(400) });
     h.graph.answerSends({ hang: true }); // Meta takes the holding message and never answers
-    const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts", "worker"], {
+    const child = spawn(process.execPath, [MAIN_JS, "worker"], {
       env: { ...process.env, ...h.env, LOG_LEVEL: "silent" },
       stdio: "ignore",
     });

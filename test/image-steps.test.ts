@@ -99,12 +99,17 @@ describe("the Dockerfile's steps, replayed without Docker", () => {
     const dirs = await replay(stages, root);
     const app = dirs.get(runtime.name)!;
 
-    // What the runtime stage holds: no secrets, no dev tools, no demo; the generated client.
+    // What the runtime stage holds: compiled JavaScript and the generated client in it, no
+    // sources, no TypeScript loader, no secrets, no dev tools, no demo.
     expect(runtime.user).toBe("node");
+    expect(runtime.entrypoint).toEqual(["node", "dist/main.js"]);
     expect(existsSync(join(app, ".env"))).toBe(false);
-    expect(existsSync(join(app, "src", "demo"))).toBe(false);
-    expect(existsSync(join(app, "src", "generated", "prisma", "client.ts"))).toBe(true);
-    expect(existsSync(join(app, "node_modules", "tsx"))).toBe(true);
+    expect(existsSync(join(app, "src"))).toBe(false);
+    expect(existsSync(join(app, "dist", "demo"))).toBe(false);
+    expect(existsSync(join(app, "dist", "generated", "prisma", "client.js"))).toBe(true);
+    expect(existsSync(join(app, "dist", "admin", "page", "index.html"))).toBe(true);
+    // (typescript itself stays: Prisma's CLI, which migrates at start, lists it as a peer.)
+    expect(existsSync(join(app, "node_modules", "tsx"))).toBe(false);
     expect(existsSync(join(app, "node_modules", "vitest"))).toBe(false);
 
     // The environment compose gives each service, with this machine's addresses and local

@@ -1,5 +1,6 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { afterEach, describe, expect, it } from "vitest";
+import { MAIN_JS } from "./support/build.ts";
 import { deliverOverHttp, runEntryPoint, untilReady } from "./support/entry-point.ts";
 import { eventually, type Harness, startHarness } from "./support/harness.ts";
 import { freePort } from "./support/ports.ts";
@@ -48,7 +49,7 @@ describe("the process", () => {
     h = await startHarness({ workers: 0 });
     const metricsPort = await freePort();
     const token = "metrics-token-0123456789";
-    child = spawn(process.execPath, ["--import", "tsx", "src/main.ts", "worker"], {
+    child = spawn(process.execPath, [MAIN_JS, "worker"], {
       env: { ...process.env, ...h.env, METRICS_PORT: String(metricsPort), METRICS_TOKEN: token },
       stdio: "ignore",
     });

@@ -1,6 +1,7 @@
 import { spawn } from "node:child_process";
 import { describe, expect, it } from "vitest";
 import { inboundJobId } from "../src/queue/queues.ts";
+import { MAIN_JS } from "./support/build.ts";
 import { anthropicError } from "./support/fake-anthropic.ts";
 import { graphError } from "./support/fake-graph.ts";
 import { delayedUntil, eventually, type Harness, settle } from "./support/harness.ts";
@@ -117,7 +118,7 @@ describe("one AI call per answer (law 4) and one send per reply (law 5)", () => 
     // resend_after (lease + GRAPH_TIMEOUT_MS + SEND_RECONCILE_WAIT_MS) for a status, then resends.
     const h = await harness({ workers: 0, env: { JOB_LOCK_MS: "1000", GRAPH_TIMEOUT_MS: "5000", SEND_RECONCILE_WAIT_MS: "500" } });
     h.graph.answerSends({ hang: true }); // Meta never answers: the worker is mid-send when it dies
-    const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts", "worker"], {
+    const child = spawn(process.execPath, [MAIN_JS, "worker"], {
       env: { ...process.env, ...h.env, LOG_LEVEL: "silent" },
       stdio: "ignore",
     });

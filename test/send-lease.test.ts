@@ -6,6 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { request } from "undici";
 import { afterEach, describe, expect, it } from "vitest";
+import { MAIN_JS } from "./support/build.ts";
 import { eventually, type Harness } from "./support/harness.ts";
 import { harnessPerTest } from "./support/per-test.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
@@ -92,7 +93,7 @@ async function tlsFront(upstream: string, tlsFiles: { key: Buffer; cert: Buffer 
 }
 
 function startWorker(h: Harness, env: Record<string, string>): ChildProcess {
-  return spawn(process.execPath, ["--import", "tsx", "src/main.ts", "worker"], {
+  return spawn(process.execPath, [MAIN_JS, "worker"], {
     env: { ...process.env, ...h.env, ...env, LOG_LEVEL: "silent" },
     stdio: "ignore",
   });

@@ -2,6 +2,7 @@ import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { addStaff } from "../src/staff/accounts.ts";
+import { STAFF_JS } from "./support/build.ts";
 import { graphError } from "./support/fake-graph.ts";
 import { eventually, type Harness, startHarness } from "./support/harness.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
@@ -19,7 +20,7 @@ const PASSWORD = "correct horse battery staple";
 /** The CLI as operators run it, in its own process (asynchronously: the system under test shares this event loop). */
 function staffCli(args: string[], input = ""): Promise<{ status: number | null; out: string }> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, ["--import", "tsx", "src/cli/staff.ts", ...args], {
+    const child = spawn(process.execPath, [STAFF_JS, ...args], {
       env: { PATH: process.env.PATH ?? "", DATABASE_URL: h.config.databaseUrl },
     });
     let out = "";

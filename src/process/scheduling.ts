@@ -20,10 +20,9 @@ export const WORKER_CHILD_FLAG = "--worker-child";
 export const WORKER_CHILD_NICENESS = 19;
 
 export function forkWorkerChild(entry: string): ChildProcess {
-  // execArgv carries the TypeScript loader (tsx's own --require/--import flags under the tsx
-  // CLI, or --import tsx), so the child runs the same entry point; stdout and stderr are inherited,
-  // so its log lines never pass through the web's event loop; "advanced" serialisation keeps
-  // the Config's Map.
+  // The child runs the same entry point with the same node flags (dist/main.js as shipped; the
+  // sources under a loader's flags in development); stdout and stderr are inherited, so its log
+  // lines never pass through the web's event loop; "advanced" serialisation keeps the Config's Map.
   const child = fork(entry, ["worker", WORKER_CHILD_FLAG], {
     execArgv: process.execArgv,
     serialization: "advanced",

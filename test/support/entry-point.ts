@@ -1,8 +1,9 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { signMetaBody } from "../../src/webhook/signature.ts";
+import { MAIN_JS } from "./build.ts";
 import { eventually, TEST_APP_SECRET } from "./harness.ts";
 
-/** src/main.ts as operators run it, in a process of its own, its log collected. */
+/** dist/main.js as operators run it, in a process of its own, its log collected. */
 export interface EntryPoint {
   child: ChildProcess;
   /** Everything it wrote so far, stdout and stderr. */
@@ -21,10 +22,10 @@ export interface LogLine {
   [field: string]: unknown;
 }
 
-/** `tsx src/main.ts <args>` with the test's environment over this one's; a variable set to undefined is unset. */
+/** `node dist/main.js <args>` with the test's environment over this one's; a variable set to undefined is unset. */
 export function runEntryPoint(args: string[], env: Record<string, string | undefined>): EntryPoint {
   let output = "";
-  const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts", ...args], {
+  const child = spawn(process.execPath, [MAIN_JS, ...args], {
     env: { ...process.env, ...env },
     stdio: ["ignore", "pipe", "pipe"],
   });
