@@ -72,11 +72,18 @@ const DEFAULT_GENERATORS = 1;
 export class LoadGenerator {
   private constructor(private readonly children: ChildProcess[]) {}
 
-  static start(count = Number(process.env.BENCH_GENERATORS ?? DEFAULT_GENERATORS)): LoadGenerator {
+  /**
+   * `ownSession`: the children in a session of their own, so (where Linux's autogroup is on) in
+   * a CPU group of their own, as clients on other machines would be, not in this process's
+   * group with whatever it serves (the isolation bench's fakes of Claude and Meta).
+   */
+  static start(count = Number(process.env.BENCH_GENERATORS ?? DEFAULT_GENERATORS), { ownSession = false } = {}): LoadGenerator {
     if (!Number.isInteger(count) || count < 1) throw new Error(`BENCH_GENERATORS must be a positive integer, not ${count}`);
     // process.execArgv carries tsx's loader flags, so the children can run TypeScript too;
     // "advanced" serialisation sends the latency arrays as typed arrays, not JSON.
-    const children = Array.from({ length: count }, () => fork(CHILD, [], { execArgv: process.execArgv, serialization: "advanced", stdio: "inherit" }));
+    const children = Array.from({ length: count }, () =>
+      fork(CHILD, [], { execArgv: process.execArgv, serialization: "advanced", stdio: "inherit", detached: ownSession }),
+    );
     return new LoadGenerator(children);
   }
 

@@ -124,7 +124,7 @@ async function main(): Promise<void> {
   console.log(`\n${machineLoad()}`);
   console.log("\n## Benchmark 5: webhook acks while the workers are saturated (npm start's layouts, real processes)\n");
   const isolation = isolationSettings(quick);
-  const isolationLoad = LoadGenerator.start();
+  const isolationLoad = LoadGenerator.start(undefined, { ownSession: true });
   try {
     const runs = await runIsolationBench(isolationLoad, isolation);
     console.log(formatIsolation(runs, isolation));
