@@ -88,6 +88,63 @@ describe("an error's properties", () => {
   });
 });
 
+describe("a line's fields", () => {
+  const written: string[] = [];
+  const log = createLogger({
+    level: "info",
+    destination: new Writable({
+      write(chunk: Buffer, _encoding, done) {
+        written.push(...chunk.toString("utf8").split("\n").filter(Boolean));
+        done();
+      },
+    }),
+  });
+
+  it("are censored under a secret's or a customer's name in the line's first three levels and in a child's bindings; the logged objects are left as they were", () => {
+    const number = "447700900123";
+    const config = {
+      whatsapp: { accessToken: "EAAG-token", appSecret: "app-secret" },
+      notify: { smtpUrl: "smtp://u:pw@host", webhookUrl: "https://hooks/T0KEN" },
+    };
+    const fields = {
+      event: "test.secrets",
+      apiKey: "sk-ant-key",
+      text: "my passport number is X1234567",
+      config,
+      messages: [{ from: "someone", wa_id: number, text: { body: "hello" } }],
+      headers: { authorization: "Bearer admin-token", cookie: "wa_staff=s" },
+      at: new Date(0),
+    };
+    log.child({ phone: number }).child({ reqId: "req-1" }, { level: "info" }).info(fields, "configured");
+
+    const line = written.at(-1)!;
+    for (const secret of ["EAAG-token", "app-secret", "u:pw", "T0KEN", "sk-ant-key", "X1234567", number, "admin-token", "wa_staff", "hello"])
+      expect(line).not.toContain(secret);
+    expect(JSON.parse(line)).toMatchObject({
+      reqId: "req-1",
+      phone: "[redacted]",
+      event: "test.secrets",
+      config: { whatsapp: { accessToken: "[redacted]" }, notify: { smtpUrl: "[redacted]" } },
+      messages: [{ from: "someone", wa_id: "[redacted]", text: "[redacted]" }],
+      at: "1970-01-01T00:00:00.000Z",
+    });
+    expect(config.notify.smtpUrl).toBe("smtp://u:pw@host");
+    expect(fields.messages[0]!.wa_id).toBe(number);
+  });
+
+  it("with nothing to hide are written as they are, ids and counts included", () => {
+    log.info({ event: "webhook.enqueued", status: 200, enqueued: ["wamid.A", "wamid.B"], duplicates: [], ignored: 0 }, "delivery accepted");
+    expect(JSON.parse(written.at(-1)!)).toMatchObject({
+      event: "webhook.enqueued",
+      status: 200,
+      enqueued: ["wamid.A", "wamid.B"],
+      duplicates: [],
+      ignored: 0,
+      msg: "delivery accepted",
+    });
+  });
+});
+
 describe("a send Meta answers without a message id", () => {
   const CUSTOMER = "447700900123";
   const answered: string[] = [];
