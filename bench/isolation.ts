@@ -14,10 +14,10 @@ import { fmt, median, percentile, sleep, table } from "./stats.ts";
 import { type TargetLine, Targets } from "./targets.ts";
 
 /**
- * Benchmark: do webhook acks wait behind work? (issue 10's target 5, issue 22's target 4). The webhook's latency at a
- * fixed open-loop rate while the workers are saturated (a backlog of thousands of messages,
- * instant fakes, a high REPLY_CONCURRENCY), in two layouts of the all-in-one process, each a
- * real process started beside this one:
+ * Benchmark: do webhook acks wait behind work? (issue 10's target 5, issue 22's target 4). The
+ * webhook's latency at a fixed open-loop rate while the workers are saturated (a backlog of
+ * thousands of messages, instant fakes, a high REPLY_CONCURRENCY), in four layouts, each of
+ * real processes started beside this one:
  *   (a) the web and the workers on one event loop, as npm start ran before (bench/isolation-one-loop.ts)
  *   (b) npm start now: dist/main.js all, the workers in a child process of the web
  *   (c) npm run web and npm run worker, two processes at the same priority
@@ -117,8 +117,8 @@ export interface IsolationRun {
   redisPingP99: number;
   /**
    * The web's event-loop delay, p99 over the warm-up and the window (prom-client's figure from
-   * the web's metrics listener, which resets it at each scrape): work in its own process held it up, or
-   * the process waited for a CPU.
+   * the web's metrics listener, which resets it at each scrape): work in its own process held
+   * it up, or the process waited for a CPU.
    */
   webLoopP99: number;
   /**
