@@ -1,7 +1,6 @@
 import { mkdtemp, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Writable } from "node:stream";
 import { afterEach, describe, expect, it } from "vitest";
 import { type ConfigError, loadConfig } from "../src/config/config.ts";
 import { PermanentError } from "../src/errors.ts";
@@ -9,6 +8,7 @@ import { createLogger } from "../src/logger.ts";
 import { GraphClient } from "../src/whatsapp/graph-client.ts";
 import { FakeGraph } from "./support/fake-graph.ts";
 import { eventually, type Harness, settle, startHarness, testEnv } from "./support/harness.ts";
+import { logLines } from "./support/log-lines.ts";
 import { echoChange, envelope, messagesChange, metaWire, statusChange, textMessage, textWebhook } from "./support/webhook-bodies.ts";
 
 /** Issue 3: several business numbers on one deployment, and the 24-hour window's template. */
@@ -54,14 +54,8 @@ describe("several business numbers", () => {
 
 /** Every line a system logs, parsed, for tests that count them. */
 function logCapture() {
-  const lines: Record<string, unknown>[] = [];
-  const sink = new Writable({
-    write(chunk: Buffer, _encoding, done) {
-      for (const line of chunk.toString("utf8").split("\n").filter(Boolean)) lines.push(JSON.parse(line) as Record<string, unknown>);
-      done();
-    },
-  });
-  return { lines, logger: createLogger({ level: "info", destination: sink }) };
+  const { destination, parsed } = logLines();
+  return { logged: parsed, logger: createLogger({ level: "info", destination }) };
 }
 
 async function notOursCounted(h: Harness): Promise<Record<string, number>> {
@@ -77,7 +71,7 @@ async function webhookJobs(h: Harness): Promise<{ inbound: number; status: numbe
 
 describe("a business number that is not ours (PHONE_NUMBERS_FILE lists the numbers served)", () => {
   it("in one signed batch, ours is answered once; the other number's messages, status and echo get a 200, a count and one log line, and nothing else", async () => {
-    const { lines, logger } = logCapture();
+    const { logged, logger } = logCapture();
     h = await startHarness({ env: { PHONE_NUMBERS_FILE: await numbersFile({ [SHOP]: {} }), REPLY_DEBOUNCE_MS: "0" }, logger });
     const theirCustomers = ["34600000001", "34600000002", "34600000003"];
     const batch = metaWire(
@@ -117,6 +111,7 @@ describe("a business number that is not ours (PHONE_NUMBERS_FILE lists the numbe
     expect(await h.db.reply.count()).toBe(1);
     expect(await webhookJobs(h)).toEqual({ inbound: 1, status: 0, events: 0 }); // ours alone
     expect(await notOursCounted(h)).toEqual({ message: 5, status: 1, event: 1 });
+    const lines = logged();
     const said = lines.filter((l) => l.event === "webhook.not_ours");
     expect(said.map((l) => l.phoneNumberId)).toEqual([STRANGER, ANOTHER_STRANGER]);
     // Deliveries of nothing but theirs add no line of their own at info: only ours has one.
@@ -126,7 +121,7 @@ describe("a business number that is not ours (PHONE_NUMBERS_FILE lists the numbe
 
 describe("metadata.phone_number_id that is not digits", () => {
   it("is ignored with a logged reason and never reaches the Graph API's path; every number is served without PHONE_NUMBERS_FILE", async () => {
-    const { lines, logger } = logCapture();
+    const { logged, logger } = logCapture();
     h = await startHarness({ env: { REPLY_DEBOUNCE_MS: "0" }, logger });
     const batch = metaWire(
       envelope([
@@ -141,6 +136,7 @@ describe("metadata.phone_number_id that is not digits", () => {
     expect(h.graph.requests.map((r) => r.path).filter((path) => !path.startsWith(`/v24.0/${STRANGER}/`))).toEqual([]);
     expect(h.claude.requests).toHaveLength(1);
     expect(await h.db.inboundMessage.count()).toBe(1);
+    const lines = logged();
     const ignored = lines.filter((l) => l.event === "webhook.ignored");
     expect(ignored).toHaveLength(1);
     expect(ignored[0]).toMatchObject({ where: "entry[0].changes[0]", reason: expect.stringMatching(/phone_number_id "123\/\.\.\/\.\.\/me" is not digits/) });

@@ -1,20 +1,14 @@
 import { spawn } from "node:child_process";
-import { Writable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { asFailure, describeError, forTheQueue } from "../src/errors.ts";
 import { createLogger } from "../src/logger.ts";
 import { eventually, type Harness, startHarness, TEST_ADMIN_TOKEN, TEST_APP_SECRET, TEST_VERIFY_TOKEN } from "./support/harness.ts";
+import { logLines } from "./support/log-lines.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
 
 /** Law 10: secrets and people stay out of logs. */
 
-const lines: string[] = [];
-const sink = new Writable({
-  write(chunk: Buffer, _encoding, done) {
-    lines.push(...chunk.toString("utf8").split("\n").filter(Boolean));
-    done();
-  },
-});
+const { lines, destination: sink } = logLines();
 
 let h: Harness;
 beforeAll(async () => {
@@ -57,16 +51,8 @@ describe("logs", () => {
 
 describe("an error's properties", () => {
   it("are logged without the customer's number under any of Meta's names, at any depth, and the error itself is left as it was", () => {
-    const written: string[] = [];
-    const log = createLogger({
-      level: "info",
-      destination: new Writable({
-        write(chunk: Buffer, _encoding, done) {
-          written.push(chunk.toString("utf8"));
-          done();
-        },
-      }),
-    });
+    const { lines: written, destination } = logLines();
+    const log = createLogger({ level: "info", destination });
     const number = "447700900123";
     const answer = { contacts: [{ input: number, wa_id: number }], messages: [] };
     const error = Object.assign(new Error("the send went wrong"), {
@@ -89,16 +75,8 @@ describe("an error's properties", () => {
 });
 
 describe("a line's fields", () => {
-  const written: string[] = [];
-  const log = createLogger({
-    level: "info",
-    destination: new Writable({
-      write(chunk: Buffer, _encoding, done) {
-        written.push(...chunk.toString("utf8").split("\n").filter(Boolean));
-        done();
-      },
-    }),
-  });
+  const { lines: written, destination } = logLines();
+  const log = createLogger({ level: "info", destination });
 
   it("are censored under a secret's or a customer's name in the line's first three levels and in a child's bindings; the logged objects are left as they were", () => {
     const number = "447700900123";
@@ -147,13 +125,7 @@ describe("a line's fields", () => {
 
 describe("a send Meta answers without a message id", () => {
   const CUSTOMER = "447700900123";
-  const answered: string[] = [];
-  const capture = new Writable({
-    write(chunk: Buffer, _encoding, done) {
-      answered.push(...chunk.toString("utf8").split("\n").filter(Boolean));
-      done();
-    },
-  });
+  const { lines: answered, destination: capture } = logLines();
   let s: Harness;
   beforeAll(async () => {
     // Two attempts; a maybe-sent part waits about a second for its status before the second.

@@ -1,11 +1,11 @@
 import { connect, type Socket } from "node:net";
-import { Writable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createLogger } from "../src/logger.ts";
 import { inboundJobId } from "../src/queue/queues.ts";
 import { signMetaBody } from "../src/webhook/signature.ts";
 import { deliverOverHttp } from "./support/entry-point.ts";
 import { eventually, type Harness, startHarness, TEST_APP_SECRET } from "./support/harness.ts";
+import { logLines } from "./support/log-lines.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
 
 /**
@@ -21,15 +21,8 @@ const KEEP_ALIVE_TIMEOUT_MS = 1000;
 /** How long a test waits for a connection to be closed: the clock, the server's sweep, and room for a loaded machine. */
 const CLOSED_WITHIN_MS = 8000;
 
-const lines: string[] = [];
-const sink = new Writable({
-  write(chunk: Buffer, _encoding, done) {
-    lines.push(...chunk.toString("utf8").split("\n").filter(Boolean));
-    done();
-  },
-});
-
-const logged = () => lines.map((line) => JSON.parse(line) as { level: number; event?: string });
+const { destination: sink, parsed } = logLines();
+const logged = () => parsed() as { level: number; event?: string }[];
 
 let h: Harness;
 let port: number;

@@ -1,4 +1,3 @@
-import { Writable } from "node:stream";
 import pino from "pino";
 import { SMTPServer } from "smtp-server";
 import { afterEach, describe, expect, it } from "vitest";
@@ -7,6 +6,7 @@ import { Receiver, WEBHOOK_TOKEN } from "./support/chat-receiver.ts";
 import { problemsOf } from "./support/config-problems.ts";
 import { graphError } from "./support/fake-graph.ts";
 import { eventually, type Harness, testEnv } from "./support/harness.ts";
+import { logLines } from "./support/log-lines.ts";
 import { harnessPerTest } from "./support/per-test.ts";
 import { freePort } from "./support/ports.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
@@ -189,16 +189,8 @@ describe("staff are told by e-mail", () => {
     const port = await freePort();
     await new Promise<void>((resolve) => server.listen(port, "127.0.0.1", resolve));
 
-    const lines: string[] = [];
-    const logger = pino(
-      { level: "debug" },
-      new Writable({
-        write(chunk, _encoding, done) {
-          lines.push(String(chunk));
-          done();
-        },
-      }),
-    );
+    const { lines, destination } = logLines();
+    const logger = pino({ level: "debug" }, destination);
     const h = await harness({
       logger,
       env: {

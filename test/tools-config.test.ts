@@ -4,7 +4,6 @@ import { EventEmitter } from "node:events";
 import { mkdir, mkdtemp, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Writable } from "node:stream";
 import { inspect } from "node:util";
 import { deserialize, serialize } from "node:v8";
 import { describe, expect, it } from "vitest";
@@ -16,6 +15,7 @@ import { BusinessTool } from "../src/tools/business-tool.ts";
 import { problemsOf } from "./support/config-problems.ts";
 import { runEntryPoint } from "./support/entry-point.ts";
 import { testEnv } from "./support/harness.ts";
+import { logLines } from "./support/log-lines.ts";
 import { freePort } from "./support/ports.ts";
 
 /** Issue 19: each business number's knowledge and tools, as start-up reads and checks them. */
@@ -292,16 +292,8 @@ describe("a tool's secrets", () => {
     const tools = settings.tools!;
     expect(tools[1]?.headersToSend()).toEqual({ "X-Api-Key": "literal-secret-value" });
 
-    const lines: string[] = [];
-    const logger = createLogger({
-      level: "info",
-      destination: new Writable({
-        write(chunk: Buffer, _encoding, done) {
-          lines.push(chunk.toString("utf8"));
-          done();
-        },
-      }),
-    });
+    const { lines, destination } = logLines();
+    const logger = createLogger({ level: "info", destination });
     logger.info({ config, numbers: [...config.numbers], settings, tools, tool: tools[0] }, "everything");
     // JSON (and so pino) writes a Map as {}: the tools show only where the numbers are listed.
     expect(JSON.stringify(config)).not.toContain(TOKEN);

@@ -1,5 +1,4 @@
 import { readFileSync } from "node:fs";
-import { Writable } from "node:stream";
 import type { Queue } from "bullmq";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { createLogger } from "../src/logger.ts";
@@ -7,6 +6,7 @@ import { inboundJobId, statusJobId } from "../src/queue/queues.ts";
 import { WEBHOOK_BODY_LIMIT } from "../src/webhook/routes.ts";
 import { signMetaBody } from "../src/webhook/signature.ts";
 import { type Harness, type HarnessOptions, startHarness, TEST_APP_SECRET, TEST_VERIFY_TOKEN } from "./support/harness.ts";
+import { logLines } from "./support/log-lines.ts";
 import {
   envelope,
   messagesChange,
@@ -499,24 +499,13 @@ describe("POST /webhook: duplicates (at-least-once delivery)", () => {
 
 describe("POST /webhook: logs (law 10)", () => {
   it("a delivery is one info line with what it queued, its status and its time, whatever the batch size, and never the text", async () => {
-    const lines: Record<string, unknown>[] = [];
-    const sink = new Writable({
-      write(chunk: Buffer, _encoding, done) {
-        lines.push(
-          ...chunk
-            .toString("utf8")
-            .split("\n")
-            .filter(Boolean)
-            .map((l) => JSON.parse(l) as Record<string, unknown>),
-        );
-        done();
-      },
-    });
-    const h = await webOnly({ logger: createLogger({ level: "info", destination: sink }) });
+    const log = logLines();
+    const h = await webOnly({ logger: createLogger({ level: "info", destination: log.destination }) });
     const messages = Array.from({ length: 20 }, (_, i) => textMessage({ text: `private words ${i}` }));
     expect((await h.deliver(metaWire(envelope([messagesChange(messages)])))).statusCode).toBe(200);
     expect((await h.deliver(metaWire(envelope([messagesChange(messages.slice(0, 1))])))).statusCode).toBe(200);
 
+    const lines = log.parsed();
     expect(lines.map((l) => l.event)).toEqual(["webhook.enqueued", "webhook.duplicate"]);
     expect(lines[0]).toMatchObject({ level: 30, status: 200, enqueued: messages.map((m) => m.id), duplicates: [] });
     expect(lines[1]).toMatchObject({ status: 200, enqueued: [], duplicates: [messages[0]!.id] });
