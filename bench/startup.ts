@@ -6,7 +6,7 @@ import { builtMain } from "../chaos/processes.ts";
 import { startHarness } from "../test/support/harness.ts";
 import { freePort } from "../test/support/ports.ts";
 import { fmt, median, sleep, table } from "./stats.ts";
-import type { TargetLine } from "./targets.ts";
+import { type TargetLine, Targets } from "./targets.ts";
 
 /**
  * Benchmark 8 (issue 22.6): npm start's layout (`all --migrate`: migrate, the web, the worker
@@ -93,7 +93,7 @@ export function startupTarget(report: StartupReport): TargetLine {
   const before = median(report.ms.before);
   const after = median(report.ms.after);
   return {
-    target: "22.6. npm start, image and worker child on compiled JS: start → first /readyz 200",
+    target: "22.6 npm start, image and worker child on compiled JS: start → first /readyz 200",
     goal: "no transpiler at run time; ≤ before",
     figure: `${fmt(after)} ms (${fmt(after / before, 2)}× before)`,
     met: after <= before,
@@ -105,5 +105,5 @@ export function startupTarget(report: StartupReport): TargetLine {
 if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   const report = await runStartupBench(process.env.BENCH_QUICK === "1");
   console.log(formatStartup(report));
-  console.log(`  ${startupTarget(report).figure}`);
+  console.log(`\n${Targets.inline(startupTarget(report))}`);
 }
