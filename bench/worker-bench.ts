@@ -114,11 +114,12 @@ function targetLines(results: EndToEndResult[]): TargetLine[] {
   const stored = pairedRatio(c, a, (r) => r.repliesPerSec);
   const floor = pairedRatio(a, f, (r) => r.repliesPerSec);
   const floorRate = medianOf(f, (r) => r.repliesPerSec);
-  // What is lost to scheduling at 200 in flight, not to the machine's speed: the worker cannot beat its own saturated rate.
-  const reachable = Math.min(theoreticalRate(b.scenario), perSec);
+  // What is lost to scheduling at 200 in flight, not to the machine's speed: a worker cannot beat its own saturated rate.
+  const reachableBy = (r: EndToEndResult, saturated: number) => Math.min(theoreticalRate(r.scenario), saturated);
+  const reachable = reachableBy(b, perSec);
   const concurrency = claudeRate / reachable;
   // The floor worker's own figure under the same load: it waits for the same waves of 200 Claude calls.
-  const floorConcurrency = medianOf(g, (r) => r.repliesPerSec) / Math.min(theoreticalRate(g.scenario), floorRate);
+  const floorConcurrency = medianOf(g, (r) => r.repliesPerSec) / reachableBy(g, floorRate);
   // µs of worker CPU per answered message: the inverse of replies per CPU-second.
   const cpuPerReply = (r: EndToEndResult) => medianOf(r, (x) => 1e6 / perCpuSecond(x));
   const [workerUs, floorUs] = [cpuPerReply(a), cpuPerReply(f)];
