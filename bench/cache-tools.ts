@@ -1,7 +1,7 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { DemoShop, writeDemoNumbers } from "../src/demo/business/shop.ts";
+import { DemoShop, writeDemoNumbers } from "../sim/business/shop.ts";
 import { answersToolResults } from "../test/support/fake-anthropic.ts";
 import { startHarness } from "../test/support/harness.ts";
 import { PHONE_NUMBER_ID, textWebhook } from "../test/support/webhook-bodies.ts";
@@ -10,7 +10,7 @@ import { fmt, sleep, table } from "./stats.ts";
 
 /**
  * What prompt caching saves once a number has knowledge and tools (issue 19), on the default
- * model: the demo shop's number (src/demo/business/shop.ts: its knowledge files, its order
+ * model: the demo shop's number (sim/business/shop.ts: its knowledge files, its order
  * lookup at a local DemoShop), 11 customer messages of which 5 ask about an order. The fake
  * Claude answers those with a `lookup_order` tool_use, then, with the tool_result in the last
  * user turn, in words; the rest in words at once. The demo's knowledge (1 KB) fits the token

@@ -11,7 +11,7 @@ import { fmt, sleep, table } from "./stats.ts";
  * What prompt caching saves on a conversation of 11 replies (up to a 20-message history), with
  * each model's real minimum in force: the real reply path shapes the request (system prompt and
  * history marked as the cached prefix), and the fake Anthropic counts and caches the way
- * Anthropic bills (src/demo/anthropic/prompt-cache.ts: the model's tokenizer, ~3 characters a
+ * Anthropic bills (sim/anthropic/prompt-cache.ts: the model's tokenizer, ~3 characters a
  * token on Haiku 5.5 and ~4 on Haiku 4.5; no cache below the model's minimum prefix).
  * The cached share is cache_read ÷ (input + cache_read + cache_write), the dashboard's figure.
  */

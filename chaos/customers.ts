@@ -1,4 +1,4 @@
-import type { WebhookDeliverer } from "../src/demo/meta/deliverer.ts";
+import type { WebhookDeliverer } from "../sim/meta/deliverer.ts";
 import { textWebhook } from "../test/support/webhook-bodies.ts";
 
 /**

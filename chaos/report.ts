@@ -1,5 +1,5 @@
 import { fmt, table } from "../bench/stats.ts";
-import type { DeliveryStats } from "../src/demo/meta/deliverer.ts";
+import type { DeliveryStats } from "../sim/meta/deliverer.ts";
 import type { Scenario } from "./scenarios.ts";
 import type { Settled } from "./settle.ts";
 

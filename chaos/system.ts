@@ -1,11 +1,11 @@
 import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { sleep } from "../bench/stats.ts";
+import { DemoShop, shopToolsFile } from "../sim/business/shop.ts";
+import { WebhookDeliverer } from "../sim/meta/deliverer.ts";
+import { MetaGraph } from "../sim/meta/graph.ts";
 import { loadConfig } from "../src/config/config.ts";
 import type { RedisTarget } from "../src/config/redis.ts";
-import { DemoShop, shopToolsFile } from "../src/demo/business/shop.ts";
-import { WebhookDeliverer } from "../src/demo/meta/deliverer.ts";
-import { MetaGraph } from "../src/demo/meta/graph.ts";
 import { signMetaBody } from "../src/webhook/signature.ts";
 import { FakeAnthropic } from "../test/support/fake-anthropic.ts";
 import { freePorts } from "../test/support/ports.ts";
@@ -47,7 +47,7 @@ export interface SystemSettings {
   claudeLatencyMs: number;
   /** Share of customer messages Meta delivers twice. */
   duplicateRate: number;
-  /** The business number gets the demo shop's tools (src/demo/business/shop.ts), served by `shop`. */
+  /** The business number gets the demo shop's tools (sim/business/shop.ts), served by `shop`. */
   shop?: boolean;
   seed: number;
 }

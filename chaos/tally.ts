@@ -1,5 +1,5 @@
 import pg from "pg";
-import type { DemoShop } from "../src/demo/business/shop.ts";
+import type { DemoShop } from "../sim/business/shop.ts";
 import type { ChaosSystem } from "./system.ts";
 
 /**

@@ -1,5 +1,5 @@
 // npm run build: src/ compiled to dist/ (tsconfig.build.json), the files beside the sources
-// that the code reads at run time (the staff and demo pages, the demo shop's knowledge)
+// that the code reads at run time (the staff page)
 // copied next to them, so dist/ runs on plain node: npm start, the image, the worker child.
 // dist/ is made afresh each time, so nothing deleted from src/ lingers in it. Types are
 // checked by npm test (tsc --noEmit), not here: the build only has to emit.

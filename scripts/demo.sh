@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # npm run demo on a fresh clone: installs the dependencies the first time (nothing else to set
-# up), generates the Prisma client, then runs the sandbox (src/demo/main.ts).
+# up), generates the Prisma client, then runs the sandbox (sim/main.ts).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -x node_modules/.bin/tsx ]; then
@@ -8,4 +8,4 @@ if [ ! -x node_modules/.bin/tsx ]; then
   npm ci --no-audit --no-fund
 fi
 npm run generate --silent
-exec node_modules/.bin/tsx src/demo/main.ts
+exec node_modules/.bin/tsx sim/main.ts

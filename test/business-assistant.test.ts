@@ -4,7 +4,7 @@ import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { DemoShop, shopToolsFile } from "../src/demo/business/shop.ts";
+import { DemoShop, shopToolsFile } from "../sim/business/shop.ts";
 import { isPublicAddress } from "../src/tools/addresses.ts";
 import { idempotencyKeyFor } from "../src/tools/idempotency.ts";
 import { MAIN_JS } from "./support/build.ts";

@@ -10,12 +10,12 @@ import { demoTestEnv, removeDemoData } from "./support/demo.ts";
 import { eventually, TEST_DATABASE_URL } from "./support/harness.ts";
 
 /**
- * `npm run demo` as a newcomer runs it (src/demo/main.ts), from a directory whose `.env` is a
+ * `npm run demo` as a newcomer runs it (sim/main.ts), from a directory whose `.env` is a
  * production one: the demo must not read it, must print where to go, serve the chat and stop
  * cleanly; and with GRAPH_API_BASE_URL in its environment it must refuse before touching anything.
  */
 
-const MAIN = fileURLToPath(new URL("../src/demo/main.ts", import.meta.url));
+const MAIN = fileURLToPath(new URL("../sim/main.ts", import.meta.url));
 const TSX = import.meta.resolve("tsx");
 const PRODUCTION_ENV = [
   "GRAPH_API_BASE_URL=https://graph.facebook.com",

@@ -1,9 +1,9 @@
 import { randomBytes } from "node:crypto";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { DemoRefusal, demoSettings } from "../src/demo/environment.ts";
-import { NO_FAULTS } from "../src/demo/faults.ts";
-import { LocalServer } from "../src/demo/local-server.ts";
-import { type DemoSystem, startDemo } from "../src/demo/system.ts";
+import { DemoRefusal, demoSettings } from "../sim/environment.ts";
+import { NO_FAULTS } from "../sim/faults.ts";
+import { LocalServer } from "../sim/local-server.ts";
+import { type DemoSystem, startDemo } from "../sim/system.ts";
 import { verifyMetaSignature } from "../src/webhook/signature.ts";
 import { demoTestEnv, removeDemoData } from "./support/demo.ts";
 import { eventually, settle, startHarness } from "./support/harness.ts";

@@ -1,9 +1,9 @@
 import { type ChildProcess, execFile, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { cp, mkdir, mkdtemp, rm, symlink } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { basename, isAbsolute, join, relative } from "node:path";
+import { basename, dirname, isAbsolute, join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { Redis } from "ioredis";
@@ -105,7 +105,15 @@ describe("the Dockerfile's steps, replayed without Docker", () => {
     expect(runtime.entrypoint).toEqual(["node", "dist/main.js"]);
     expect(existsSync(join(app, ".env"))).toBe(false);
     expect(existsSync(join(app, "src"))).toBe(false);
-    expect(existsSync(join(app, "dist", "demo"))).toBe(false);
+    // Nothing of the simulators (sim/): no file of theirs, and no compiled file made from one.
+    expect(existsSync(join(app, "sim"))).toBe(false);
+    const compiledFrom = readdirSync(join(app, "dist"), { recursive: true, encoding: "utf8" })
+      .filter((file) => file.endsWith(".js.map"))
+      .flatMap((file) =>
+        (JSON.parse(readFileSync(join(app, "dist", file), "utf8")) as { sources: string[] }).sources.map((s) => join("dist", dirname(file), s)),
+      );
+    expect(compiledFrom.length).toBeGreaterThan(0);
+    expect(compiledFrom.filter((source) => !source.startsWith("src/"))).toEqual([]);
     expect(existsSync(join(app, "dist", "generated", "prisma", "client.js"))).toBe(true);
     expect(existsSync(join(app, "dist", "admin", "page", "index.html"))).toBe(true);
     // (typescript itself stays: Prisma's CLI, which migrates at start, lists it as a peer.)

@@ -10,7 +10,7 @@ import { claudeModel } from "./models.ts";
  * (https://platform.claude.com/docs/en/build-with-claude/prompt-caching, checked 2026-12-02.)
  *
  * The request assembly estimates each candidate prefix with `estimateTokens` and asks
- * `placeBreakpoints` which to mark. The fake Messages API (src/demo/anthropic/) counts with the
+ * `placeBreakpoints` which to mark. The fake Messages API (sim/anthropic/) counts with the
  * same estimate and applies the same minimums, so a test sees what this module decided.
  */
 

@@ -2,7 +2,7 @@
  * The Claude models this project knows: what each costs, the shortest prefix its prompt cache
  * keeps, how it counts tokens, and what a request to it must or may say about thinking. The
  * one table: pricing.ts costs usage from it, cache-breakpoints.ts places breakpoints by it,
- * and the fake Messages API (src/demo/anthropic/) caches by it.
+ * and the fake Messages API (sim/anthropic/) caches by it.
  *
  * Checked 2026-12-02, from the stored copies of Anthropic's pages:
  * - prices: https://platform.claude.com/docs/en/about-claude/pricing ("Model pricing",

@@ -1,7 +1,7 @@
 import { Redis } from "ioredis";
 import { dropSchema, TEST_DATABASE_URL, TEST_REDIS_URL, withSchema } from "./harness.ts";
 
-/** A demo (src/demo/) of the test's own: its Postgres schema, its Redis prefix, any free port. */
+/** A demo (sim/) of the test's own: its Postgres schema, its Redis prefix, any free port. */
 export function demoTestEnv(id: string): Record<string, string> {
   return {
     DEMO_DATABASE_URL: withSchema(TEST_DATABASE_URL, `t_demo_${id}`),

@@ -1,13 +1,13 @@
-import { anthropicError, blocksOf, type ClaudeAnswer, type ClaudeRequest, MessagesApiServer } from "../../src/demo/anthropic/messages-api.ts";
+import { anthropicError, blocksOf, type ClaudeAnswer, type ClaudeRequest, MessagesApiServer } from "../../sim/anthropic/messages-api.ts";
 
 /**
  * A local stand-in for Anthropic's Messages API, on the protocol the demo's offline responder
- * speaks too (src/demo/anthropic/). The real Anthropic SDK calls it through
+ * speaks too (sim/anthropic/). The real Anthropic SDK calls it through
  * ANTHROPIC_BASE_URL. It records every request and how many were in flight at once, and
  * answers from a script, else with `answerFor`, else with `reply`.
  */
 
-export type { AnswerBlock, ClaudeAnswer, ClaudeArrival, ClaudeRequest, StopReason } from "../../src/demo/anthropic/messages-api.ts";
+export type { AnswerBlock, ClaudeAnswer, ClaudeArrival, ClaudeRequest, StopReason } from "../../sim/anthropic/messages-api.ts";
 export { anthropicError };
 
 /** Whether the request's last user turn carries tool results: Claude is being told what a tool answered. */

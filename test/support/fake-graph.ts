@@ -1,9 +1,9 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { PROXY_502_PAGE } from "../../src/demo/meta/graph.ts";
-import { graphError } from "../../src/demo/meta/wire.ts";
+import { PROXY_502_PAGE } from "../../sim/meta/graph.ts";
+import { graphError } from "../../sim/meta/wire.ts";
 import { sendJson as json, LocalServer } from "./local-server.ts";
 
-// Shared with the simulated Meta (src/demo/meta/): one error body, one edge-proxy page.
+// Shared with the simulated Meta (sim/meta/): one error body, one edge-proxy page.
 export { graphError, PROXY_502_PAGE };
 
 /**

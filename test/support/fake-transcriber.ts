@@ -1,13 +1,13 @@
-import { type TranscriptionAnswer, TranscriptionApiServer, type TranscriptionRequest } from "../../src/demo/transcription-api.ts";
+import { type TranscriptionAnswer, TranscriptionApiServer, type TranscriptionRequest } from "../../sim/transcription-api.ts";
 
 /**
  * A local stand-in for an OpenAI-compatible transcriber, on the protocol the demo's offline
- * transcriber speaks too (src/demo/transcription-api.ts). The backend's real client calls it
+ * transcriber speaks too (sim/transcription-api.ts). The backend's real client calls it
  * through TRANSCRIBE_BASE_URL. It records every request, multipart form read, and answers from
  * a script, else with `words`.
  */
 
-export { openAiError } from "../../src/demo/transcription-api.ts";
+export { openAiError } from "../../sim/transcription-api.ts";
 export type { TranscriptionAnswer, TranscriptionRequest };
 
 export class FakeTranscriber extends TranscriptionApiServer {

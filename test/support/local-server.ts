@@ -1,2 +1,2 @@
-// The loopback server lives with the simulators the demo ships (src/demo/); the fakes use the same one.
-export { LocalServer, sendJson } from "../../src/demo/local-server.ts";
+// The loopback server lives with the simulators the demo ships (sim/); the fakes use the same one.
+export { LocalServer, sendJson } from "../../sim/local-server.ts";

@@ -1,4 +1,4 @@
-import { envelope, metaWire } from "../../src/demo/meta/wire.ts";
+import { envelope, metaWire } from "../../sim/meta/wire.ts";
 
 /**
  * Meta-shaped webhook bodies for tests, serialised the way Meta puts them on the wire:

@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { LocalServer, sendJson } from "../local-server.ts";
+import { LocalService, sendJson } from "../local-server.ts";
 import { envelope, graphError, messagesChange, metaWire } from "./wire.ts";
 
 /**
@@ -122,7 +122,7 @@ export interface StoredMedia {
 /** Meta's limit on a text body, in UTF-16 units (WHATSAPP.md §5). */
 const TEXT_LIMIT = 4096;
 
-export class MetaGraph {
+export class MetaGraph extends LocalService {
   readonly taken: TakenSend[] = [];
   markReads = 0;
   /** When the last request of any kind arrived. */
@@ -137,7 +137,6 @@ export class MetaGraph {
   readonly media = new Map<string, StoredMedia>();
   /** `display_phone_number` of each business number, for the webhooks' metadata. */
   readonly displayNumbers = new Map<string, string>();
-  private readonly server: LocalServer;
   private readonly perRecipient = new Map<string, number>();
   private readonly inFlight = new Map<string, number>();
   private readonly takenListeners = new Set<(send: TakenSend) => void>();
@@ -149,20 +148,7 @@ export class MetaGraph {
     private readonly accessToken: string,
     options: { onError?: (error: unknown) => void } = {},
   ) {
-    this.server = new LocalServer(options.onError);
-  }
-
-  get url(): string {
-    return this.server.url;
-  }
-
-  async start(): Promise<this> {
-    await this.server.start((req, body, res) => this.handle(req, body, res));
-    return this;
-  }
-
-  stop(): Promise<void> {
-    return this.server.stop();
+    super(options.onError);
   }
 
   /** Forgets the sends taken so far (after a warm-up). */
@@ -197,7 +183,7 @@ export class MetaGraph {
     sendJson(res, answer, graphError(code, reason));
   }
 
-  private async handle(req: IncomingMessage, raw: Buffer, res: ServerResponse): Promise<void> {
+  protected async handle(req: IncomingMessage, raw: Buffer, res: ServerResponse): Promise<void> {
     this.lastRequestAt = Date.now();
     const path = (req.url ?? "").split("?")[0]!;
     if (req.headers.authorization !== `Bearer ${this.accessToken}`) return this.refuse(res, path, 401, 190, "Invalid OAuth access token");

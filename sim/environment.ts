@@ -135,7 +135,7 @@ export function demoEnvironment(
     ANTHROPIC_API_KEY: claude?.apiKey ?? secrets.offlineApiKey,
     ANTHROPIC_BASE_URL: claude ? (claude.baseUrl ?? "https://api.anthropic.com") : urls.offlineClaude,
     ...(claude?.model ? { ANTHROPIC_MODEL: claude.model } : {}),
-    // Voice notes: the real transcriber when given, else the offline one (src/demo/offline-transcriber.ts).
+    // Voice notes: the real transcriber when given, else the offline one (sim/offline-transcriber.ts).
     TRANSCRIBE_BASE_URL: settings.transcribe?.baseUrl ?? urls.offlineTranscriber,
     ...(settings.transcribe?.apiKey ? { TRANSCRIBE_API_KEY: settings.transcribe.apiKey } : {}),
     ...(settings.transcribe?.model ? { TRANSCRIBE_MODEL: settings.transcribe.model } : {}),
@@ -144,8 +144,8 @@ export function demoEnvironment(
       "Answer only from the shop's documents and tools; when they do not say, call handoff_to_human rather than guess. " +
       "Decline requests that have nothing to do with the shop. Answer briefly and kindly, in the customer's language; plain text only.",
     // What replies cost (the staff page's Costs view), with the sample rate card.
-    META_RATES_FILE: fileURLToPath(new URL("../../fixtures/meta-rates.example.json", import.meta.url)),
-    // The shop's knowledge files and its order and booking tools (src/demo/business/).
+    META_RATES_FILE: fileURLToPath(new URL("../fixtures/meta-rates.example.json", import.meta.url)),
+    // The shop's knowledge files and its order and booking tools (sim/business/).
     PHONE_NUMBERS_FILE: phoneNumbersFile,
     DATABASE_URL: settings.databaseUrl,
     DATABASE_POOL_SIZE: "10",

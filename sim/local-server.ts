@@ -49,3 +49,32 @@ export function sendJson(res: ServerResponse, status: number, body: unknown, hea
   res.writeHead(status, { "content-type": "application/json", ...headers });
   res.end(body === undefined ? "" : JSON.stringify(body));
 }
+
+/**
+ * A simulated service on its own LocalServer: Meta's Graph API, Anthropic's Messages API, a
+ * transcriber, the demo shop. Each answers requests in `handle`; the address, start and stop
+ * are this base's.
+ */
+export abstract class LocalService {
+  private readonly server: LocalServer;
+
+  /** `onError`: see LocalServer. */
+  constructor(onError?: (error: unknown) => void) {
+    this.server = new LocalServer(onError);
+  }
+
+  protected abstract handle(req: IncomingMessage, body: Buffer, res: ServerResponse): Promise<void> | void;
+
+  get url(): string {
+    return this.server.url;
+  }
+
+  async start(): Promise<this> {
+    await this.server.start((req, body, res) => this.handle(req, body, res));
+    return this;
+  }
+
+  stop(): Promise<void> {
+    return this.server.stop();
+  }
+}

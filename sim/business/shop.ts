@@ -2,7 +2,7 @@ import { writeFile } from "node:fs/promises";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { LocalServer, sendJson } from "../local-server.ts";
+import { LocalService, sendJson } from "../local-server.ts";
 
 /**
  * A business's own HTTP endpoints, as the demo's shop runs them and the tests call them:
@@ -41,7 +41,7 @@ export const DEMO_ORDERS: Readonly<Record<string, { status: string; items: strin
   A1003: { status: "delivered", items: ["Hiking boots, size 39"] },
 };
 
-export class DemoShop {
+export class DemoShop extends LocalService {
   readonly requests: ShopRequest[] = [];
   readonly bookings: Booking[] = [];
   /** Asked before each answer (the demo's switch, a test's script). */
@@ -49,28 +49,14 @@ export class DemoShop {
   /** Told of each answer given (the demo's log); `status` undefined for one held unanswered. */
   observe: (request: ShopRequest, status: number | undefined) => void = () => undefined;
   private readonly byKey = new Map<string, { status: number; body: unknown }>();
-  private readonly server: LocalServer;
   private readonly held = new Set<ServerResponse>();
 
-  constructor(onError?: (error: unknown) => void) {
-    this.server = new LocalServer(onError);
-  }
-
-  get url(): string {
-    return this.server.url;
-  }
-
-  async start(): Promise<this> {
-    await this.server.start((req, body, res) => this.handle(req, body, res));
-    return this;
-  }
-
-  async stop(): Promise<void> {
+  override async stop(): Promise<void> {
     for (const res of this.held) res.destroy();
-    await this.server.stop();
+    await super.stop();
   }
 
-  private async handle(req: IncomingMessage, raw: Buffer, res: ServerResponse): Promise<void> {
+  protected async handle(req: IncomingMessage, raw: Buffer, res: ServerResponse): Promise<void> {
     const path = req.url ?? "/";
     let body: unknown;
     try {

@@ -1,5 +1,5 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { LocalServer, sendJson } from "./local-server.ts";
+import { LocalService, sendJson } from "./local-server.ts";
 
 /**
  * OpenAI's transcription API (`POST /v1/audio/transcriptions`, multipart) over HTTP, as the
@@ -20,29 +20,14 @@ export interface TranscriptionRequest {
 /** The words (OpenAI's `{ "text" }`), or an error of this HTTP status (OpenAI's error body unless given). */
 export type TranscriptionAnswer = { text: string } | { status: number; body?: unknown; headers?: Record<string, string> };
 
-export abstract class TranscriptionApiServer {
-  private readonly server: LocalServer;
-
+export abstract class TranscriptionApiServer extends LocalService {
   constructor(options: { onError?: (error: unknown) => void } = {}) {
-    this.server = new LocalServer(options.onError);
+    super(options.onError);
   }
 
   protected abstract respond(request: TranscriptionRequest): TranscriptionAnswer | Promise<TranscriptionAnswer>;
 
-  get url(): string {
-    return this.server.url;
-  }
-
-  async start(): Promise<this> {
-    await this.server.start((req, body, res) => this.handle(req, body, res));
-    return this;
-  }
-
-  stop(): Promise<void> {
-    return this.server.stop();
-  }
-
-  private async handle(req: IncomingMessage, body: Buffer, res: ServerResponse): Promise<void> {
+  protected async handle(req: IncomingMessage, body: Buffer, res: ServerResponse): Promise<void> {
     const path = (req.url ?? "").split("?")[0]!;
     if (req.method !== "POST" || !path.endsWith("/v1/audio/transcriptions")) {
       sendJson(res, 404, openAiError(`no route ${req.method} ${path}`, "invalid_request_error"));

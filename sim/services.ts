@@ -9,7 +9,7 @@ import { DemoRefusal } from "./environment.ts";
  * A server elsewhere (DEMO_DATABASE_URL, DEMO_REDIS_URL) is never started, only reported.
  */
 
-const SERVICES_SCRIPT = fileURLToPath(new URL("../../scripts/services.sh", import.meta.url));
+const SERVICES_SCRIPT = fileURLToPath(new URL("../scripts/services.sh", import.meta.url));
 const LOOPBACK = new Set(["127.0.0.1", "localhost", "::1", "[::1]"]);
 
 interface Service {

@@ -2,14 +2,14 @@ import { readFileSync } from "node:fs";
 import helmet from "@fastify/helmet";
 import type { FastifyInstance, FastifyPluginAsync } from "fastify";
 import { z } from "zod";
-import type { Db } from "../db/client.ts";
+import type { Db } from "../src/db/client.ts";
 import { BSUID, type Customer, type CustomerMessage, DemoInputError, PHONE } from "./customers.ts";
 import { faultsUpdate } from "./faults.ts";
 import { spokenVoiceNote } from "./offline-transcriber.ts";
 import { BUSINESS, type ChatEntry, MENU, type Sandbox } from "./sandbox.ts";
 
 /**
- * The sandbox's page and JSON API, registered by src/demo/main.ts only (buildApp knows
+ * The sandbox's page and JSON API, registered by sim/main.ts only (buildApp knows
  * nothing of it): `/demo`, the chat page; `POST /demo/api/messages`, a customer writes
  * (202: it is on its way to POST /webhook as Meta would deliver it); `GET /demo/api/chats/:from`,
  * the chat as the customer's phone shows it, with the delivery states the backend recorded.
@@ -43,7 +43,7 @@ const messageBody = z
       .object({ data: base64, mimeType: z.literal("application/pdf"), filename: z.string().trim().min(1).max(200), caption })
       .strict()
       .optional(),
-    // A voice note that "says" these words: the offline transcriber hears them (src/demo/offline-transcriber.ts).
+    // A voice note that "says" these words: the offline transcriber hears them (sim/offline-transcriber.ts).
     voice: z
       .object({ says: z.string().trim().min(1).max(1000) })
       .strict()

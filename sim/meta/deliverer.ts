@@ -1,4 +1,4 @@
-import { signMetaBody } from "../../webhook/signature.ts";
+import { signMetaBody } from "../../src/webhook/signature.ts";
 
 /**
  * Meta's side of POST /webhook: every body is signed with the app secret (X-Hub-Signature-256

@@ -1,6 +1,6 @@
 import { randomBytes } from "node:crypto";
-import type { ServerResponse } from "node:http";
-import { LocalServer, sendJson } from "../local-server.ts";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { LocalService, sendJson } from "../local-server.ts";
 import { PromptCache } from "./prompt-cache.ts";
 
 /**
@@ -41,7 +41,7 @@ export interface ClaudeArrival {
   answered: Promise<void>;
 }
 
-export abstract class MessagesApiServer {
+export abstract class MessagesApiServer extends LocalService {
   inFlight = 0;
   maxInFlight = 0;
   /** Latency of every answer, to model Claude's seconds-long generations. */
@@ -54,12 +54,11 @@ export abstract class MessagesApiServer {
   onRequest: ((arrival: ClaudeArrival) => void) | undefined;
   /** The clock the prompt cache's TTLs run on; a test moves it to expire entries. */
   now: () => number;
-  private readonly server: LocalServer;
   private readonly cache = new PromptCache(() => this.now());
   private counter = 0;
 
   constructor(options: { onError?: (error: unknown) => void; now?: () => number } = {}) {
-    this.server = new LocalServer(options.onError);
+    super(options.onError);
     this.now = options.now ?? Date.now;
   }
 
@@ -72,20 +71,8 @@ export abstract class MessagesApiServer {
   /** Called with the usage of every answer, as Anthropic would bill it (the fake keeps them, for the tests' hand counts). */
   protected billed(_usage: Record<string, unknown>): void {}
 
-  get url(): string {
-    return this.server.url;
-  }
-
-  async start(): Promise<this> {
-    await this.server.start((req, body, res) => this.handle(req.url ?? "", body, res));
-    return this;
-  }
-
-  stop(): Promise<void> {
-    return this.server.stop();
-  }
-
-  private async handle(path: string, raw: Buffer, res: ServerResponse): Promise<void> {
+  protected async handle(req: IncomingMessage, raw: Buffer, res: ServerResponse): Promise<void> {
+    const path = req.url ?? "";
     if (!path.split("?")[0]!.endsWith("/v1/messages")) return sendJson(res, 404, anthropicError(404), { "request-id": "req_sim" });
     let request: ClaudeRequest;
     try {

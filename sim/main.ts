@@ -1,4 +1,4 @@
-import { ConfigError } from "../config/config.ts";
+import { ConfigError } from "../src/config/config.ts";
 import { DemoRefusal, ignoredVariables, refuseForeignGraph } from "./environment.ts";
 import { type DemoSystem, startDemo } from "./system.ts";
 

@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { CACHE_TTL_MS, type CacheTtl, canCacheAt, estimateTokens, MAX_CACHE_BREAKPOINTS } from "../../ai/cache-breakpoints.ts";
+import { CACHE_TTL_MS, type CacheTtl, canCacheAt, estimateTokens, MAX_CACHE_BREAKPOINTS } from "../../src/ai/cache-breakpoints.ts";
 
 /**
  * Anthropic's prompt cache, as the fake Messages API keeps it, by the rules of
