@@ -1,5 +1,5 @@
 import { pathToFileURL } from "node:url";
-import { splitForWhatsApp, WHATSAPP_TEXT_LIMIT } from "../src/replies/split.ts";
+import { splitForWhatsApp, WHATSAPP_TEXT_LIMIT } from "../src/whatsapp/split.ts";
 import { LONG_REPLY_KINDS, type LongReplyKind, longReply } from "../test/support/long-replies.ts";
 import { fmt, median, table } from "./stats.ts";
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { splitForWhatsApp, WHATSAPP_TEXT_LIMIT } from "../src/replies/split.ts";
+import { splitForWhatsApp, WHATSAPP_TEXT_LIMIT } from "../src/whatsapp/split.ts";
 import { LONG_REPLY_KINDS, type LongReplyKind, longReply } from "./support/long-replies.ts";
 
 /** WHATSAPP.md §5: a text body is at most 4096 UTF-16 units; longer replies go out in parts. */

@@ -6,8 +6,8 @@ import { FencedOut, PermanentError, Postpone, RetryableError } from "../src/erro
 import { decideFate, retryDelayMs } from "../src/jobs/policy.ts";
 import { type PendingMessage, planNextAnswer } from "../src/messages/plan.ts";
 import { readJob } from "../src/queue/catalog.ts";
-import { splitForWhatsApp } from "../src/replies/split.ts";
 import { ruleForGraphCode } from "../src/whatsapp/error-codes.ts";
+import { splitForWhatsApp } from "../src/whatsapp/split.ts";
 
 describe("splitting a reply for WhatsApp", () => {
   it("leaves a reply of up to 4096 characters whole", () => {

@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { z } from "zod";
 import type { Db, Prisma } from "../db/client.ts";
-import { recordTakeOver } from "../replies/state/dead-letters.ts";
+import { recordTakeOver } from "../state/dead-letters.ts";
 import { releaseIdempotencyKey } from "./idempotency.ts";
 import { answer, problem, requestPart, staffRoute, type ZodParts } from "./schema.ts";
 import * as wire from "./wire.ts";

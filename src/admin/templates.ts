@@ -1,7 +1,7 @@
 import type { FastifyBaseLogger, FastifyInstance } from "fastify";
 import type { MetaRates } from "../costs/meta-rates.ts";
 import { PermanentError, RetryableError } from "../errors.ts";
-import type { ChosenTemplate } from "../replies/state/replies.ts";
+import type { ChosenTemplate } from "../state/replies.ts";
 import { fillTemplate, type TemplateCatalog } from "../whatsapp/templates.ts";
 import { problem, staffRoute, type ZodParts } from "./schema.ts";
 import * as wire from "./wire.ts";

@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { REASON_KINDS, type ReasonKind } from "../dlq/explain.ts";
 import { DeadLetterState, ReplyState, SendState } from "../generated/prisma/enums.ts";
-import { WHATSAPP_TEXT_LIMIT } from "../replies/split.ts";
+import { WHATSAPP_TEXT_LIMIT } from "../whatsapp/split.ts";
 import { answer, problem, requestPart } from "./schema.ts";
 
 /**

@@ -5,7 +5,7 @@ import type { Db } from "../db/client.ts";
  * The cost ledger (issue 20), per business number and UTC day, read from what the reply path
  * already stores: Claude's tokens and their price on each reply (its stored steps' when it
  * never got a draft), and on each part Meta took, the `pricing` its status webhooks gave,
- * recorded once (src/replies/state/parts.ts, recordPartPricing). A reply counts on the day it
+ * recorded once (src/state/parts.ts, recordPartPricing). A reply counts on the day it
  * was made; a part on the day Meta took it.
  */
 

@@ -59,7 +59,7 @@ export function createDb(databaseUrl: string, options: { poolSize: number }): Db
       connectionString,
       max: options.poolSize,
       // Prisma qualifies its own queries with the schema; the reply state machine's SQL
-      // (src/replies/state.ts) finds its tables through the search path instead.
+      // (src/state/) finds its tables through the search path instead.
       ...(schema ? { options: `-c search_path="${schema.replaceAll('"', '""')}"` } : {}),
     },
     { ...(schema ? { schema } : {}), ...(pgbouncer ? {} : { statementNameGenerator: statementNames() }) },

@@ -1,12 +1,12 @@
 import type { Config } from "../config/config.ts";
 import type { Db } from "../db/client.ts";
 import { type Queues, scheduleReply } from "../queue/queues.ts";
-import { type DeadLetterHolder, type DeadLetterInput, deadLetterReply, type RecordedDeadLetter } from "../replies/state/dead-letters.ts";
+import { type DeadLetterHolder, type DeadLetterInput, deadLetterReply, type RecordedDeadLetter } from "../state/dead-letters.ts";
 import type { ReasonKind } from "./explain.ts";
 import { reasonKind } from "./reasons.ts";
 
 /**
- * Recording a dead letter (the transition is src/replies/state/dead-letters.ts), counting it
+ * Recording a dead letter (the transition is src/state/dead-letters.ts), counting it
  * for the operators' alerts once it is committed (wa_dead_letters_created_total{reason}), and
  * never leaving the customer in silence (law 14): a new item brings a holding reply when the
  * failure leaves them reachable, and a reply job to send it.

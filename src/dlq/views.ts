@@ -1,16 +1,16 @@
 import type { Citation } from "../ai/claude.ts";
-import { contactLabel } from "../contacts/identity.ts";
 import type { Db } from "../db/client.ts";
 import type { Contact, DeadLetterState, Prisma, ToolCall } from "../generated/prisma/client.ts";
-import { delivered, maybeSent } from "../replies/state/parts.ts";
-import { windowOpen } from "../replies/window.ts";
+import { contactLabel } from "../state/contacts.ts";
+import { delivered, maybeSent } from "../state/parts.ts";
+import { windowOpen } from "../whatsapp/window.ts";
 import { explain, type ReasonKind } from "./explain.ts";
 import { reasonWhere } from "./reasons.ts";
 
 /**
  * What staff read of the dead-letter queue: the list, and one item with everything needed to
  * decide. Every item comes with its explanation in plain words (explain.ts). The changes (record,
- * resend, discard) are transitions of src/replies/state/dead-letters.ts.
+ * resend, discard) are transitions of src/state/dead-letters.ts.
  */
 
 export interface DeadLetterFilter {

@@ -1,12 +1,12 @@
 import type { Config } from "../config/config.ts";
-import { changeUserId, conversationWith, resolveContact } from "../contacts/identity.ts";
 import type { Db } from "../db/client.ts";
 import type { Logger } from "../logger.ts";
 import { BUSINESS_APP } from "../messages/controls.ts";
 import { describeInbound } from "../messages/describe.ts";
 import type { EventJobData } from "../queue/catalog.ts";
-import { pauseForPerson } from "../replies/state/conversations.ts";
-import { recordBusinessReply } from "../replies/state/replies.ts";
+import { changeUserId, conversationWith, resolveContact } from "../state/contacts.ts";
+import { pauseForPerson } from "../state/conversations.ts";
+import { recordBusinessReply } from "../state/replies.ts";
 import type { InboundMessagePayload } from "../whatsapp/webhook-payload.ts";
 
 export interface EventDeps {

@@ -1,16 +1,16 @@
 import { z } from "zod";
 import type { Config } from "../config/config.ts";
-import { changeUserId, resolveContact } from "../contacts/identity.ts";
 import type { Db } from "../db/client.ts";
 import { afterDeadLetters, type DeadLetterDeps, holdingReplyFor } from "../dlq/dead-letters.ts";
 import type { Logger } from "../logger.ts";
 import { type Control, controlOf } from "../messages/controls.ts";
 import { adContext, describeInbound } from "../messages/describe.ts";
-import { type InboundRecord, recordInbound } from "../messages/store.ts";
 import { type InboundJobData, senderOf, storableCopy } from "../queue/catalog.ts";
 import { type Queues, scheduleReply } from "../queue/queues.ts";
-import { deadLetterMessage } from "../replies/state/dead-letters.ts";
-import { applyEdit, recordDeletion } from "../replies/state/messages.ts";
+import { changeUserId, resolveContact } from "../state/contacts.ts";
+import { deadLetterMessage } from "../state/dead-letters.ts";
+import { type InboundRecord, recordInbound } from "../state/inbound.ts";
+import { applyEdit, recordDeletion } from "../state/messages.ts";
 import type { Sender } from "../whatsapp/webhook-payload.ts";
 
 export interface InboundDeps {
@@ -28,7 +28,7 @@ export interface InboundDeps {
  * for an opted-out or paused conversation) is decided by the reply job, in message order
  * (src/messages/plan.ts): messages are stored concurrently and out of order, answers are not.
  * Then schedules the conversation's reply; the reply job shows the customer it is on it.
- * A text message is one statement (src/messages/store.ts).
+ * A text message is one statement (src/state/inbound.ts).
  */
 export async function processInbound(deps: InboundDeps, data: InboundJobData): Promise<void> {
   const { phoneNumberId, message } = data;

@@ -12,14 +12,15 @@ import type { Metrics } from "../metrics/metrics.ts";
 import type { ReplyJobData } from "../queue/catalog.ts";
 import { type Queues, scheduleReply } from "../queue/queues.ts";
 import { type GenerationDeps, generationBudgetMs, type ReplyCost, type Written, writeAnswer } from "../replies/generation.ts";
-import { type BeginSettings, type Begun, beginReply, type ConversationView } from "../replies/state/conversations.ts";
-import { handOff, openHandoffItem } from "../replies/state/dead-letters.ts";
-import type { Lease } from "../replies/state/fence.ts";
-import { markAccepted, markRefused, markSending, type Outbox, unsentParts } from "../replies/state/parts.ts";
-import { markReplySent, storeDraft } from "../replies/state/replies.ts";
+import { templateInstead } from "../replies/template-instead.ts";
 import { hearVoiceNotes, type VoiceNoteDeps } from "../replies/voice-notes.ts";
-import { templateInstead, windowOpen } from "../replies/window.ts";
+import { type BeginSettings, type Begun, beginReply, type ConversationView } from "../state/conversations.ts";
+import { handOff, openHandoffItem } from "../state/dead-letters.ts";
+import type { Lease } from "../state/fence.ts";
+import { markAccepted, markRefused, markSending, type Outbox, unsentParts } from "../state/parts.ts";
+import { markReplySent, storeDraft } from "../state/replies.ts";
 import { type GraphClient, type Recipient, SendTooLate } from "../whatsapp/graph-client.ts";
+import { windowOpen } from "../whatsapp/window.ts";
 import { decideFate, isInfrastructureFailure, isLastAttempt, type RetryDelaySettings, retryDelayMs } from "./policy.ts";
 
 export interface ReplyDeps extends GenerationDeps, VoiceNoteDeps {

@@ -5,7 +5,7 @@ import type { Logger } from "../logger.ts";
 import type { Metrics } from "../metrics/metrics.ts";
 import type { StatusJobData } from "../queue/catalog.ts";
 import { type Queues, scheduleReply } from "../queue/queues.ts";
-import { recordDeliveryStatus, recordPartPricing, type StatusOutcome, UUID } from "../replies/state/parts.ts";
+import { recordDeliveryStatus, recordPartPricing, type StatusOutcome, UUID } from "../state/parts.ts";
 import { maskPhoneNumbers } from "../whatsapp/answer-shape.ts";
 import { ruleForGraphCode } from "../whatsapp/error-codes.ts";
 import type { GraphErrorsCount } from "../whatsapp/graph-client.ts";

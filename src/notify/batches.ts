@@ -2,7 +2,7 @@ import type { Db } from "../db/client.ts";
 
 /**
  * The notifications' own rows (staff_notifications, staff_notified_items): nothing else writes
- * them, and they never write a dead letter (law 13: those are src/replies/state's).
+ * them, and they never write a dead letter (law 13: those are src/state/'s).
  *
  *   makeBatch: open dead letters nobody was told of ─▶ one new notification (pending); of a
  *              number's budget stops, the day's first only

@@ -8,13 +8,14 @@ import { FencedOut, PermanentError, Postpone, RetryableError } from "../errors.t
 import type { Logger } from "../logger.ts";
 import { countClaudeCall, type Metrics } from "../metrics/metrics.ts";
 import type { KeptStep } from "../queue/catalog.ts";
+import type { Begun } from "../state/conversations.ts";
+import { type QuestionMessage, readHistory } from "../state/history.ts";
+import { armGeneration, releaseGeneration } from "../state/replies.ts";
+import { finishToolCall, readSteps, recordStep, type StoredStep, startToolCall } from "../state/steps.ts";
 import type { BusinessActions } from "../tools/actions.ts";
 import { HANDOFF_TOOL, type ToolDefinition } from "../tools/definitions.ts";
 import { idempotencyKeyFor } from "../tools/idempotency.ts";
-import { conversationTurns, type HistoryDeps, type QuestionMessage, readHistory } from "./history.ts";
-import type { Begun } from "./state/conversations.ts";
-import { armGeneration, releaseGeneration } from "./state/replies.ts";
-import { finishToolCall, readSteps, recordStep, type StoredStep, startToolCall } from "./state/steps.ts";
+import { conversationTurns, type HistoryDeps } from "./history.ts";
 
 /**
  * Writing a reply's answer with Claude (law 4): one call, or, when Claude uses the business's

@@ -3,8 +3,8 @@ import type { Db } from "../db/client.ts";
 import { PermanentError, RetryableError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
 import { type DescribeSettings, voiceNoteFallback, voiceNoteMedia } from "../messages/describe.ts";
+import { storeTranscript, voiceNoteUnheard } from "../state/messages.ts";
 import type { GraphClient } from "../whatsapp/graph-client.ts";
-import { storeTranscript, voiceNoteUnheard } from "./state/messages.ts";
 
 /**
  * A voice note's words, heard when its answer is about to be planned: the audio is downloaded

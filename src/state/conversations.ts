@@ -1,13 +1,12 @@
 import { randomUUID } from "node:crypto";
-import { type Db, Prisma } from "../../db/client.ts";
-import { FencedOut } from "../../errors.ts";
-import type { ReplyState } from "../../generated/prisma/client.ts";
-import { BUSINESS_APP, type Control, PAUSED_INDEFINITELY } from "../../messages/controls.ts";
-import { type PendingMessage, type Plan, type PlanSettings, planNextAnswer } from "../../messages/plan.ts";
-import { type HistoryJson, type HistoryRows, historyColumns, historyOf } from "../history.ts";
-import { splitForWhatsApp } from "../split.ts";
-import { auditOpenItems, resumeIn } from "./dead-letters.ts";
+import { type Db, Prisma } from "../db/client.ts";
+import { FencedOut } from "../errors.ts";
+import type { ReplyState } from "../generated/prisma/client.ts";
+import { BUSINESS_APP, type Control, PAUSED_INDEFINITELY } from "../messages/controls.ts";
+import { type PendingMessage, type Plan, type PlanSettings, planNextAnswer } from "../messages/plan.ts";
+import { splitForWhatsApp } from "../whatsapp/split.ts";
 import type { Lease } from "./fence.ts";
+import { type HistoryJson, type HistoryRows, historyColumns, historyOf } from "./history.ts";
 import { AWAITING_WORDS } from "./messages.ts";
 
 /**
@@ -341,7 +340,7 @@ export async function pauseForPerson(db: Db, conversationId: string, until: Date
 }
 
 /**
- * One person known as two contacts (their phone's and their BSUID's, src/contacts/identity.ts):
+ * One person known as two contacts (their phone's and their BSUID's, contacts.ts):
  * `gone`'s conversations become `keep`'s. Where `keep` already has a conversation with the same
  * business number, the twin takes its messages, replies and dead letters, so the history reads
  * as one, and the stricter of their controls (the later window and pause, an opt-out); the
@@ -371,4 +370,44 @@ export async function moveConversations(tx: Tx, gone: { contactId: string }, kee
     DELETE FROM conversations g USING conversations k
     WHERE g.contact_id = ${gone.contactId}::uuid AND k.contact_id = ${keep.contactId}::uuid AND k.phone_number_id = g.phone_number_id`;
   await tx.$executeRaw`UPDATE conversations SET contact_id = ${keep.contactId}::uuid WHERE contact_id = ${gone.contactId}::uuid`;
+}
+
+/**
+ * The bot answers the conversation again, inside the caller's transaction: the pause is lifted,
+ * the conversation's failed replies note it in their history, and its customers-waiting items
+ * are resolved (nobody waits for a person any more), in the actor's name. False when there is
+ * no such conversation.
+ */
+export async function resumeIn(tx: Tx, conversationId: string, actor: string, now: Date): Promise<boolean> {
+  const resumed = await tx.$executeRaw`
+    UPDATE conversations SET paused_until = NULL, paused_by = NULL, updated_at = ${now}::timestamptz WHERE id = ${conversationId}::uuid`;
+  if (resumed === 0) return false;
+  const open = await tx.deadLetter.findMany({ where: { conversationId, state: "open" }, select: { id: true, replyId: true } });
+  await tx.deadLetter.updateMany({
+    where: { id: { in: open.filter((letter) => !letter.replyId).map((letter) => letter.id) } },
+    data: { state: "resolved", actedBy: actor, actedAt: now },
+  });
+  await tx.deadLetterAction.createMany({
+    data: open.map((letter) => ({ deadLetterId: letter.id, actor, action: letter.replyId ? "resume_bot" : "give_back", createdAt: now })),
+  });
+  return true;
+}
+
+/** A staff action on a whole conversation (pausing the bot) shows in the history of its open items, inside the action's transaction. */
+export async function auditOpenItems(
+  tx: Tx,
+  conversationId: string,
+  entry: { actor: string; action: string; detail?: Record<string, unknown> },
+  now: Date,
+): Promise<void> {
+  const open = await tx.deadLetter.findMany({ where: { conversationId, state: "open" }, select: { id: true } });
+  await tx.deadLetterAction.createMany({
+    data: open.map((letter) => ({
+      deadLetterId: letter.id,
+      actor: entry.actor,
+      action: entry.action,
+      createdAt: now,
+      ...(entry.detail ? { detail: entry.detail as Prisma.InputJsonValue } : {}),
+    })),
+  });
 }

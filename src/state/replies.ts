@@ -1,8 +1,8 @@
-import type { GeneratedReply } from "../../ai/claude.ts";
-import { type Db, isUniqueViolation, type Prisma } from "../../db/client.ts";
-import { FencedOut } from "../../errors.ts";
+import type { GeneratedReply } from "../ai/claude.ts";
+import { type Db, isUniqueViolation, type Prisma } from "../db/client.ts";
+import { FencedOut } from "../errors.ts";
 
-import { splitForWhatsApp } from "../split.ts";
+import { splitForWhatsApp } from "../whatsapp/split.ts";
 import type { Lease } from "./fence.ts";
 import { delivered, type Outbox, type OutboxJson, outboxOf, partJson, quoteOf } from "./parts.ts";
 

@@ -1,13 +1,13 @@
-import { resolveContact } from "../contacts/identity.ts";
 import type { Db } from "../db/client.ts";
 import { isUniqueViolation, Prisma } from "../db/client.ts";
 import type { Sender } from "../whatsapp/webhook-payload.ts";
+import { resolveContact } from "./contacts.ts";
 
 /**
  * An inbound message's home: the one statement that stores it, with its contact and its
  * conversation (created on first contact, the 24-hour window extended to its time). What
  * changes it afterwards (its binding to a reply, an edit, a deletion) is a transition of
- * src/replies/state/.
+ * this folder's.
  */
 
 /** What is stored of a message, decided before (src/jobs/inbound.ts `whatItAsks`). */

@@ -3,18 +3,10 @@ import type { NumberSettings } from "../config/numbers.ts";
 import type { Db } from "../db/client.ts";
 import { PermanentError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
-import type { ConversationView } from "./state/conversations.ts";
-import type { Lease } from "./state/fence.ts";
-import { awaitsChosenTemplate } from "./state/parts.ts";
-import { replaceUnsentWithTemplate } from "./state/replies.ts";
-
-/** Meta accepts free-form messages only within 24 h of the customer's last message (WHATSAPP.md §7). */
-export const SERVICE_WINDOW_MS = 24 * 60 * 60 * 1000;
-
-/** `lastInboundAt` as read at the moment of use: a message that arrived meanwhile extends the window. */
-export function windowOpen(lastInboundAt: Date | null, now = Date.now()): boolean {
-  return lastInboundAt !== null && now - lastInboundAt.getTime() < SERVICE_WINDOW_MS;
-}
+import type { ConversationView } from "../state/conversations.ts";
+import type { Lease } from "../state/fence.ts";
+import { awaitsChosenTemplate } from "../state/parts.ts";
+import { replaceUnsentWithTemplate } from "../state/replies.ts";
 
 /**
  * Past the window only an approved template reaches the customer (WHATSAPP.md §7): when the

@@ -1,9 +1,10 @@
-import type { GeneratedReply } from "../../ai/claude.ts";
-import type { Db, Prisma } from "../../db/client.ts";
-import type { Failure } from "../../errors.ts";
-import { PAUSED_INDEFINITELY } from "../../messages/controls.ts";
-import { splitForWhatsApp } from "../split.ts";
-import { SERVICE_WINDOW_MS } from "../window.ts";
+import type { GeneratedReply } from "../ai/claude.ts";
+import type { Db, Prisma } from "../db/client.ts";
+import type { Failure } from "../errors.ts";
+import { PAUSED_INDEFINITELY } from "../messages/controls.ts";
+import { splitForWhatsApp } from "../whatsapp/split.ts";
+import { SERVICE_WINDOW_MS } from "../whatsapp/window.ts";
+import { resumeIn } from "./conversations.ts";
 import { assertLease, fenceOff, type Lease } from "./fence.ts";
 import { bindStranded } from "./messages.ts";
 import { delivered, maybeSent } from "./parts.ts";
@@ -405,27 +406,6 @@ export async function giveBackToBot(db: Db, id: string, actor: string, now: Date
   });
 }
 
-/**
- * The bot answers the conversation again, inside the caller's transaction: the pause is lifted,
- * the conversation's failed replies note it in their history, and its customers-waiting items
- * are resolved (nobody waits for a person any more), in the actor's name. False when there is
- * no such conversation.
- */
-export async function resumeIn(tx: Tx, conversationId: string, actor: string, now: Date): Promise<boolean> {
-  const resumed = await tx.$executeRaw`
-    UPDATE conversations SET paused_until = NULL, paused_by = NULL, updated_at = ${now}::timestamptz WHERE id = ${conversationId}::uuid`;
-  if (resumed === 0) return false;
-  const open = await tx.deadLetter.findMany({ where: { conversationId, state: "open" }, select: { id: true, replyId: true } });
-  await tx.deadLetter.updateMany({
-    where: { id: { in: open.filter((letter) => !letter.replyId).map((letter) => letter.id) } },
-    data: { state: "resolved", actedBy: actor, actedAt: now },
-  });
-  await tx.deadLetterAction.createMany({
-    data: open.map((letter) => ({ deadLetterId: letter.id, actor, action: letter.replyId ? "resume_bot" : "give_back", createdAt: now })),
-  });
-  return true;
-}
-
 /** open → discarded, with an optional note. */
 export async function discardDeadLetter(db: Db, id: string, input: { note?: string | undefined; actor: string }, now: Date): Promise<StaffActionResult> {
   return db.$transaction(async (tx) => {
@@ -473,24 +453,5 @@ export async function reopenAfterFailedQueue(db: Db, id: string, now: Date): Pro
 export async function recordTakeOver(tx: Tx, deadLetterId: string, takeOver: { actor: string; from: string }, now: Date): Promise<void> {
   await tx.deadLetterAction.create({
     data: { deadLetterId, actor: takeOver.actor, action: "take_over", detail: takeOver.from ? { from: takeOver.from } : {}, createdAt: now },
-  });
-}
-
-/** A staff action on a whole conversation (pausing the bot) shows in the history of its open items, inside the action's transaction. */
-export async function auditOpenItems(
-  tx: Tx,
-  conversationId: string,
-  entry: { actor: string; action: string; detail?: Record<string, unknown> },
-  now: Date,
-): Promise<void> {
-  const open = await tx.deadLetter.findMany({ where: { conversationId, state: "open" }, select: { id: true } });
-  await tx.deadLetterAction.createMany({
-    data: open.map((letter) => ({
-      deadLetterId: letter.id,
-      actor: entry.actor,
-      action: entry.action,
-      createdAt: now,
-      ...(entry.detail ? { detail: entry.detail as Prisma.InputJsonValue } : {}),
-    })),
   });
 }

@@ -1,8 +1,8 @@
 import type { Db } from "../db/client.ts";
 import { isUniqueViolation } from "../db/client.ts";
 import type { Contact, Prisma } from "../generated/prisma/client.ts";
-import { moveConversations } from "../replies/state/conversations.ts";
 import type { Sender } from "../whatsapp/webhook-payload.ts";
+import { moveConversations } from "./conversations.ts";
 
 /**
  * Who a customer is: one person to one business portfolio (WHATSAPP.md §9). Meta names them
@@ -75,7 +75,7 @@ export async function changeUserId(db: Db, change: { previous: string; current: 
 
 /**
  * Folds `gone` into `keep`: its conversations become keep's, merged into keep's own where both
- * have one with the same business number (src/replies/state/conversations.ts,
+ * have one with the same business number (conversations.ts,
  * moveConversations). `gone`'s identifiers are handed over.
  */
 async function mergeContacts(tx: Tx, keep: Contact, gone: Contact): Promise<Contact> {
@@ -98,7 +98,7 @@ async function mergeContacts(tx: Tx, keep: Contact, gone: Contact): Promise<Cont
  * The customer's conversation with one business number, created on first contact, for the
  * business's own messages (echoes of the WhatsApp Business app), which never extend the
  * 24-hour window (WHATSAPP.md §7). A customer's message is stored with its conversation in
- * one statement instead (src/messages/store.ts), which extends it.
+ * one statement instead (inbound.ts), which extends it.
  */
 export async function conversationWith(db: Db, where: { phoneNumberId: string; contactId: string }) {
   return db.conversation.upsert({ where: { phoneNumberId_contactId: where }, create: where, update: {} });

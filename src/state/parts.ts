@@ -1,4 +1,4 @@
-import { type Db, Prisma } from "../../db/client.ts";
+import { type Db, Prisma } from "../db/client.ts";
 import type { Lease } from "./fence.ts";
 
 /**

@@ -1,6 +1,6 @@
-import type { CallUsage } from "../../ai/claude.ts";
-import type { ContentBlockJson } from "../../ai/request.ts";
-import type { Db } from "../../db/client.ts";
+import type { CallUsage } from "../ai/claude.ts";
+import type { ContentBlockJson } from "../ai/request.ts";
+import type { Db } from "../db/client.ts";
 import type { Lease } from "./fence.ts";
 
 /**

@@ -1,5 +1,5 @@
-import type { Prisma } from "../../db/client.ts";
-import { FencedOut } from "../../errors.ts";
+import type { Prisma } from "../db/client.ts";
+import { FencedOut } from "../errors.ts";
 
 /**
  * Law 8's fence: each reply job run takes its conversation by raising `reply_fence`

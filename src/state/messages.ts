@@ -1,7 +1,7 @@
-import { type Db, Prisma } from "../../db/client.ts";
+import { type Db, Prisma } from "../db/client.ts";
 
 /**
- * The customer's messages once stored (src/messages/store.ts stores them): what changes them
+ * The customer's messages once stored (inbound.ts stores them): what changes them
  * after, besides the reply job's bind (conversations.ts). README.md in this folder has the
  * whole machine.
  *
