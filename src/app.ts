@@ -1,5 +1,5 @@
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from "fastify";
-import { adminRoutes } from "./admin/routes.ts";
+import { adminRoutes } from "./admin/admin.ts";
 import type { Config } from "./config/config.ts";
 import type { Db } from "./db/client.ts";
 import { healthRoutes } from "./http/health.ts";

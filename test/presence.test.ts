@@ -1,6 +1,7 @@
 import type { LightMyRequestResponse } from "fastify";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { addStaff } from "../src/staff/accounts.ts";
+import { graphError } from "./support/fake-graph.ts";
 import { eventually, type Harness, settle, startHarness } from "./support/harness.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
 
@@ -110,6 +111,31 @@ describe("two people, one item", () => {
     await eventually(() => sentTo(from).length === 2, "the one message");
     await settle();
     expect(sentTo(from)).toHaveLength(2);
+  });
+
+  it("every route that acts on an item a colleague answers is refused by the action itself: a bulk resend skips it, resuming the bot names them", async () => {
+    // A failed reply (Meta's outage, with its error body) while Ann answers its item.
+    const from = `1666${Math.floor(Math.random() * 1e7)}`;
+    h.graph.answerSends({ status: 503, body: graphError(133004, "Server temporarily unavailable") });
+    await h.deliver(textWebhook({ text: "where is my order?", from }).body);
+    const item = await eventually(() => h.db.deadLetter.findFirst({ where: { state: "open", conversation: { contact: { waId: from } } } }), "the item");
+    await ann.post(`/admin/dlq/${item.id}/presence`, { answering: true });
+    const sends = h.graph.sends.length;
+
+    const bulk = await bob.post("/admin/dlq/bulk-retry", { code: "133004", spacingMs: 0 });
+    expect(bulk.json()).toMatchObject({ resent: 0, skipped: 1 });
+    const resume = await bob.post(`/admin/conversations/${item.conversationId}/resume`);
+    expect(resume.statusCode).toBe(409);
+    expect(resume.json()).toEqual({ code: "held_by_other", error: expect.stringMatching(/^ann@example\.com is answering this customer right now/) });
+    await settle();
+    expect(h.graph.sends.length).toBe(sends);
+    expect((await h.db.deadLetter.findUniqueOrThrow({ where: { id: item.id } })).state).toBe("open");
+
+    // Once Ann has left the item, the same bulk resend acts on it.
+    await ann.leave(item.id);
+    expect((await bob.post("/admin/dlq/bulk-retry", { code: "133004", spacingMs: 0 })).json()).toMatchObject({ resent: 1, skipped: 0 });
+    await eventually(() => h.graph.sends.length === sends + 1, "the resend");
+    expect((await h.db.deadLetter.findUniqueOrThrow({ where: { id: item.id } })).actedBy).toBe("bob@example.com");
   });
 
   it("presence of an unknown item is 404, and a bad body 400", async () => {

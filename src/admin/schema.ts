@@ -1,4 +1,13 @@
-import type { FastifySchemaCompiler, FastifySerializerCompiler, FastifyTypeProvider } from "fastify";
+import type {
+  FastifyBaseLogger,
+  FastifyInstance,
+  FastifySchemaCompiler,
+  FastifySerializerCompiler,
+  FastifyTypeProvider,
+  RawReplyDefaultExpression,
+  RawRequestDefaultExpression,
+  RawServerDefault,
+} from "fastify";
 import { z } from "zod";
 import { IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_REFUSAL } from "./idempotency.ts";
 
@@ -78,6 +87,9 @@ export interface ZodParts extends FastifyTypeProvider {
   validator: this["schema"] extends RequestPart<infer T> ? T : unknown;
   serializer: unknown;
 }
+
+/** The admin scope as its routes see it (`scope.withTypeProvider<ZodParts>()`): each request part typed by its zod schema. */
+export type StaffApp = FastifyInstance<RawServerDefault, RawRequestDefaultExpression, RawReplyDefaultExpression, FastifyBaseLogger, ZodParts>;
 
 /** What an /admin API route's schema says, beyond the request parts Fastify validates. */
 export interface RouteSpec {

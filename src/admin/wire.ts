@@ -285,8 +285,10 @@ export const paused = answer(
 );
 export const resumed = answer(z.object({ ok: z.literal(true) }), "the bot answers again");
 
-/** Every action on an item is refused while another person answers it (src/admin/presence.ts). */
+/** Every action on an item is refused while another person answers it (src/state/staff-actions.ts). */
 const HELD = "another person answering the item right now (`held_by_other`: the body names them; take it over first)";
+/** Resuming the bot is refused while another person answers one of the conversation's items. */
+export const heldRefused = answer(z.object({ error: z.string(), code: z.literal("held_by_other") }), HELD);
 /** A refused discard. */
 export const discardRefused = answer(
   z.object({ error: z.string(), code: z.literal("held_by_other").optional() }),

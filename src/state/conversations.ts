@@ -303,31 +303,6 @@ async function bindAnswer(db: Db | Tx, lease: Lease, plan: Plan, pending: Waitin
   return { held: row.held, reply: row.made ? replyOf(row.made) : undefined, history: row.made && answer?.kind === "ai" ? historyOf(row) : undefined };
 }
 
-export type ConversationChange = { ok: true } | { ok: false; refused: "not_found" };
-
-/**
- * Human handoff by staff: the bot stops answering until `until` (PAUSED_INDEFINITELY: until
- * resumed); messages are still stored. Shown in the history of the conversation's open items.
- */
-export async function pauseConversation(db: Db, change: { conversationId: string; until: Date; actor: string }, now: Date): Promise<ConversationChange> {
-  return db.$transaction(async (tx) => {
-    const paused = await tx.$executeRaw`
-      UPDATE conversations SET paused_until = ${change.until}::timestamptz, paused_by = ${change.actor}, updated_at = ${now}::timestamptz
-      WHERE id = ${change.conversationId}::uuid`;
-    if (paused === 0) return { ok: false, refused: "not_found" } as const;
-    const until = change.until.getTime() === PAUSED_INDEFINITELY.getTime() ? null : change.until.toISOString();
-    await auditOpenItems(tx, change.conversationId, { actor: change.actor, action: "pause_bot", detail: { until } }, now);
-    return { ok: true } as const;
-  });
-}
-
-/** The bot answers again (whoever paused it); nobody waits for a person any more (dead-letters.ts, resumeIn). */
-export async function resumeConversation(db: Db, change: { conversationId: string; actor: string }, now: Date): Promise<ConversationChange> {
-  return db.$transaction(async (tx) =>
-    (await resumeIn(tx, change.conversationId, change.actor, now)) ? ({ ok: true } as const) : ({ ok: false, refused: "not_found" } as const),
-  );
-}
-
 /**
  * A person is talking to the customer (an echo of the WhatsApp Business app, WHATSAPP.md §10):
  * the bot keeps out until `until`, then comes back by itself. Never shortens a longer pause.

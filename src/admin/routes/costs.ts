@@ -1,9 +1,10 @@
 import type { FastifyInstance } from "fastify";
 import { z } from "zod";
-import type { PriceOverrides } from "../ai/pricing.ts";
-import { costsByDay, totalOf, utcDay } from "../costs/ledger.ts";
-import type { Db } from "../db/client.ts";
-import { answer, problem, requestPart, staffRoute, type ZodParts } from "./schema.ts";
+import type { PriceOverrides } from "../../ai/pricing.ts";
+import { costsByDay, totalOf, utcDay } from "../../costs/ledger.ts";
+import type { MetaRates } from "../../costs/meta-rates.ts";
+import type { Db } from "../../db/client.ts";
+import { answer, problem, requestPart, staffRoute, type ZodParts } from "../schema.ts";
 
 /**
  * `GET /admin/costs`: what replies cost, per business number and UTC day (issue 20): Claude's
@@ -13,7 +14,7 @@ import { answer, problem, requestPart, staffRoute, type ZodParts } from "./schem
 
 export interface CostRoutesDeps {
   db: Db;
-  costs: { modelPrices: PriceOverrides; metaRates: unknown };
+  costs: { modelPrices: PriceOverrides; metaRates: MetaRates | undefined };
 }
 
 /** Seven days ending today, by default; at most a year at once. */

@@ -1,8 +1,8 @@
 import type { ServerResponse } from "node:http";
 import type { FastifyBaseLogger, FastifyInstance } from "fastify";
 import { z } from "zod";
-import type { Db } from "../db/client.ts";
-import { answer, problem, staffRoute, type ZodParts } from "./schema.ts";
+import type { Db } from "../../db/client.ts";
+import { answer, problem, staffRoute, type ZodParts } from "../schema.ts";
 
 /**
  * `GET /admin/events`: the live queue (issue 21.3). Open staff pages hold a server-sent-events

@@ -1,10 +1,11 @@
-import type { FastifyBaseLogger, FastifyInstance } from "fastify";
-import type { MetaRates } from "../costs/meta-rates.ts";
-import { PermanentError, RetryableError } from "../errors.ts";
-import type { ChosenTemplate } from "../state/replies.ts";
-import { fillTemplate, type TemplateCatalog } from "../whatsapp/templates.ts";
-import { problem, staffRoute, type ZodParts } from "./schema.ts";
-import * as wire from "./wire.ts";
+import type { FastifyInstance } from "fastify";
+import type { MetaRates } from "../../costs/meta-rates.ts";
+import { type StaffSendDeps, sendTemplate } from "../../dlq/staff.ts";
+import { PermanentError, RetryableError } from "../../errors.ts";
+import { fillTemplate, type TemplateCatalog } from "../../whatsapp/templates.ts";
+import { refuse } from "../refusals.ts";
+import { problem, staffRoute, type ZodParts } from "../schema.ts";
+import * as wire from "../wire.ts";
 
 /**
  * Approved templates for staff (issue 21): `GET /admin/templates` lists the business account's
@@ -14,17 +15,9 @@ import * as wire from "./wire.ts";
  * message (past the window, the only one that reaches them); both by the part machinery of law 5.
  */
 
-/** Sends the chosen template on the item (routes.ts decides which way): `resent`, or `open` for a waiting customer. */
-type SendTemplate = (
-  id: string,
-  input: { template: ChosenTemplate; confirmMaybeSent: boolean | undefined; actor: string },
-  log: FastifyBaseLogger,
-) => Promise<{ ok: true; state: "resent" | "open" } | { ok: false; status: 404 | 409 | 503; error: string; code?: string | undefined }>;
-
-export interface TemplateRoutesDeps {
+export interface TemplateRoutesDeps extends StaffSendDeps {
   templates: TemplateCatalog | undefined;
-  metaRates: unknown;
-  send: SendTemplate;
+  metaRates: MetaRates | undefined;
 }
 
 const NOT_CONFIGURED = "no business account is configured: set WHATSAPP_BUSINESS_ACCOUNT_ID to send approved templates";
@@ -39,7 +32,7 @@ const priceOf = (rates: MetaRates | undefined, category: string): number | null 
 export function registerTemplateRoutes(scope: FastifyInstance, deps: TemplateRoutesDeps): void {
   const app = scope.withTypeProvider<ZodParts>();
   const TEMPLATES = ["templates"];
-  const rates = deps.metaRates as MetaRates | undefined;
+  const rates = deps.metaRates;
 
   app.get(
     "/admin/templates",
@@ -103,8 +96,8 @@ export function registerTemplateRoutes(scope: FastifyInstance, deps: TemplateRou
         });
       }
       const chosen = { name, language, parameters, text: fillTemplate(template.body, parameters) || `[Template "${name}" (${language})]` };
-      const result = await deps.send(request.params.id, { template: chosen, confirmMaybeSent, actor: request.actor }, request.log);
-      if (!result.ok) return reply.code(result.status).send({ error: result.error, ...(result.code ? { code: result.code } : {}) });
+      const result = await sendTemplate(deps, request.params.id, { template: chosen, confirmMaybeSent, actor: request.actor }, new Date(), request.log);
+      if (!result.ok) return refuse(request, reply, result);
       request.log.info(
         { event: "dlq.template_sent", deadLetter: request.params.id, template: name, language, state: result.state },
         "template sent on an item",

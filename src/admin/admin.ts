@@ -1,0 +1,70 @@
+import helmet from "@fastify/helmet";
+import type { FastifyInstance, FastifyPluginAsync } from "fastify";
+import type { Queues } from "../queue/queues.ts";
+import type { TemplateCatalog } from "../whatsapp/templates.ts";
+import { registerStaffAuth, type StaffAuthDeps } from "./auth.ts";
+import { registerIdempotency } from "./idempotency.ts";
+import { describeStaffApi } from "./openapi.ts";
+import { registerStaffPage } from "./page.ts";
+import { type CostRoutesDeps, registerCostRoutes } from "./routes/costs.ts";
+import { registerDeadLetterRoutes } from "./routes/dlq.ts";
+import { registerHandoffRoutes } from "./routes/handoff.ts";
+import { registerLiveQueue } from "./routes/live.ts";
+import { registerPresenceRoutes } from "./routes/presence.ts";
+import { registerQueueBoard } from "./routes/queues.ts";
+import { registerTemplateRoutes } from "./routes/templates.ts";
+import { serializeAsJson, validateWithZod } from "./schema.ts";
+
+export interface AdminDeps extends StaffAuthDeps {
+  queues: Queues;
+  /** The cost ledger's prices (GET /admin/costs). */
+  costs: CostRoutesDeps["costs"];
+  /** The business account's approved templates (WHATSAPP_BUSINESS_ACCOUNT_ID); undefined: none configured. */
+  templates: TemplateCatalog | undefined;
+}
+
+/**
+ * The staff API: automation with the bearer token, people signed in with a session (auth.ts).
+ * What every route shares is set here, in order; each resource's routes are in routes/.
+ */
+export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
+  return async (scope: FastifyInstance) => {
+    scope.setValidatorCompiler(validateWithZod);
+    scope.setSerializerCompiler(serializeAsJson);
+    // First, so that it sees every route registered after it.
+    describeStaffApi(scope);
+    acceptEmptyJson(scope);
+    // Security headers on every /admin answer (CSP, no framing, no sniffing, HSTS).
+    await scope.register(helmet);
+    registerStaffAuth(scope, deps);
+    registerStaffPage(scope);
+    // After authentication, so an unauthenticated request can neither claim nor replay a key;
+    // each person's keys are their own.
+    registerIdempotency(scope, { redis: deps.redis, keyPrefix: deps.keyPrefix, scope: (request) => request.actor });
+
+    const sends = { db: deps.db, queues: deps.queues };
+    registerDeadLetterRoutes(scope, sends);
+    registerHandoffRoutes(scope, sends);
+    registerPresenceRoutes(scope, { db: deps.db });
+    registerTemplateRoutes(scope, { ...sends, templates: deps.templates, metaRates: deps.costs.metaRates });
+    registerCostRoutes(scope, { db: deps.db, costs: deps.costs });
+    registerLiveQueue(scope, { db: deps.db });
+    await registerQueueBoard(scope, deps.queues);
+  };
+}
+
+/**
+ * Staff tools often send Content-Type: application/json with no body on a bare "discard":
+ * that is read as {} rather than refused. Malformed JSON is still a 400.
+ */
+function acceptEmptyJson(scope: FastifyInstance): void {
+  scope.removeContentTypeParser("application/json");
+  scope.addContentTypeParser("application/json", { parseAs: "string" }, (_request, body, done) => {
+    if (typeof body !== "string" || body.trim() === "") return done(null, {});
+    try {
+      done(null, JSON.parse(body));
+    } catch {
+      done(Object.assign(new Error("malformed JSON"), { statusCode: 400 }), undefined);
+    }
+  });
+}
