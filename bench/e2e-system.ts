@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { builtMain, RoleProcess } from "../chaos/processes.ts";
-import { loadConfig } from "../src/config/config.ts";
+import { loadSettings } from "../src/settings.ts";
 import type { RecordedRequest } from "../test/support/fake-graph.ts";
 import { type Harness, startHarness } from "../test/support/harness.ts";
 import { seedHistory } from "../test/support/seed-history.ts";
@@ -106,7 +106,7 @@ export class System {
       // The worker runs with the production default pool size (DATABASE_POOL_SIZE unset), not the tests' small one.
       const { DATABASE_POOL_SIZE: _testPool, ...harnessEnv } = h.env;
       const env = { ...harnessEnv, ...workerEnv };
-      const config = loadConfig(env);
+      const config = loadSettings(env);
       const settings = {
         replyConcurrency: config.jobs.replyConcurrency,
         inboundConcurrency: config.jobs.inboundConcurrency,

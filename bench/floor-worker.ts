@@ -2,8 +2,8 @@ import { Queue, Worker } from "bullmq";
 import { Redis } from "ioredis";
 import pg from "pg";
 import { request } from "undici";
-import { loadConfig } from "../src/config/config.ts";
 import { type InboundJobData, QUEUE_NAMES, type ReplyJobData } from "../src/queue/catalog.ts";
+import { loadSettings } from "../src/settings.ts";
 
 /**
  * Issue 22's floor worker: a bare BullMQ worker doing the text path's I/O and nothing else, so
@@ -22,7 +22,7 @@ import { type InboundJobData, QUEUE_NAMES, type ReplyJobData } from "../src/queu
  * `node --import tsx bench/floor-worker.ts` (bench/node-process.ts).
  */
 
-const config = loadConfig(process.env);
+const config = loadSettings(process.env);
 if (config.redis.kind !== "single") throw new Error("the floor worker runs on one Redis (REDIS_URL)");
 
 // Prisma's `?schema=` is not the driver's: the tables are found through the search path, as src/db/client.ts does.

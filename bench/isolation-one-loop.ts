@@ -1,11 +1,11 @@
 import { buildApp, buildMetricsApp } from "../src/app.ts";
-import { loadConfig } from "../src/config/config.ts";
 import { createDb } from "../src/db/client.ts";
 import { startConfiguredWorkers } from "../src/jobs/workers.ts";
 import { createLogger } from "../src/logger.ts";
 import { createMetrics } from "../src/metrics/metrics.ts";
 import { closeQueues, createQueues } from "../src/queue/queues.ts";
 import { createFailFastRedis, createWorkerRedis } from "../src/queue/redis.ts";
+import { loadSettings } from "../src/settings.ts";
 
 /**
  * The layout `npm start` had before issue 10, kept as the isolation bench's baseline
@@ -13,7 +13,7 @@ import { createFailFastRedis, createWorkerRedis } from "../src/queue/redis.ts";
  * src/main.ts ran role `all` then. Configured by the environment like src/main.ts.
  */
 
-const config = loadConfig(process.env);
+const config = loadSettings(process.env);
 const logger = createLogger({ level: config.logLevel });
 const db = createDb(config.databaseUrl, { poolSize: config.databasePoolSize });
 const redis = createFailFastRedis(config.redis);

@@ -4,8 +4,8 @@ import { sleep } from "../bench/stats.ts";
 import { DemoShop, shopToolsFile } from "../sim/business/shop.ts";
 import { WebhookDeliverer } from "../sim/meta/deliverer.ts";
 import { MetaGraph } from "../sim/meta/graph.ts";
-import { loadConfig } from "../src/config/config.ts";
 import type { RedisTarget } from "../src/config/redis.ts";
+import { loadSettings } from "../src/settings.ts";
 import { signMetaBody } from "../src/webhook/signature.ts";
 import { FakeAnthropic } from "../test/support/fake-anthropic.ts";
 import { freePorts } from "../test/support/ports.ts";
@@ -234,7 +234,7 @@ export class ChaosSystem {
 
   /** Redis as the system's processes reach it, for the runner's own look at the queues. */
   get redisTarget(): RedisTarget {
-    return loadConfig(this.env("runner")).redis; // the processes' own reading of their variables
+    return loadSettings(this.env("runner")).redis; // the processes' own reading of their variables
   }
 
   /** A new worker process, named worker-N, reaching the fakes under /wN; resolves once it runs. */

@@ -5,7 +5,6 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import pg from "pg";
 import { buildApp } from "../src/app.ts";
-import { type Config, loadConfig } from "../src/config/config.ts";
 import { createDb, type Db, parseDatabaseUrl } from "../src/db/client.ts";
 import { migrate } from "../src/db/migrate.ts";
 import { startConfiguredWorkers } from "../src/jobs/workers.ts";
@@ -14,6 +13,7 @@ import { createMetrics } from "../src/metrics/metrics.ts";
 import { closeQueues, createQueues } from "../src/queue/queues.ts";
 import type { RedisClient } from "../src/queue/redis.ts";
 import { createFailFastRedis, createWorkerRedis } from "../src/queue/redis.ts";
+import { loadSettings, type Settings } from "../src/settings.ts";
 import { addStaff } from "../src/staff/accounts.ts";
 import { OfflineClaude } from "./anthropic/offline.ts";
 import { DemoShop, writeDemoNumbers } from "./business/shop.ts";
@@ -40,7 +40,7 @@ export interface DemoSystem {
   url: string;
   staff: { email: string; password: string };
   claude: "offline" | "anthropic";
-  config: Config;
+  config: Settings;
   sandbox: Sandbox;
   db: Db;
   close(): Promise<void>;
@@ -110,7 +110,7 @@ export async function startDemo(options: DemoOptions): Promise<DemoSystem> {
     const files = await mkdtemp(join(tmpdir(), "wa-demo-"));
     cleanups.push(() => rm(files, { recursive: true, force: true }));
     const numbersFile = await writeDemoNumbers(files, BUSINESS.phoneNumberId, shop.url, DEMO_TOOL_TIMEOUT_MS);
-    const config = loadConfig(
+    const config = loadSettings(
       demoEnvironment(settings, secrets, { graph: sandbox.url, offlineClaude: offline?.url ?? "", offlineTranscriber: transcriber?.url ?? "" }, numbersFile),
     );
     const logger = options.logger ?? createLogger({ level: config.logLevel });
@@ -166,7 +166,7 @@ async function listen(app: ReturnType<typeof buildApp>, port: number): Promise<v
  * One demo per schema: a second `npm run demo` would empty the first one's database under it.
  * A session-level advisory lock, held on a connection of its own until the demo closes.
  */
-async function holdSandbox(config: Config): Promise<() => Promise<void>> {
+async function holdSandbox(config: Settings): Promise<() => Promise<void>> {
   const { connectionString, schema } = parseDatabaseUrl(config.databaseUrl);
   const client = new pg.Client({ connectionString });
   await client.connect();
@@ -182,7 +182,7 @@ async function holdSandbox(config: Config): Promise<() => Promise<void>> {
 }
 
 /** A fresh sandbox each run: the simulated phones start empty, so must the database and the queues. */
-async function resetSandbox(config: Config, redis: RedisClient): Promise<void> {
+async function resetSandbox(config: Settings, redis: RedisClient): Promise<void> {
   const { connectionString, schema } = parseDatabaseUrl(config.databaseUrl);
   if (schema && schema !== "public") {
     const client = new pg.Client({ connectionString });

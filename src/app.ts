@@ -1,12 +1,12 @@
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from "fastify";
 import { adminRoutes } from "./admin/admin.ts";
-import type { Config } from "./config/config.ts";
 import type { Db } from "./db/client.ts";
 import { healthRoutes } from "./http/health.ts";
 import type { Logger } from "./logger.ts";
 import { type Metrics, type MetricsSnapshot, metricsRoutes } from "./metrics/metrics.ts";
 import type { Queues } from "./queue/queues.ts";
 import type { RedisClient } from "./queue/redis.ts";
+import type { Settings } from "./settings.ts";
 import type { Tracing } from "./tracing/tracing.ts";
 import { WebhookLogController, webhookRoutes } from "./webhook/routes.ts";
 import { GraphClient } from "./whatsapp/graph-client.ts";
@@ -14,7 +14,7 @@ import { TemplateCatalog } from "./whatsapp/templates.ts";
 
 export interface AppDeps {
   config: Pick<
-    Config,
+    Settings,
     "whatsapp" | "servedNumbers" | "adminToken" | "adminSecureCookies" | "queuePrefix" | "trustProxy" | "http" | "metrics" | "redisWait" | "costs"
   >;
   logger: Logger;
@@ -94,7 +94,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
 }
 
 /** The staff page's approved templates, read with the web role's own Graph client; none without WHATSAPP_BUSINESS_ACCOUNT_ID. */
-function templateCatalog(whatsapp: Config["whatsapp"]): TemplateCatalog | undefined {
+function templateCatalog(whatsapp: Settings["whatsapp"]): TemplateCatalog | undefined {
   if (!whatsapp.businessAccountId) return undefined;
   const graph = new GraphClient({
     baseUrl: whatsapp.graphBaseUrl,
@@ -155,7 +155,7 @@ const SILENT_SOCKET_MS = 60_000;
  * enough here that a connection is cut within a quarter of its clock of running out. A request
  * cut off never reaches its handler, so it stores nothing.
  */
-function listenerTimeouts(clocks: Config["http"]) {
+function listenerTimeouts(clocks: Settings["http"]) {
   const requestTimeout = clocks.requestTimeoutMs;
   return {
     requestTimeout,
@@ -174,7 +174,7 @@ function listenerTimeouts(clocks: Config["http"]) {
  * Fastify 5.12 ignores a bare hop count (it trusts nothing then), so n hops is said as a
  * function: trust the n nearest senders, which is right when every way in passes n proxies.
  */
-function fastifyTrustProxy(trust: Config["trustProxy"]): boolean | string[] | ((address: string, hop: number) => boolean) {
+function fastifyTrustProxy(trust: Settings["trustProxy"]): boolean | string[] | ((address: string, hop: number) => boolean) {
   if (typeof trust === "number") return (_address, hop) => hop < trust;
   return typeof trust === "boolean" ? trust : [...trust];
 }

@@ -2,7 +2,7 @@ import { existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import type { FastifyInstance } from "fastify";
 import { buildApp, buildMetricsApp } from "./app.ts";
-import { type Config, ConfigError, DEFAULT_METRICS_PORTS, loadConfig } from "./config/config.ts";
+import { ConfigError, DEFAULT_METRICS_PORTS } from "./config/config.ts";
 import { createDb, type Db } from "./db/client.ts";
 import { migrate } from "./db/migrate.ts";
 import { startConfiguredWorkers } from "./jobs/workers.ts";
@@ -12,6 +12,7 @@ import { forkWorkerChild, WORKER_CHILD_FLAG, WORKER_CHILD_NICENESS, yieldTheCpu 
 import { answerParent, SHUTDOWN_GRACE_MS, superviseWorkerChild } from "./process/worker-child.ts";
 import { closeQueues, createQueues } from "./queue/queues.ts";
 import { createFailFastRedis, createWorkerRedis, redisPersistenceWarnings, untilReady } from "./queue/redis.ts";
+import { loadSettings, type Settings } from "./settings.ts";
 import { type StartedTracing, startTracing } from "./tracing/sdk.ts";
 import type { Tracing } from "./tracing/tracing.ts";
 
@@ -36,9 +37,9 @@ async function main(): Promise<void> {
     process.exit(2);
   }
 
-  let config: Config;
+  let config: Settings;
   try {
-    config = loadConfig(process.env);
+    config = loadSettings(process.env);
   } catch (error) {
     if (error instanceof ConfigError) {
       console.error(error.message);
@@ -60,7 +61,7 @@ async function main(): Promise<void> {
 }
 
 /** One role in this process, with the metrics listener. */
-async function runRole(role: "web" | "worker", config: Config, logger: Logger): Promise<void> {
+async function runRole(role: "web" | "worker", config: Settings, logger: Logger): Promise<void> {
   const traces = startConfiguredTracing(config, role, logger);
   const tracing = traces?.tracing;
   const web = connectWeb(config, logger, tracing);
@@ -92,7 +93,7 @@ async function runRole(role: "web" | "worker", config: Config, logger: Logger): 
  * webhook's ack never waits behind job code. One metrics listener serves both (each process's
  * series carry `role`), and a worker child that dies is started again (src/process/worker-child.ts).
  */
-async function runAll(config: Config, logger: Logger): Promise<void> {
+async function runAll(config: Settings, logger: Logger): Promise<void> {
   // This process is the web; the worker child starts tracing of its own (runWorkerChild).
   const traces = startConfiguredTracing(config, "web", logger);
   const tracing = traces?.tracing;
@@ -122,7 +123,7 @@ async function runAll(config: Config, logger: Logger): Promise<void> {
 }
 
 /** The metrics listener, unless METRICS_PORT=0 turned it off; with METRICS_TOKEN it asks for its bearer. */
-function metricsListener(config: Config, deps: Omit<Parameters<typeof buildMetricsApp>[0], "bearerToken">): FastifyInstance | undefined {
+function metricsListener(config: Settings, deps: Omit<Parameters<typeof buildMetricsApp>[0], "bearerToken">): FastifyInstance | undefined {
   return config.metrics.listen.kind === "off" ? undefined : buildMetricsApp({ ...deps, bearerToken: config.metrics.token });
 }
 
@@ -137,7 +138,7 @@ class StartupError extends Error {
  * `metrics.listening` line (how a scraper's operator finds it). Tried in turn rather than
  * probed first: two processes starting together must not both find the same port free.
  */
-async function listenForScrapes(app: FastifyInstance, config: Config, logger: Logger): Promise<void> {
+async function listenForScrapes(app: FastifyInstance, config: Settings, logger: Logger): Promise<void> {
   const { listen, host } = config.metrics;
   if (listen.kind === "off") return;
   if (listen.kind === "fixed") {
@@ -187,7 +188,7 @@ const cannotListen = (host: string, port: number, error: unknown) =>
 async function listenOnceRedisIsReady(
   app: FastifyInstance,
   web: ReturnType<typeof connectWeb>,
-  config: Config,
+  config: Settings,
   logger: Logger,
   stopping: () => boolean,
 ): Promise<void> {
@@ -252,7 +253,7 @@ function runWorkerChild(): void {
  * The web's one word on which business numbers it answers. Without PHONE_NUMBERS_FILE it is
  * every number Meta delivers for, with our token and our Claude key: an operator should know.
  */
-function sayWhichNumbersAreServed(config: Config, logger: Logger): void {
+function sayWhichNumbersAreServed(config: Settings, logger: Logger): void {
   if (config.servedNumbers === "every") {
     logger.warn({ event: "webhook.serving_every_number" }, "PHONE_NUMBERS_FILE is not set: every business number Meta delivers for is answered");
   } else {
@@ -269,9 +270,9 @@ function sayWhichNumbersAreServed(config: Config, logger: Logger): void {
  * a cloud's metadata service), which the SSRF guard otherwise refuses: that is the operator's
  * choice, said at every start so it is never forgotten.
  */
-function warnOfToolsOnPrivateNetworks(config: Config, logger: Logger): void {
-  for (const [number, settings] of config.numbers) {
-    for (const tool of settings.tools ?? []) {
+function warnOfToolsOnPrivateNetworks(config: Settings, logger: Logger): void {
+  for (const [number, tools] of config.businessTools) {
+    for (const tool of tools) {
       if (!tool.allowPrivateNetwork) continue;
       const host = new URL(tool.request.url).host;
       logger.warn(
@@ -286,7 +287,7 @@ function warnOfToolsOnPrivateNetworks(config: Config, logger: Logger): void {
  * The OpenTelemetry SDK, when an OTLP endpoint is configured; otherwise none starts and the
  * rest of the code gets no tracing at all (Config.tracing).
  */
-function startConfiguredTracing(config: Config, role: "web" | "worker", logger: Logger): StartedTracing | undefined {
+function startConfiguredTracing(config: Settings, role: "web" | "worker", logger: Logger): StartedTracing | undefined {
   if (!config.tracing) return undefined;
   const started = startTracing(config.tracing, role);
   logger.info({ event: "tracing.started", endpoint: redactedOrigin(config.tracing.tracesUrl) }, "exporting traces over OTLP/HTTP");
@@ -304,7 +305,7 @@ async function flushTraces(traces: StartedTracing | undefined, logger: Logger): 
 }
 
 /** Postgres and the web's fail-fast Redis with its queue handles (the web, and the metrics gauges). */
-function connectWeb(config: Config, logger: Logger, tracing: Tracing | undefined) {
+function connectWeb(config: Settings, logger: Logger, tracing: Tracing | undefined) {
   const db = createDb(config.databaseUrl, { poolSize: config.databasePoolSize });
   const redis = createFailFastRedis(config.redis);
   redis.on("error", (error) => logger.warn({ event: "redis.error", err: error }, "redis connection error"));
@@ -327,7 +328,7 @@ function connectWeb(config: Config, logger: Logger, tracing: Tracing | undefined
 }
 
 /** The worker role on a connection of its own (one that waits out a Redis outage); close() drains it. */
-function startWorkerRole(config: Config, logger: Logger, db: Db, metrics: Metrics, tracing: Tracing | undefined) {
+function startWorkerRole(config: Settings, logger: Logger, db: Db, metrics: Metrics, tracing: Tracing | undefined) {
   const connection = createWorkerRedis(config.redis);
   // It reconnects by itself and the jobs wait for it; say so once per error, not on stderr.
   connection.on("error", (error) => logger.warn({ event: "redis.error", role: "worker", err: error }, "worker's redis connection error"));

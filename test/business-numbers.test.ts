@@ -2,9 +2,10 @@ import { mkdtemp, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { type ConfigError, loadConfig } from "../src/config/config.ts";
+import type { ConfigError } from "../src/config/config.ts";
 import { PermanentError } from "../src/errors.ts";
 import { createLogger } from "../src/logger.ts";
+import { loadSettings } from "../src/settings.ts";
 import { GraphClient } from "../src/whatsapp/graph-client.ts";
 import { FakeGraph } from "./support/fake-graph.ts";
 import { eventually, type Harness, settle, startHarness, testEnv } from "./support/harness.ts";
@@ -177,7 +178,7 @@ describe("the 24-hour window with a template configured", () => {
 describe("PHONE_NUMBERS_FILE", () => {
   const problemsOf = (env: Record<string, string>) => {
     try {
-      loadConfig(testEnv(env));
+      loadSettings(testEnv(env));
       return [];
     } catch (error) {
       return (error as ConfigError).problems;
@@ -191,8 +192,8 @@ describe("PHONE_NUMBERS_FILE", () => {
   });
 
   it("set, it is the numbers served; unset, every number is", async () => {
-    expect(loadConfig(testEnv({ PHONE_NUMBERS_FILE: await numbersFile({ [SHOP]: {}, [CLINIC]: {} }) })).servedNumbers).toEqual(new Set([SHOP, CLINIC]));
-    expect(loadConfig(testEnv()).servedNumbers).toBe("every");
+    expect(loadSettings(testEnv({ PHONE_NUMBERS_FILE: await numbersFile({ [SHOP]: {}, [CLINIC]: {} }) })).servedNumbers).toEqual(new Set([SHOP, CLINIC]));
+    expect(loadSettings(testEnv()).servedNumbers).toBe("every");
   });
 
   it("a malformed file stops start-up, naming the file and what is wrong", async () => {

@@ -1,15 +1,15 @@
 import { spawnSync } from "node:child_process";
 import { readFile } from "node:fs/promises";
 import { describe, expect, it } from "vitest";
-import { loadConfig } from "../src/config/config.ts";
 import { ENV_VARIABLES } from "../src/config/env.ts";
+import { loadSettings } from "../src/settings.ts";
 import { MAIN_JS } from "./support/build.ts";
 import { problemsOf } from "./support/config-problems.ts";
 import { testEnv } from "./support/harness.ts";
 
 describe("configuration", () => {
   it("a complete environment loads, with documented defaults", () => {
-    const config = loadConfig(testEnv({ LOG_LEVEL: "info" }));
+    const config = loadSettings(testEnv({ LOG_LEVEL: "info" }));
     expect(config).toMatchObject({
       port: 3000,
       host: "0.0.0.0",
@@ -40,11 +40,11 @@ describe("configuration", () => {
   });
 
   it("TRUST_PROXY trusts no X-Forwarded-For by default; else all, a number of hops, or the listed proxies", () => {
-    expect(loadConfig(testEnv()).trustProxy).toBe(false);
-    expect(loadConfig(testEnv({ TRUST_PROXY: "false" })).trustProxy).toBe(false);
-    expect(loadConfig(testEnv({ TRUST_PROXY: "true" })).trustProxy).toBe(true);
-    expect(loadConfig(testEnv({ TRUST_PROXY: "2" })).trustProxy).toBe(2);
-    expect(loadConfig(testEnv({ TRUST_PROXY: "10.0.0.0/8, 192.168.1.7,fd00::/8,loopback" })).trustProxy).toEqual([
+    expect(loadSettings(testEnv()).trustProxy).toBe(false);
+    expect(loadSettings(testEnv({ TRUST_PROXY: "false" })).trustProxy).toBe(false);
+    expect(loadSettings(testEnv({ TRUST_PROXY: "true" })).trustProxy).toBe(true);
+    expect(loadSettings(testEnv({ TRUST_PROXY: "2" })).trustProxy).toBe(2);
+    expect(loadSettings(testEnv({ TRUST_PROXY: "10.0.0.0/8, 192.168.1.7,fd00::/8,loopback" })).trustProxy).toEqual([
       "10.0.0.0/8",
       "192.168.1.7",
       "fd00::/8",
@@ -56,22 +56,22 @@ describe("configuration", () => {
   });
 
   it("metrics have a listener of their own, on loopback, on the first free port from 9464 unless METRICS_PORT names one; on the web port only with METRICS_TOKEN", () => {
-    const unset = loadConfig({ ...testEnv(), METRICS_PORT: undefined }).metrics;
+    const unset = loadSettings({ ...testEnv(), METRICS_PORT: undefined }).metrics;
     expect(unset).toMatchObject({ host: "127.0.0.1", token: undefined, listen: { kind: "first_free" } });
     expect(unset.listen.kind === "first_free" && unset.listen.ports).toEqual(Array.from({ length: 32 }, (_, i) => 9464 + i));
     // PORT inside the range is the web's own: never tried for metrics.
-    const beside = loadConfig({ ...testEnv({ PORT: "9465" }), METRICS_PORT: undefined }).metrics.listen;
+    const beside = loadSettings({ ...testEnv({ PORT: "9465" }), METRICS_PORT: undefined }).metrics.listen;
     expect(beside.kind === "first_free" && beside.ports.slice(0, 3)).toEqual([9464, 9466, 9467]);
-    expect(loadConfig(testEnv({ METRICS_PORT: "" })).metrics.listen.kind).toBe("first_free");
-    expect(loadConfig(testEnv({ METRICS_PORT: "9500" })).metrics.listen).toEqual({ kind: "fixed", port: 9500 });
-    expect(loadConfig(testEnv({ HOST: "10.0.0.5", METRICS_PORT: "0" })).metrics).toEqual({ listen: { kind: "off" }, host: "127.0.0.1", token: undefined });
-    expect(loadConfig(testEnv({ METRICS_HOST: "0.0.0.0", METRICS_TOKEN: "metrics-token-0123456789" })).metrics).toMatchObject({
+    expect(loadSettings(testEnv({ METRICS_PORT: "" })).metrics.listen.kind).toBe("first_free");
+    expect(loadSettings(testEnv({ METRICS_PORT: "9500" })).metrics.listen).toEqual({ kind: "fixed", port: 9500 });
+    expect(loadSettings(testEnv({ HOST: "10.0.0.5", METRICS_PORT: "0" })).metrics).toEqual({ listen: { kind: "off" }, host: "127.0.0.1", token: undefined });
+    expect(loadSettings(testEnv({ METRICS_HOST: "0.0.0.0", METRICS_TOKEN: "metrics-token-0123456789" })).metrics).toMatchObject({
       host: "0.0.0.0",
       token: "metrics-token-0123456789",
     });
     expect(problemsOf(testEnv({ METRICS_TOKEN: "short" }))).toEqual(["METRICS_TOKEN must be at least 16 characters"]);
-    expect(loadConfig(testEnv()).whatsapp.businessAccountId).toBeUndefined();
-    expect(loadConfig(testEnv({ WHATSAPP_BUSINESS_ACCOUNT_ID: " 102290129340398 " })).whatsapp.businessAccountId).toBe("102290129340398");
+    expect(loadSettings(testEnv()).whatsapp.businessAccountId).toBeUndefined();
+    expect(loadSettings(testEnv({ WHATSAPP_BUSINESS_ACCOUNT_ID: " 102290129340398 " })).whatsapp.businessAccountId).toBe("102290129340398");
     expect(problemsOf(testEnv({ WHATSAPP_BUSINESS_ACCOUNT_ID: "waba/../1" }))).toEqual([
       "WHATSAPP_BUSINESS_ACCOUNT_ID must be digits (the WABA id from WhatsApp Manager)",
     ]);
@@ -82,9 +82,9 @@ describe("configuration", () => {
   });
 
   it("voice notes: a transcriber only when TRANSCRIBE_BASE_URL is set (model whisper-1 by default); a bad URL is named, its key never shown", () => {
-    expect(loadConfig(testEnv()).transcription).toBeUndefined();
-    expect(loadConfig(testEnv()).conversation.transcribeVoiceNotes).toBe(false);
-    const on = loadConfig(testEnv({ TRANSCRIBE_BASE_URL: "https://api.groq.com/openai", TRANSCRIBE_API_KEY: "gsk-secret" }));
+    expect(loadSettings(testEnv()).transcription).toBeUndefined();
+    expect(loadSettings(testEnv()).conversation.transcribeVoiceNotes).toBe(false);
+    const on = loadSettings(testEnv({ TRANSCRIBE_BASE_URL: "https://api.groq.com/openai", TRANSCRIBE_API_KEY: "gsk-secret" }));
     expect(on.transcription).toEqual({ baseUrl: "https://api.groq.com/openai", apiKey: "gsk-secret", model: "whisper-1" });
     expect(on.conversation.transcribeVoiceNotes).toBe(true);
     expect(problemsOf(testEnv({ TRANSCRIBE_BASE_URL: "api.openai.com", TRANSCRIBE_API_KEY: "sk-secret" }))).toEqual([
@@ -96,8 +96,8 @@ describe("configuration", () => {
   });
 
   it("the web listener's clocks: a request must arrive within 10 s, an idle keep-alive connection closes after 72 s; a bad value is named", () => {
-    expect(loadConfig(testEnv()).http).toEqual({ requestTimeoutMs: 10_000, keepAliveTimeoutMs: 72_000 });
-    expect(loadConfig(testEnv({ HTTP_REQUEST_TIMEOUT_MS: "30000", HTTP_KEEP_ALIVE_TIMEOUT_MS: "620000" })).http).toEqual({
+    expect(loadSettings(testEnv()).http).toEqual({ requestTimeoutMs: 10_000, keepAliveTimeoutMs: 72_000 });
+    expect(loadSettings(testEnv({ HTTP_REQUEST_TIMEOUT_MS: "30000", HTTP_KEEP_ALIVE_TIMEOUT_MS: "620000" })).http).toEqual({
       requestTimeoutMs: 30_000,
       keepAliveTimeoutMs: 620_000,
     });
@@ -113,7 +113,7 @@ describe("configuration", () => {
   });
 
   it("the default prompt keeps Claude to the business, hands off rather than guess, and asks for answers that fit one WhatsApp message", () => {
-    const prompt = loadConfig(testEnv()).anthropic.systemPrompt;
+    const prompt = loadSettings(testEnv()).anthropic.systemPrompt;
     expect(prompt).toContain("answering its own customers");
     expect(prompt).toContain("do not guess: call handoff_to_human");
     expect(prompt).toContain("Politely decline requests that have nothing to do with the business");
@@ -121,8 +121,8 @@ describe("configuration", () => {
   });
 
   it("the system prompt comes from SYSTEM_PROMPT_FILE, else SYSTEM_PROMPT", () => {
-    expect(loadConfig(testEnv({ SYSTEM_PROMPT: "Be brief." })).anthropic.systemPrompt).toBe("Be brief.");
-    expect(loadConfig(testEnv({ SYSTEM_PROMPT_FILE: "fixtures/system-prompt.example.txt" })).anthropic.systemPrompt).toMatch(/bakery/);
+    expect(loadSettings(testEnv({ SYSTEM_PROMPT: "Be brief." })).anthropic.systemPrompt).toBe("Be brief.");
+    expect(loadSettings(testEnv({ SYSTEM_PROMPT_FILE: "fixtures/system-prompt.example.txt" })).anthropic.systemPrompt).toMatch(/bakery/);
   });
 
   it("start-up with a bad environment exits non-zero, naming each bad variable", () => {
@@ -162,7 +162,7 @@ describe("a configuration error never prints a secret", () => {
     const fine = { WHATSAPP_APP_SECRET: "app-secret-c0ffee", WHATSAPP_ACCESS_TOKEN: "access-token-c0ffee", ANTHROPIC_API_KEY: "sk-ant-c0ffee" };
     let message = "";
     try {
-      loadConfig(testEnv({ ...broken, ...fine, PORT: "eighty" }));
+      loadSettings(testEnv({ ...broken, ...fine, PORT: "eighty" }));
     } catch (error) {
       message = (error as Error).message;
     }
@@ -173,13 +173,15 @@ describe("a configuration error never prints a secret", () => {
 
 describe("where Redis is", () => {
   it("one server by default, taking webhooks on its AOF alone", () => {
-    const config = loadConfig(testEnv({ REDIS_URL: "redis://10.0.0.5:6380" }));
+    const config = loadSettings(testEnv({ REDIS_URL: "redis://10.0.0.5:6380" }));
     expect(config.redis).toEqual({ kind: "single", url: "redis://10.0.0.5:6380", tls: undefined });
     expect(config.redisWait).toEqual({ replicas: 0, timeoutMs: 500, strict: false });
   });
 
   it("a Redis Cluster by its seed nodes, IPv6 in brackets, with credentials and TLS; a webhook waits for one replica", () => {
-    const config = loadConfig(testEnv({ REDIS_CLUSTER_NODES: "10.0.0.1:7000, redis-2.internal:7001,[::1]:7002", REDIS_PASSWORD: "s3cret", REDIS_TLS: "true" }));
+    const config = loadSettings(
+      testEnv({ REDIS_CLUSTER_NODES: "10.0.0.1:7000, redis-2.internal:7001,[::1]:7002", REDIS_PASSWORD: "s3cret", REDIS_TLS: "true" }),
+    );
     expect(config.redis).toEqual({
       kind: "cluster",
       nodes: [
@@ -195,17 +197,17 @@ describe("where Redis is", () => {
   });
 
   it("a webhook waits for the replicas the master has, or with REDIS_WAIT_STRICT=true for every one asked for", () => {
-    expect(loadConfig(testEnv({ REDIS_CLUSTER_NODES: "10.0.0.1:7000", REDIS_WAIT_STRICT: "true" })).redisWait).toEqual({
+    expect(loadSettings(testEnv({ REDIS_CLUSTER_NODES: "10.0.0.1:7000", REDIS_WAIT_STRICT: "true" })).redisWait).toEqual({
       replicas: 1,
       timeoutMs: 500,
       strict: true,
     });
-    expect(loadConfig(testEnv({ REDIS_CLUSTER_NODES: "10.0.0.1:7000", REDIS_WAIT_STRICT: "false" })).redisWait.strict).toBe(false);
+    expect(loadSettings(testEnv({ REDIS_CLUSTER_NODES: "10.0.0.1:7000", REDIS_WAIT_STRICT: "false" })).redisWait.strict).toBe(false);
     expect(problemsOf(testEnv({ REDIS_WAIT_STRICT: "yes" }))).toEqual(['REDIS_WAIT_STRICT must be "true" or "false"']);
   });
 
   it("a master watched by Sentinels, by their addresses and the master's name", () => {
-    const config = loadConfig(
+    const config = loadSettings(
       testEnv({ REDIS_SENTINELS: "10.0.0.1:26379,10.0.0.2:26379", REDIS_SENTINEL_NAME: "wa", REDIS_SENTINEL_PASSWORD: "x", REDIS_WAIT_REPLICAS: "2" }),
     );
     expect(config.redis).toMatchObject({
@@ -237,22 +239,22 @@ describe("where Redis is", () => {
 
 describe("traces", () => {
   it("are off unless an OTLP endpoint is set", () => {
-    expect(loadConfig(testEnv()).tracing).toBeUndefined();
-    expect(loadConfig(testEnv({ OTEL_SERVICE_NAME: "bot", OTEL_EXPORTER_OTLP_HEADERS: "x-api-key=k" })).tracing).toBeUndefined();
-    expect(loadConfig(testEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://collector:4318", OTEL_SDK_DISABLED: "true" })).tracing).toBeUndefined();
+    expect(loadSettings(testEnv()).tracing).toBeUndefined();
+    expect(loadSettings(testEnv({ OTEL_SERVICE_NAME: "bot", OTEL_EXPORTER_OTLP_HEADERS: "x-api-key=k" })).tracing).toBeUndefined();
+    expect(loadSettings(testEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://collector:4318", OTEL_SDK_DISABLED: "true" })).tracing).toBeUndefined();
   });
 
   it("go to the base endpoint's /v1/traces, or to the traces endpoint as it is, with the headers and service name given", () => {
-    expect(loadConfig(testEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://collector:4318" })).tracing).toEqual({
+    expect(loadSettings(testEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: "http://collector:4318" })).tracing).toEqual({
       tracesUrl: "http://collector:4318/v1/traces",
       headers: {},
       serviceName: undefined,
     });
-    expect(loadConfig(testEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: "https://otlp.example.com/otlp/" })).tracing?.tracesUrl).toBe(
+    expect(loadSettings(testEnv({ OTEL_EXPORTER_OTLP_ENDPOINT: "https://otlp.example.com/otlp/" })).tracing?.tracesUrl).toBe(
       "https://otlp.example.com/otlp/v1/traces",
     );
     expect(
-      loadConfig(
+      loadSettings(
         testEnv({
           OTEL_EXPORTER_OTLP_ENDPOINT: "http://ignored:4318",
           OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: "http://collector:4318/custom/traces",

@@ -3,8 +3,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { estimateCostUsd } from "../src/ai/pricing.ts";
-import { loadConfig } from "../src/config/config.ts";
 import { isBillable, marketOf, metaAmount } from "../src/costs/meta-rates.ts";
+import { loadSettings } from "../src/settings.ts";
 import { problemsOf } from "./support/config-problems.ts";
 import { testEnv } from "./support/harness.ts";
 
@@ -22,7 +22,7 @@ const usage = { inputTokens: 1_000_000, outputTokens: 1_000_000, cacheReadTokens
 describe("MODEL_PRICES_FILE", () => {
   it("adds a model and overrides a built-in one's prices; cache prices default to Anthropic's multipliers of input", () => {
     const path = file("prices.json", { "claude-new-6": { input: 2, output: 10 }, "claude-haiku-5-5": { input: 1, output: 4, cacheRead: 0.2 } });
-    const { modelPrices } = loadConfig(testEnv({ MODEL_PRICES_FILE: path })).costs;
+    const { modelPrices } = loadSettings(testEnv({ MODEL_PRICES_FILE: path })).costs;
     // 2 input + 10 output + 0.2 read (0.1×) + 2.5 for 5-minute writes (1.25×) + 4 for 1-hour writes (2×)
     expect(estimateCostUsd("claude-new-6", usage, modelPrices)).toBeCloseTo(18.7, 10);
     expect(estimateCostUsd("claude-new-6-20270101", usage, modelPrices)).toBeCloseTo(18.7, 10);
@@ -60,7 +60,7 @@ describe("MODEL_PRICES_FILE", () => {
 
 describe("META_RATES_FILE", () => {
   it("the sample rate card in the repo loads", () => {
-    const { metaRates } = loadConfig(testEnv({ META_RATES_FILE: "fixtures/meta-rates.example.json" })).costs;
+    const { metaRates } = loadSettings(testEnv({ META_RATES_FILE: "fixtures/meta-rates.example.json" })).costs;
     expect(metaRates?.get("service")?.get("44")).toBeGreaterThan(0);
   });
 

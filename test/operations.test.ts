@@ -1,10 +1,10 @@
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildApp, buildMetricsApp } from "../src/app.ts";
-import { loadConfig } from "../src/config/config.ts";
 import { createDb } from "../src/db/client.ts";
 import { createMetrics } from "../src/metrics/metrics.ts";
 import { redisPersistenceWarnings } from "../src/queue/redis.ts";
+import { loadSettings } from "../src/settings.ts";
 import { graphError } from "./support/fake-graph.ts";
 import { eventually, type Harness, startHarness } from "./support/harness.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
@@ -72,7 +72,7 @@ describe("/metrics", () => {
 
   it("with METRICS_TOKEN, the webhook's port and the metrics listener serve them to that bearer only, from the same registry", async () => {
     const token = "metrics-token-0123456789";
-    const config = loadConfig({ ...h.env, METRICS_TOKEN: token });
+    const config = loadSettings({ ...h.env, METRICS_TOKEN: token });
     const logger = pino({ level: "silent" });
     const metrics = createMetrics();
     const app = buildApp({ config, logger, redis: h.redis, queues: h.queues, db: h.db, metrics });

@@ -2,11 +2,11 @@ import type { Queue } from "bullmq";
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildApp } from "../src/app.ts";
-import { loadConfig } from "../src/config/config.ts";
 import { createDb } from "../src/db/client.ts";
 import { createMetrics } from "../src/metrics/metrics.ts";
 import { closeQueues, createQueues, inboundJobId } from "../src/queue/queues.ts";
 import { createFailFastRedis } from "../src/queue/redis.ts";
+import { loadSettings } from "../src/settings.ts";
 import { signMetaBody } from "../src/webhook/signature.ts";
 import { eventually, type Harness, startHarness, TEST_APP_SECRET, testEnv } from "./support/harness.ts";
 import { PrivateRedis } from "./support/private-redis.ts";
@@ -104,7 +104,7 @@ describe("Redis down when the web role starts (law 2)", () => {
   it("the webhook answers 503 after the grace rather than waiting for the queues to connect, and 200 once Redis is up", async () => {
     const redisServer = await PrivateRedis.start();
     await redisServer.kill();
-    const config = loadConfig(testEnv({ REDIS_URL: redisServer.url, QUEUE_PREFIX: `{t-down-${Date.now().toString(36)}}` }));
+    const config = loadSettings(testEnv({ REDIS_URL: redisServer.url, QUEUE_PREFIX: `{t-down-${Date.now().toString(36)}}` }));
     const redis = createFailFastRedis(config.redis);
     redis.on("error", () => undefined);
     // BullMQ's queues wait for their connection's first "ready" before any add, with no timeout.

@@ -1,9 +1,9 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { sleep } from "../bench/stats.ts";
-import { loadConfig } from "../src/config/config.ts";
 import { inboundJobId } from "../src/queue/queues.ts";
 import { createFailFastRedis, type RedisClient } from "../src/queue/redis.ts";
 import { type ReplicaCount, watchReplicas } from "../src/queue/replicas.ts";
+import { loadSettings } from "../src/settings.ts";
 import { eventually, testEnv } from "./support/harness.ts";
 import { PrivateRedis } from "./support/private-redis.ts";
 import { PrivateRedisCluster } from "./support/redis-topologies.ts";
@@ -157,7 +157,7 @@ describe("a Redis Cluster (the client's slot table)", () => {
 
   it("counts the replica of the key's master; none once that master is lost and its replica promoted; one when the old master is back as its replica", async () => {
     const key = "{t-replicas}";
-    const client = createFailFastRedis(loadConfig(testEnv(cluster.env)).redis);
+    const client = createFailFastRedis(loadSettings(testEnv(cluster.env)).redis);
     client.on("error", () => undefined);
     const count = watched(client);
     await eventually(() => client.status === "ready", "the cluster client to be ready");

@@ -1,8 +1,8 @@
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildApp } from "../src/app.ts";
-import { loadConfig } from "../src/config/config.ts";
 import { createMetrics } from "../src/metrics/metrics.ts";
+import { loadSettings } from "../src/settings.ts";
 import { addStaff } from "../src/staff/accounts.ts";
 import { type Harness, startHarness } from "./support/harness.ts";
 
@@ -107,7 +107,7 @@ describe("TRUST_PROXY", () => {
   async function appWith(trustProxy: string | undefined) {
     const env = { ...h.env };
     if (trustProxy !== undefined) env.TRUST_PROXY = trustProxy;
-    const config = loadConfig(env);
+    const config = loadSettings(env);
     const app = buildApp({ config, logger: pino({ level: "silent" }), redis: h.redis, queues: h.queues, db: h.db, metrics: createMetrics() });
     await app.ready();
     return app;

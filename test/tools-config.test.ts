@@ -7,10 +7,10 @@ import { join } from "node:path";
 import { inspect } from "node:util";
 import { deserialize, serialize } from "node:v8";
 import { describe, expect, it } from "vitest";
-import { loadConfig } from "../src/config/config.ts";
 import { createLogger } from "../src/logger.ts";
 import { createMetrics } from "../src/metrics/metrics.ts";
 import { answerParent, superviseWorkerChild, type ToWorkerChild } from "../src/process/worker-child.ts";
+import { loadSettings } from "../src/settings.ts";
 import { BusinessTool } from "../src/tools/business-tool.ts";
 import { problemsOf } from "./support/config-problems.ts";
 import { runEntryPoint } from "./support/entry-point.ts";
@@ -37,13 +37,13 @@ async function numbersFile(numbers: unknown, files: Record<string, string> = {})
 
 describe("the tool loop's bounds and the knowledge budget", () => {
   it("default to 5 tool calls in 30 s per reply, answers cut at 16 KiB, 30000 tokens of knowledge whole", () => {
-    const config = loadConfig(testEnv());
+    const config = loadSettings(testEnv());
     expect(config.tools).toEqual({ maxSteps: 5, maxMs: 30_000, answerMaxBytes: 16_384 });
     expect(config.knowledge).toEqual({ tokenBudget: 30_000 });
   });
 
   it("are read from the environment, and a bad one is named", () => {
-    const config = loadConfig(testEnv({ TOOL_MAX_STEPS: "3", TOOL_MAX_MS: "5000", TOOL_ANSWER_MAX_BYTES: "1024", KNOWLEDGE_TOKEN_BUDGET: "0" }));
+    const config = loadSettings(testEnv({ TOOL_MAX_STEPS: "3", TOOL_MAX_MS: "5000", TOOL_ANSWER_MAX_BYTES: "1024", KNOWLEDGE_TOKEN_BUDGET: "0" }));
     expect(config.tools).toEqual({ maxSteps: 3, maxMs: 5000, answerMaxBytes: 1024 });
     expect(config.knowledge.tokenBudget).toBe(0);
     expect(problemsOf(testEnv({ TOOL_MAX_STEPS: "0", TOOL_MAX_MS: "soon", TOOL_ANSWER_MAX_BYTES: "10", KNOWLEDGE_TOKEN_BUDGET: "-1" }))).toEqual([
@@ -58,7 +58,7 @@ describe("the tool loop's bounds and the knowledge budget", () => {
 describe("a number's knowledgeDir", () => {
   it("is resolved against PHONE_NUMBERS_FILE's directory, absolute", async () => {
     const { dir, path } = await numbersFile({ [SHOP]: { knowledgeDir: "shop/knowledge" }, [CLINIC]: {} }, { "shop/knowledge/prices.md": "# Prices" });
-    const config = loadConfig(testEnv({ PHONE_NUMBERS_FILE: path }));
+    const config = loadSettings(testEnv({ PHONE_NUMBERS_FILE: path }));
     expect(config.numbers.get(SHOP)?.knowledgeDir).toBe(join(dir, "shop/knowledge"));
     expect(config.numbers.get(CLINIC)?.knowledgeDir).toBeUndefined();
   });
@@ -106,7 +106,7 @@ const WHERE = `PHONE_NUMBERS_FILE ${SHOP}.toolsFile (shop/tools.json)`;
 
 describe("a number's toolsFile", () => {
   it("loads each tool with its headers' environment variables resolved, a 10 s timeout and the SSRF guard on by default", async () => {
-    const config = loadConfig(
+    const config = loadSettings(
       await withTools(
         {
           tools: [
@@ -120,7 +120,7 @@ describe("a number's toolsFile", () => {
         { ORDERS_API_TOKEN: TOKEN, SHOP_ID: "s1", SHOP_REGION: "eu" },
       ),
     );
-    const tools = config.numbers.get(SHOP)?.tools ?? [];
+    const tools = config.businessTools.get(SHOP) ?? [];
     expect(tools.map((t) => [t.name, t.request.method, t.request.timeoutMs, t.allowPrivateNetwork])).toEqual([
       ["lookup_order", "GET", 10_000, false],
       ["cancel_order", "POST", 2500, true],
@@ -285,25 +285,23 @@ describe("a number's toolsFile", () => {
 
 describe("a tool's secrets", () => {
   it("never show in JSON, a log line, util.inspect or a structured clone of the config or its tools", async () => {
-    const config = loadConfig(
+    const config = loadSettings(
       await withTools({ tools: [lookupOrder(), lookupOrder({ name: "literal" }, { headers: { "X-Api-Key": "literal-secret-value" } })] }),
     );
-    const settings = config.numbers.get(SHOP)!;
-    const tools = settings.tools!;
+    const tools = config.businessTools.get(SHOP)!;
     expect(tools[1]?.headersToSend()).toEqual({ "X-Api-Key": "literal-secret-value" });
 
     const { lines, destination } = logLines();
     const logger = createLogger({ level: "info", destination });
-    logger.info({ config, numbers: [...config.numbers], settings, tools, tool: tools[0] }, "everything");
+    logger.info({ config, businessTools: [...config.businessTools], tools, tool: tools[0] }, "everything");
     // JSON (and so pino) writes a Map as {}: the tools show only where the numbers are listed.
     expect(JSON.stringify(config)).not.toContain(TOKEN);
     const shown = [
       lines.join(""),
-      JSON.stringify([...config.numbers]),
-      JSON.stringify(settings),
+      JSON.stringify([...config.businessTools]),
       inspect(config, { depth: Number.POSITIVE_INFINITY, showHidden: true }),
       inspect(tools, { depth: Number.POSITIVE_INFINITY, showHidden: true }),
-      JSON.stringify(deserialize(serialize([...config.numbers]))),
+      JSON.stringify(deserialize(serialize([...config.businessTools]))),
       inspect(deserialize(serialize(config)), { depth: Number.POSITIVE_INFINITY }),
     ];
     for (const text of shown) {
@@ -317,7 +315,7 @@ describe("a tool's secrets", () => {
 
 describe("the worker child of npm start", () => {
   it("gets each tool whole: its secrets and its input check cross the IPC channel, which keeps no class", async () => {
-    const config = loadConfig(await withTools({ tools: [lookupOrder()] }));
+    const config = loadSettings(await withTools({ tools: [lookupOrder()] }));
     const logger = createLogger({ level: "silent" });
     // The parent's end, with a stand-in child that keeps what it is sent.
     const sent: ToWorkerChild[] = [];
@@ -345,7 +343,7 @@ describe("the worker child of npm start", () => {
     });
     channel.emit("message", deserialize(serialize(sent[0])));
 
-    const tool = received?.numbers.get(SHOP)?.tools?.[0];
+    const tool = received?.businessTools.get(SHOP)?.[0];
     expect(tool).toBeInstanceOf(BusinessTool);
     expect(tool?.headersToSend()).toEqual({ Authorization: `Bearer ${TOKEN}` });
     expect(tool?.inputProblem({ orderId: 17 })).toBe("input/orderId must be string");

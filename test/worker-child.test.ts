@@ -2,9 +2,9 @@ import type { ChildProcess } from "node:child_process";
 import { EventEmitter } from "node:events";
 import pino from "pino";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { loadConfig } from "../src/config/config.ts";
 import { createMetrics } from "../src/metrics/metrics.ts";
 import { superviseWorkerChild, type ToWorkerChild } from "../src/process/worker-child.ts";
+import { loadSettings } from "../src/settings.ts";
 import { testEnv } from "./support/harness.ts";
 
 /**
@@ -34,7 +34,7 @@ class StandInChild extends EventEmitter {
   }
 }
 
-const config = loadConfig(testEnv({ SHUTDOWN_TIMEOUT_MS: "1000" }));
+const config = loadSettings(testEnv({ SHUTDOWN_TIMEOUT_MS: "1000" }));
 
 function supervised() {
   const children: StandInChild[] = [];

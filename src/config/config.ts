@@ -1,16 +1,14 @@
 import { readFileSync } from "node:fs";
-import { NO_OVERRIDES, type PriceOverrides } from "../ai/pricing.ts";
-import type { MetaRates } from "../costs/meta-rates.ts";
-import { loadMetaRates, loadModelPrices } from "./costs-files.ts";
 import { type Env, envSchema } from "./env.ts";
 import { loadNumbers, type NumberSettings, type ServedNumbers } from "./numbers.ts";
 import { type RedisTarget, redisTarget } from "./redis.ts";
 
 /**
- * The one place that reads the environment's shape. `loadConfig(process.env)` is called by
- * the entry point only; everything else receives the frozen `Config`. The variables and their
- * parsers are in env.ts and values.ts; the business numbers' file in numbers.ts; Redis's
- * topology in redis.ts.
+ * The one place that reads the environment's shape, into plain data: `readConfig(env)`, called
+ * through src/settings.ts by the entry point only; everything else receives the frozen
+ * `Config`. The variables and their parsers are in env.ts and values.ts; the business numbers'
+ * file in numbers.ts; Redis's topology in redis.ts. The files whose meaning belongs to another
+ * module (a tools file, the price lists) are named here and read by their owners.
  */
 
 /**
@@ -72,11 +70,11 @@ export interface Config {
     readonly historyTokenBudget: number;
   };
   /**
-   * The cost ledger's prices (issue 20): Claude models' from MODEL_PRICES_FILE over the
-   * built-in table; Meta's rate card from META_RATES_FILE, without which billed messages are
-   * counted, not priced.
+   * The cost ledger's price files (issue 20), read at start-up by src/settings.ts: Claude
+   * models' prices over the built-in table (MODEL_PRICES_FILE); Meta's rate card
+   * (META_RATES_FILE), without which billed messages are counted, not priced.
    */
-  readonly costs: { readonly modelPrices: PriceOverrides; readonly metaRates: MetaRates | undefined };
+  readonly priceFiles: { readonly modelPrices: string | undefined; readonly metaRates: string | undefined };
   /** A business's own files, given to Claude as cited documents (each number's `knowledgeDir`). */
   readonly knowledge: {
     /** Up to this many tokens, a number's knowledge goes to Claude whole; above it, the passages Postgres's full-text search finds. */
@@ -215,69 +213,34 @@ export class ConfigError extends Error {
   }
 }
 
-export function loadConfig(env: Record<string, string | undefined>): Config {
+/**
+ * The environment as a Config, or undefined when it cannot be one: every problem found is
+ * pushed to `problems`, each naming its variable. src/settings.ts adds what the files it names
+ * compile to, and reports all of them at once.
+ */
+export function readConfig(env: Record<string, string | undefined>, problems: string[]): Config | undefined {
   const parsed = envSchema.safeParse(env);
-  const problems = parsed.success
-    ? []
-    : parsed.error.issues.map((issue) => {
-        const name = String(issue.path[0] ?? "environment");
-        return issue.message.includes(name) ? issue.message : `${name}: ${issue.message}`;
-      });
-
-  let systemPrompt = DEFAULT_SYSTEM_PROMPT;
-  if (env.SYSTEM_PROMPT_FILE) {
-    try {
-      systemPrompt = readFileSync(env.SYSTEM_PROMPT_FILE, "utf8").trim();
-    } catch (error) {
-      problems.push(`SYSTEM_PROMPT_FILE cannot be read: ${(error as Error).message}`);
+  if (!parsed.success) {
+    for (const issue of parsed.error.issues) {
+      const name = String(issue.path[0] ?? "environment");
+      problems.push(issue.message.includes(name) ? issue.message : `${name}: ${issue.message}`);
     }
-  } else if (env.SYSTEM_PROMPT?.trim()) {
-    systemPrompt = env.SYSTEM_PROMPT.trim();
   }
-
-  const modelPrices = env.MODEL_PRICES_FILE?.trim() ? loadModelPrices(env.MODEL_PRICES_FILE.trim(), problems) : NO_OVERRIDES;
-  const metaRates = env.META_RATES_FILE?.trim() ? loadMetaRates(env.META_RATES_FILE.trim(), problems) : undefined;
-
-  const numbers = env.PHONE_NUMBERS_FILE ? loadNumbers(env.PHONE_NUMBERS_FILE, env, problems) : new Map<string, NumberSettings>();
-
-  if (parsed.success && parsed.data.METRICS_PORT !== undefined && parsed.data.METRICS_PORT !== 0 && parsed.data.METRICS_PORT === parsed.data.PORT) {
-    problems.push(`METRICS_PORT must differ from PORT (both ${parsed.data.PORT}): metrics have a listener of their own; 0 turns it off`);
-  }
-
-  const redis = parsed.success ? redisTarget(parsed.data, problems) : undefined;
-  if (parsed.success) staffNotifyProblems(parsed.data, problems);
-
-  if (problems.length > 0 || !parsed.success || !redis) throw new ConfigError(problems);
+  const systemPrompt = readSystemPrompt(env, problems);
+  const numbers = env.PHONE_NUMBERS_FILE ? loadNumbers(env.PHONE_NUMBERS_FILE, problems) : new Map<string, NumberSettings>();
+  if (!parsed.success) return undefined;
   const e = parsed.data;
-  const traces = tracesUrl(e);
+  if (e.METRICS_PORT !== undefined && e.METRICS_PORT !== 0 && e.METRICS_PORT === e.PORT) {
+    problems.push(`METRICS_PORT must differ from PORT (both ${e.PORT}): metrics have a listener of their own; 0 turns it off`);
+  }
+  const redis = redisTarget(e, problems);
+  staffNotifyProblems(e, problems);
+  if (problems.length > 0 || !redis) return undefined;
   return Object.freeze({
-    port: e.PORT,
-    host: e.HOST,
-    trustProxy: e.TRUST_PROXY,
-    http: { requestTimeoutMs: e.HTTP_REQUEST_TIMEOUT_MS, keepAliveTimeoutMs: e.HTTP_KEEP_ALIVE_TIMEOUT_MS },
-    // Queue depths and error rates are the operator's business: private unless METRICS_HOST opens them.
-    metrics: { listen: metricsListen(e.METRICS_PORT, e.PORT), host: e.METRICS_HOST || "127.0.0.1", token: e.METRICS_TOKEN },
-    whatsapp: {
-      verifyToken: e.WHATSAPP_VERIFY_TOKEN,
-      appSecret: e.WHATSAPP_APP_SECRET,
-      accessToken: e.WHATSAPP_ACCESS_TOKEN,
-      graphBaseUrl: e.GRAPH_API_BASE_URL,
-      graphVersion: e.GRAPH_API_VERSION,
-      graphTimeoutMs: e.GRAPH_TIMEOUT_MS,
-      sendReconcileWaitMs: e.SEND_RECONCILE_WAIT_MS,
-      businessAccountId: e.WHATSAPP_BUSINESS_ACCOUNT_ID,
-    },
-    anthropic: {
-      apiKey: e.ANTHROPIC_API_KEY,
-      baseUrl: e.ANTHROPIC_BASE_URL,
-      model: e.ANTHROPIC_MODEL,
-      maxTokens: e.ANTHROPIC_MAX_TOKENS,
-      timeoutMs: e.ANTHROPIC_TIMEOUT_MS,
-      systemPrompt,
-      historyMessages: e.HISTORY_MESSAGES,
-      historyTokenBudget: e.HISTORY_TOKEN_BUDGET,
-    },
-    costs: { modelPrices, metaRates },
+    ...listeners(e),
+    whatsapp: whatsappOf(e),
+    anthropic: { ...anthropicOf(e), systemPrompt },
+    priceFiles: { modelPrices: e.MODEL_PRICES_FILE || undefined, metaRates: e.META_RATES_FILE || undefined },
     knowledge: { tokenBudget: e.KNOWLEDGE_TOKEN_BUDGET },
     tools: { maxSteps: e.TOOL_MAX_STEPS, maxMs: e.TOOL_MAX_MS, answerMaxBytes: e.TOOL_ANSWER_MAX_BYTES },
     numbers,
@@ -289,45 +252,111 @@ export function loadConfig(env: Record<string, string | undefined>): Config {
     databasePoolSize: e.DATABASE_POOL_SIZE,
     adminToken: e.ADMIN_TOKEN,
     adminSecureCookies: e.ADMIN_SECURE_COOKIES,
-    staffNotify: {
-      webhookUrl: e.STAFF_NOTIFY_WEBHOOK_URL,
-      email:
-        e.SMTP_URL && e.STAFF_NOTIFY_EMAIL.length > 0
-          ? { smtpUrl: e.SMTP_URL, to: e.STAFF_NOTIFY_EMAIL, from: e.STAFF_NOTIFY_EMAIL_FROM[0] ?? e.STAFF_NOTIFY_EMAIL[0]! }
-          : undefined,
-      batchMs: e.STAFF_NOTIFY_BATCH_MS,
-      publicBaseUrl: (e.PUBLIC_BASE_URL ?? "").replace(/\/+$/, ""),
-    },
+    staffNotify: staffNotifyOf(e),
     logLevel: e.LOG_LEVEL,
-    jobs: {
-      replyDebounceMs: e.REPLY_DEBOUNCE_MS,
-      replyConcurrency: e.REPLY_CONCURRENCY,
-      inboundConcurrency: e.INBOUND_CONCURRENCY,
-      attempts: e.JOB_ATTEMPTS,
-      retryBaseDelayMs: e.RETRY_BASE_DELAY_MS,
-      retryMaxDelayMs: e.RETRY_MAX_DELAY_MS,
-      lockMs: e.JOB_LOCK_MS,
-    },
+    jobs: jobsOf(e),
     reconcile: { intervalMs: e.RECONCILE_INTERVAL_MS, afterMs: e.RECONCILE_AFTER_MS },
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
     transcription:
       e.TRANSCRIBE_BASE_URL === undefined ? undefined : { baseUrl: e.TRANSCRIBE_BASE_URL, apiKey: e.TRANSCRIBE_API_KEY, model: e.TRANSCRIBE_MODEL },
-    tracing: traces === undefined ? undefined : { tracesUrl: traces, headers: e.OTEL_EXPORTER_OTLP_HEADERS, serviceName: e.OTEL_SERVICE_NAME },
-    conversation: {
-      mediaReply: e.MEDIA_REPLY,
-      documentReply: e.DOCUMENT_REPLY,
-      mediaMaxBytes: e.MEDIA_MAX_BYTES,
-      transcribeVoiceNotes: e.TRANSCRIBE_BASE_URL !== undefined,
-      fallbackReply: e.FALLBACK_REPLY,
-      welcomeReply: e.WELCOME_REPLY,
-      optOutKeywords: e.OPT_OUT_KEYWORDS,
-      optInKeywords: e.OPT_IN_KEYWORDS,
-      optOutReply: e.OPT_OUT_REPLY,
-      optInReply: e.OPT_IN_REPLY,
-      handoffKeywords: e.HANDOFF_KEYWORDS,
-      handoffReply: e.HANDOFF_REPLY,
-      holdingReply: e.HOLDING_REPLY,
-      humanReplyPauseMinutes: e.HUMAN_REPLY_PAUSE_MINUTES,
-    },
+    tracing: tracingOf(e),
+    conversation: conversationOf(e),
   });
+}
+
+/** SYSTEM_PROMPT_FILE's words, else SYSTEM_PROMPT's, else the default. */
+function readSystemPrompt(env: Record<string, string | undefined>, problems: string[]): string {
+  if (env.SYSTEM_PROMPT_FILE) {
+    try {
+      return readFileSync(env.SYSTEM_PROMPT_FILE, "utf8").trim();
+    } catch (error) {
+      problems.push(`SYSTEM_PROMPT_FILE cannot be read: ${(error as Error).message}`);
+      return DEFAULT_SYSTEM_PROMPT;
+    }
+  }
+  return env.SYSTEM_PROMPT?.trim() || DEFAULT_SYSTEM_PROMPT;
+}
+
+function listeners(e: Env): Pick<Config, "port" | "host" | "trustProxy" | "http" | "metrics"> {
+  return {
+    port: e.PORT,
+    host: e.HOST,
+    trustProxy: e.TRUST_PROXY,
+    http: { requestTimeoutMs: e.HTTP_REQUEST_TIMEOUT_MS, keepAliveTimeoutMs: e.HTTP_KEEP_ALIVE_TIMEOUT_MS },
+    // Queue depths and error rates are the operator's business: private unless METRICS_HOST opens them.
+    metrics: { listen: metricsListen(e.METRICS_PORT, e.PORT), host: e.METRICS_HOST || "127.0.0.1", token: e.METRICS_TOKEN },
+  };
+}
+
+function whatsappOf(e: Env): Config["whatsapp"] {
+  return {
+    verifyToken: e.WHATSAPP_VERIFY_TOKEN,
+    appSecret: e.WHATSAPP_APP_SECRET,
+    accessToken: e.WHATSAPP_ACCESS_TOKEN,
+    graphBaseUrl: e.GRAPH_API_BASE_URL,
+    graphVersion: e.GRAPH_API_VERSION,
+    graphTimeoutMs: e.GRAPH_TIMEOUT_MS,
+    sendReconcileWaitMs: e.SEND_RECONCILE_WAIT_MS,
+    businessAccountId: e.WHATSAPP_BUSINESS_ACCOUNT_ID,
+  };
+}
+
+function anthropicOf(e: Env): Omit<Config["anthropic"], "systemPrompt"> {
+  return {
+    apiKey: e.ANTHROPIC_API_KEY,
+    baseUrl: e.ANTHROPIC_BASE_URL,
+    model: e.ANTHROPIC_MODEL,
+    maxTokens: e.ANTHROPIC_MAX_TOKENS,
+    timeoutMs: e.ANTHROPIC_TIMEOUT_MS,
+    historyMessages: e.HISTORY_MESSAGES,
+    historyTokenBudget: e.HISTORY_TOKEN_BUDGET,
+  };
+}
+
+function staffNotifyOf(e: Env): StaffNotifySettings {
+  return {
+    webhookUrl: e.STAFF_NOTIFY_WEBHOOK_URL,
+    email:
+      e.SMTP_URL && e.STAFF_NOTIFY_EMAIL.length > 0
+        ? { smtpUrl: e.SMTP_URL, to: e.STAFF_NOTIFY_EMAIL, from: e.STAFF_NOTIFY_EMAIL_FROM[0] ?? e.STAFF_NOTIFY_EMAIL[0]! }
+        : undefined,
+    batchMs: e.STAFF_NOTIFY_BATCH_MS,
+    publicBaseUrl: (e.PUBLIC_BASE_URL ?? "").replace(/\/+$/, ""),
+  };
+}
+
+function jobsOf(e: Env): Config["jobs"] {
+  return {
+    replyDebounceMs: e.REPLY_DEBOUNCE_MS,
+    replyConcurrency: e.REPLY_CONCURRENCY,
+    inboundConcurrency: e.INBOUND_CONCURRENCY,
+    attempts: e.JOB_ATTEMPTS,
+    retryBaseDelayMs: e.RETRY_BASE_DELAY_MS,
+    retryMaxDelayMs: e.RETRY_MAX_DELAY_MS,
+    lockMs: e.JOB_LOCK_MS,
+  };
+}
+
+function tracingOf(e: Env): Config["tracing"] {
+  const traces = tracesUrl(e);
+  return traces === undefined ? undefined : { tracesUrl: traces, headers: e.OTEL_EXPORTER_OTLP_HEADERS, serviceName: e.OTEL_SERVICE_NAME };
+}
+
+function conversationOf(e: Env): Config["conversation"] {
+  return {
+    mediaReply: e.MEDIA_REPLY,
+    documentReply: e.DOCUMENT_REPLY,
+    mediaMaxBytes: e.MEDIA_MAX_BYTES,
+    transcribeVoiceNotes: e.TRANSCRIBE_BASE_URL !== undefined,
+    fallbackReply: e.FALLBACK_REPLY,
+    welcomeReply: e.WELCOME_REPLY,
+    optOutKeywords: e.OPT_OUT_KEYWORDS,
+    optInKeywords: e.OPT_IN_KEYWORDS,
+    optOutReply: e.OPT_OUT_REPLY,
+    optInReply: e.OPT_IN_REPLY,
+    handoffKeywords: e.HANDOFF_KEYWORDS,
+    handoffReply: e.HANDOFF_REPLY,
+    holdingReply: e.HOLDING_REPLY,
+    humanReplyPauseMinutes: e.HUMAN_REPLY_PAUSE_MINUTES,
+  };
 }

@@ -1,12 +1,10 @@
 import { readFileSync, statSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { z } from "zod";
-import type { BusinessTool } from "../tools/business-tool.ts";
-import { loadToolsFile } from "./tools-file.ts";
 
 /**
  * Per business number (`phone_number_id`): its own system prompt, a template for when the
- * window has closed, the business's own knowledge, and its own tools (src/config/tools-file.ts).
+ * window has closed, the business's own knowledge, and its own tools (a file src/tools/tools-file.ts reads).
  * Paths are relative to the file's directory.
  */
 const numberSettingsSchema = z
@@ -37,14 +35,13 @@ export interface NumberSettings {
   readonly windowClosedTemplate?: { readonly name: string; readonly language: string };
   /** The directory of the business's knowledge files, absolute; checked at start-up to be one. */
   readonly knowledgeDir?: string;
-  /** The business's HTTP endpoints Claude may call, from the number's tools file; their secrets never show (src/tools/business-tool.ts). */
-  readonly tools?: readonly BusinessTool[];
+  /** The file of the business's HTTP endpoints Claude may call (src/tools/tools-file.ts reads it at start-up): absolute, and as written. */
+  readonly toolsFile?: { readonly path: string; readonly given: string };
   /** Once the UTC day's spend reaches it, new answers go to staff, not to Claude. */
   readonly dailyBudget?: number;
 }
 
-/** `env` resolves the environment variables the tools files' headers name. */
-export function loadNumbers(path: string, env: Readonly<Record<string, string | undefined>>, problems: string[]): ReadonlyMap<string, NumberSettings> {
+export function loadNumbers(path: string, problems: string[]): ReadonlyMap<string, NumberSettings> {
   const numbers = new Map<string, NumberSettings>();
   let raw: unknown;
   try {
@@ -78,15 +75,11 @@ export function loadNumbers(path: string, env: Readonly<Record<string, string | 
     }
     const knowledgeDir =
       settings.knowledgeDir === undefined ? undefined : directoryAt(resolve(dirname(path), settings.knowledgeDir), `${id}.knowledgeDir`, problems);
-    const tools =
-      settings.toolsFile === undefined
-        ? undefined
-        : loadToolsFile(resolve(dirname(path), settings.toolsFile), `PHONE_NUMBERS_FILE ${id}.toolsFile (${settings.toolsFile})`, env, problems);
     numbers.set(id, {
       ...(systemPrompt ? { systemPrompt } : {}),
       ...(settings.windowClosedTemplate ? { windowClosedTemplate: settings.windowClosedTemplate } : {}),
       ...(knowledgeDir ? { knowledgeDir } : {}),
-      ...(tools ? { tools: Object.freeze(tools) } : {}),
+      ...(settings.toolsFile !== undefined ? { toolsFile: { path: resolve(dirname(path), settings.toolsFile), given: settings.toolsFile } } : {}),
       ...(settings.dailyBudget !== undefined ? { dailyBudget: settings.dailyBudget } : {}),
     });
   }

@@ -22,6 +22,7 @@ import {
 import { closeQueues, createQueues, oldestReadySince } from "../queue/queues.ts";
 import type { RedisClient } from "../queue/redis.ts";
 import type { KnowledgeSource } from "../replies/generation.ts";
+import type { Settings } from "../settings.ts";
 import { businessActions } from "../tools/actions.ts";
 import type { Tracing } from "../tracing/tracing.ts";
 import { GraphClient } from "../whatsapp/graph-client.ts";
@@ -83,7 +84,7 @@ function configuredKnowledge(config: Config, db: Db, logger: Logger): (Knowledge
  * on its own connection (one that waits out a Redis outage, unlike the web role's).
  */
 export function startConfiguredWorkers(
-  config: Config,
+  config: Settings,
   shared: { db: Db; logger: Logger; metrics: Metrics; connection: RedisClient; tracing?: Tracing | undefined },
 ): Workers {
   const tracer = shared.tracing?.tracer;
@@ -124,7 +125,7 @@ export function startConfiguredWorkers(
       reconcileWaitMs: config.whatsapp.sendReconcileWaitMs,
     },
     generation: { startWithinMs: generationStartWithinMs(config.whatsapp.graphTimeoutMs), timeoutMs: config.anthropic.timeoutMs },
-    actions: businessActions(config.numbers, config.tools.answerMaxBytes),
+    actions: businessActions(config.businessTools, config.tools.answerMaxBytes),
     knowledge,
     tools: config.tools,
     reconcile: config.reconcile,

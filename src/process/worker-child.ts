@@ -1,9 +1,9 @@
 import type { ChildProcess } from "node:child_process";
 import { Counter, Gauge } from "prom-client";
-import type { Config } from "../config/config.ts";
-import { configFromPortable, type PortableConfig, portableConfig } from "../config/portable.ts";
 import type { Logger } from "../logger.ts";
 import type { Metrics, MetricsSnapshot } from "../metrics/metrics.ts";
+import type { Settings } from "../settings.ts";
+import { type PortableSettings, portableSettings, settingsFromPortable } from "./portable.ts";
 
 /**
  * The worker child of `npm start` (role `all`): the web keeps its event loop to itself and
@@ -19,7 +19,7 @@ import type { Metrics, MetricsSnapshot } from "../metrics/metrics.ts";
  */
 
 /** Parent to child. */
-export type ToWorkerChild = { type: "start"; config: PortableConfig } | { type: "metrics"; id: number } | { type: "drain" };
+export type ToWorkerChild = { type: "start"; config: PortableSettings } | { type: "metrics"; id: number } | { type: "drain" };
 
 /** Child to parent. */
 export type FromWorkerChild = { type: "started" } | { type: "metrics"; id: number; metrics: MetricsSnapshot };
@@ -42,7 +42,7 @@ export const SHUTDOWN_GRACE_MS = 5000;
 export interface WorkerChildDeps {
   /** Starts a process running the worker role that waits for its configuration over IPC. */
   fork: () => ChildProcess;
-  config: Config;
+  config: Settings;
   logger: Logger;
   /** The parent's metrics: the child's health is counted there (wa_worker_process_up, wa_worker_process_restarts_total). */
   metrics: Metrics;
@@ -126,7 +126,7 @@ export function superviseWorkerChild(deps: WorkerChildDeps): WorkerChild {
       if (current.pid === undefined) end(null, null); // it never started: no exit event is coming
     });
     current.once("exit", end);
-    send(current, { type: "start", config: portableConfig(deps.config) });
+    send(current, { type: "start", config: portableSettings(deps.config) });
   };
 
   const onExit = (exited: ChildProcess, code: number | null, signal: NodeJS.Signals | null) => {
@@ -202,7 +202,7 @@ export interface ParentChannel {
 
 export interface ChildRole {
   /** Starts the worker role with the configuration the parent validated. */
-  start(config: Config): { metrics: Metrics; logger: Logger };
+  start(config: Settings): { metrics: Metrics; logger: Logger };
   /** Finishes the active jobs and exits. */
   drain(reason: string): void;
 }
@@ -224,7 +224,7 @@ export function answerParent(channel: ParentChannel, role: ChildRole): void {
     if (message.type === "start") {
       if (started) return;
       // The same validated configuration, its business tools made again (structured cloning keeps no class).
-      started = role.start(configFromPortable(message.config));
+      started = role.start(settingsFromPortable(message.config));
       reply({ type: "started" });
     } else if (message.type === "metrics") {
       const running = started;

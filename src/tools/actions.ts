@@ -1,4 +1,4 @@
-import type { NumberSettings } from "../config/numbers.ts";
+import type { BusinessTool } from "./business-tool.ts";
 import { callTool, type ToolOutcome } from "./call.ts";
 import { type ToolDefinition, toolDefinitions } from "./definitions.ts";
 
@@ -11,8 +11,8 @@ export interface BusinessActions {
   call(phoneNumberId: string, name: string, input: unknown, options: { idempotencyKey: string; signal?: AbortSignal }): Promise<ToolOutcome>;
 }
 
-export function businessActions(numbers: ReadonlyMap<string, NumberSettings>, answerMaxBytes: number): BusinessActions {
-  const toolsOf = (phoneNumberId: string) => numbers.get(phoneNumberId)?.tools ?? [];
+export function businessActions(tools: ReadonlyMap<string, readonly BusinessTool[]>, answerMaxBytes: number): BusinessActions {
+  const toolsOf = (phoneNumberId: string) => tools.get(phoneNumberId) ?? [];
   return {
     definitions: (phoneNumberId) => toolDefinitions(toolsOf(phoneNumberId)),
     async call(phoneNumberId, name, input, { idempotencyKey, signal }) {

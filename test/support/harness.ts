@@ -5,7 +5,6 @@ import type { Redis } from "ioredis";
 import pg from "pg";
 import pino from "pino";
 import { buildApp } from "../../src/app.ts";
-import { type Config, loadConfig } from "../../src/config/config.ts";
 import { createDb, type Db } from "../../src/db/client.ts";
 import { migrate } from "../../src/db/migrate.ts";
 import { startConfiguredWorkers, type Workers } from "../../src/jobs/workers.ts";
@@ -13,6 +12,7 @@ import type { Logger } from "../../src/logger.ts";
 import { createMetrics, type Metrics } from "../../src/metrics/metrics.ts";
 import { closeQueues, createQueues, type Queues } from "../../src/queue/queues.ts";
 import { createFailFastRedis, createWorkerRedis } from "../../src/queue/redis.ts";
+import { loadSettings, type Settings } from "../../src/settings.ts";
 import { signMetaBody } from "../../src/webhook/signature.ts";
 import { FakeAnthropic } from "./fake-anthropic.ts";
 import { FakeGraph } from "./fake-graph.ts";
@@ -76,7 +76,7 @@ export interface HarnessOptions {
 export interface Harness {
   /** The environment this system runs with, for starting a real worker process beside it. */
   env: Record<string, string>;
-  config: Config;
+  config: Settings;
   app: FastifyInstance;
   db: Db;
   redis: Redis;
@@ -107,7 +107,7 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
     DATABASE_URL: options.databaseUrlForRoles ? await options.databaseUrlForRoles(direct) : direct,
     ...options.env,
   });
-  const config = loadConfig(env);
+  const config = loadSettings(env);
   await migrate(direct);
   const db = createDb(config.databaseUrl, { poolSize: config.databasePoolSize });
   const logger = options.logger ?? pino({ level: process.env.TEST_LOG_LEVEL ?? "silent" });

@@ -2,11 +2,11 @@ import { randomBytes } from "node:crypto";
 import type { FastifyInstance } from "fastify";
 import pino from "pino";
 import { buildApp } from "../../src/app.ts";
-import { loadConfig } from "../../src/config/config.ts";
 import { createDb, type Db } from "../../src/db/client.ts";
 import { createMetrics, type Metrics } from "../../src/metrics/metrics.ts";
 import { closeQueues, createQueues, type Queues } from "../../src/queue/queues.ts";
 import { createFailFastRedis, type RedisClient } from "../../src/queue/redis.ts";
+import { loadSettings } from "../../src/settings.ts";
 import { signMetaBody } from "../../src/webhook/signature.ts";
 import { TEST_APP_SECRET, testEnv } from "./harness.ts";
 import { sampleValue } from "./prometheus-text.ts";
@@ -31,7 +31,7 @@ export class WebRole {
 
   /** `prefix`: the queues' key prefix (default one of its own; two roles given one share the queues). */
   static async start(env: Record<string, string>, prefix = `{t-web-${randomBytes(4).toString("hex")}}`): Promise<WebRole> {
-    const config = loadConfig(testEnv({ ...env, QUEUE_PREFIX: prefix }));
+    const config = loadSettings(testEnv({ ...env, QUEUE_PREFIX: prefix }));
     const redis = createFailFastRedis(config.redis);
     redis.on("error", () => undefined);
     const queues = createQueues(redis, { prefix, attempts: config.jobs.attempts });

@@ -1,10 +1,10 @@
 import { readFileSync } from "node:fs";
 import { isIP } from "node:net";
 import { z } from "zod";
-import { isPublicAddress } from "../tools/addresses.ts";
-import { BusinessTool, compileInputSchema, type InputSchema, TOOL_METHODS } from "../tools/business-tool.ts";
-import { HANDOFF_TOOL_NAME } from "../tools/definitions.ts";
-import { placeholdersOf, templateProblems } from "../tools/url-template.ts";
+import { isPublicAddress } from "./addresses.ts";
+import { BusinessTool, compileInputSchema, type InputSchema, TOOL_METHODS } from "./business-tool.ts";
+import { HANDOFF_TOOL_NAME } from "./definitions.ts";
+import { placeholdersOf, templateProblems } from "./url-template.ts";
 
 /**
  * A business number's tools file (`toolsFile` in PHONE_NUMBERS_FILE):
