@@ -2,7 +2,7 @@ import { Queue, Worker } from "bullmq";
 import { Redis } from "ioredis";
 import pg from "pg";
 import { request } from "undici";
-import { type InboundJobData, QUEUE_NAMES, type ReplyJobData } from "../src/queue/catalog.ts";
+import type { InboundJobData, ReplyJobData } from "../src/queue/catalog.ts";
 import { loadSettings } from "../src/settings.ts";
 
 /**
@@ -38,7 +38,7 @@ const pool = new pg.Pool({
 // BullMQ needs maxRetriesPerRequest null on a worker's connections.
 const connection = new Redis(config.redis.url, { maxRetriesPerRequest: null });
 const prefix = config.queuePrefix;
-const replies = new Queue<ReplyJobData>(QUEUE_NAMES.reply, { connection, prefix });
+const replies = new Queue<ReplyJobData>("reply", { connection, prefix });
 
 /** Named, so each connection plans a statement once and then only binds it, as the real worker's are (src/db/client.ts). */
 async function sql<Row extends pg.QueryResultRow>(name: string, text: string, values: unknown[]): Promise<Row[]> {
@@ -160,8 +160,8 @@ async function sendText(phoneNumberId: string, to: string, text: string): Promis
 }
 
 const workers = [
-  new Worker<InboundJobData>(QUEUE_NAMES.inbound, (job) => inbound(job.data), { connection, prefix, concurrency: config.jobs.inboundConcurrency }),
-  new Worker<ReplyJobData>(QUEUE_NAMES.reply, (job) => reply(job.data), { connection, prefix, concurrency: config.jobs.replyConcurrency }),
+  new Worker<InboundJobData>("inbound", (job) => inbound(job.data), { connection, prefix, concurrency: config.jobs.inboundConcurrency }),
+  new Worker<ReplyJobData>("reply", (job) => reply(job.data), { connection, prefix, concurrency: config.jobs.replyConcurrency }),
 ];
 for (const worker of workers) worker.on("failed", (job, error) => console.error(`floor: job ${job?.id ?? "?"} failed: ${error.message}`));
 console.log(`floor: ready (inbound ${config.jobs.inboundConcurrency}, reply ${config.jobs.replyConcurrency}, pool ${config.databasePoolSize})`);

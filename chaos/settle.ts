@@ -1,6 +1,6 @@
 import { Queue } from "bullmq";
 import { sleep } from "../bench/stats.ts";
-import { QUEUE_NAMES } from "../src/queue/catalog.ts";
+import { JOB_NAMES } from "../src/queue/catalog.ts";
 import { createFailFastRedis } from "../src/queue/redis.ts";
 import { type ChaosSystem, QUEUE_PREFIX } from "./system.ts";
 import { allResolved, type Tally, tally } from "./tally.ts";
@@ -32,7 +32,7 @@ export interface Settled {
 export async function settle(system: ChaosSystem, deadline: number, quiet: QuietSpell): Promise<Settled> {
   const redis = createFailFastRedis(system.redisTarget);
   redis.on("error", () => undefined);
-  const queues = Object.values(QUEUE_NAMES).map((name) => new Queue(name, { connection: redis, prefix: QUEUE_PREFIX }));
+  const queues = JOB_NAMES.map((name) => new Queue(name, { connection: redis, prefix: QUEUE_PREFIX }));
   try {
     let settled = false;
     while (Date.now() < deadline) {

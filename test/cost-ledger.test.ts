@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { spentToday, utcDay } from "../src/costs/ledger.ts";
-import { statusJobId } from "../src/queue/queues.ts";
+import { statusJobId } from "../src/queue/catalog.ts";
 import type { BilledUsage } from "./support/fake-anthropic.ts";
 import { eventually, type Harness, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
 import { longReply } from "./support/long-replies.ts";

@@ -1,6 +1,6 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { sleep } from "../bench/stats.ts";
-import { inboundJobId } from "../src/queue/queues.ts";
+import { inboundJobId } from "../src/queue/catalog.ts";
 import { createFailFastRedis, type RedisClient } from "../src/queue/redis.ts";
 import { type ReplicaCount, watchReplicas } from "../src/queue/replicas.ts";
 import { loadSettings } from "../src/settings.ts";

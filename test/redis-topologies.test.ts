@@ -6,7 +6,7 @@ import { sleep } from "../bench/stats.ts";
 import { COMMON_ENV } from "../chaos/scenarios.ts";
 import { type Settled, settle } from "../chaos/settle.ts";
 import { ChaosSystem, QUEUE_PREFIX } from "../chaos/system.ts";
-import { inboundJobId } from "../src/queue/queues.ts";
+import { inboundJobId } from "../src/queue/catalog.ts";
 import { eventually } from "./support/harness.ts";
 import { freePorts } from "./support/ports.ts";
 import { sampleValue } from "./support/prometheus-text.ts";

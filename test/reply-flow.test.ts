@@ -1,6 +1,6 @@
 import { spawn } from "node:child_process";
 import { describe, expect, it } from "vitest";
-import { inboundJobId } from "../src/queue/queues.ts";
+import { inboundJobId } from "../src/queue/catalog.ts";
 import { MAIN_JS } from "./support/build.ts";
 import { anthropicError } from "./support/fake-anthropic.ts";
 import { graphError } from "./support/fake-graph.ts";

@@ -1,7 +1,7 @@
 import { connect, type Socket } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createLogger } from "../src/logger.ts";
-import { inboundJobId } from "../src/queue/queues.ts";
+import { inboundJobId } from "../src/queue/catalog.ts";
 import { signMetaBody } from "../src/webhook/signature.ts";
 import { deliverOverHttp } from "./support/entry-point.ts";
 import { eventually, type Harness, startHarness, TEST_APP_SECRET } from "./support/harness.ts";

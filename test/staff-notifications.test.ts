@@ -1,7 +1,7 @@
 import pino from "pino";
 import { SMTPServer } from "smtp-server";
 import { afterEach, describe, expect, it } from "vitest";
-import { deliverJobId } from "../src/notify/notifier.ts";
+import { deliverJobId } from "../src/queue/catalog.ts";
 import { Receiver, WEBHOOK_TOKEN } from "./support/chat-receiver.ts";
 import { problemsOf } from "./support/config-problems.ts";
 import { graphError } from "./support/fake-graph.ts";

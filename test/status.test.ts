@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { scheduleReply, statusJobId } from "../src/queue/queues.ts";
+import { statusJobId } from "../src/queue/catalog.ts";
+import { scheduleReply } from "../src/queue/queues.ts";
 import { eventually, type Harness, settle, startHarness } from "./support/harness.ts";
 import { statusWebhook, textWebhook, uniqueWamid } from "./support/webhook-bodies.ts";
 

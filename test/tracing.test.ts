@@ -2,7 +2,7 @@ import type { ChildProcess } from "node:child_process";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
-import { inboundJobId } from "../src/queue/queues.ts";
+import { inboundJobId } from "../src/queue/catalog.ts";
 import { deliverOverHttp, runEntryPoint, untilReady } from "./support/entry-point.ts";
 import { eventually, type Harness, startHarness } from "./support/harness.ts";
 import { freePort } from "./support/ports.ts";

@@ -1,7 +1,8 @@
 import { type Job, type Queue, Worker } from "bullmq";
 import { afterEach, describe, expect, it } from "vitest";
-import { QUEUE_NAMES } from "../src/queue/catalog.ts";
-import { inboundJobId, statusJobId, WEBHOOK_DEDUP_TTL_MS } from "../src/queue/queues.ts";
+import { deduplicationKey } from "../src/queue/bullmq-internals.ts";
+import { inboundJobId, statusJobId } from "../src/queue/catalog.ts";
+import { WEBHOOK_DEDUP_TTL_MS } from "../src/queue/queues.ts";
 import { createWorkerRedis } from "../src/queue/redis.ts";
 import { eventually, type Harness, startHarness, TEST_REDIS_URL } from "./support/harness.ts";
 import { PrivateRedis } from "./support/private-redis.ts";
@@ -33,7 +34,7 @@ async function jobTotal(queue: Queue): Promise<number> {
 }
 
 /** The webhook's claim on a job: BullMQ's deduplication key for it, in the job's own queue. */
-const claimKey = (queue: Queue, jobId: string) => `${queue.keys.de}:${jobId}`;
+const claimKey = deduplicationKey;
 
 /**
  * A worker of the test's own on the system's inbound queue: it holds each job active until
@@ -48,7 +49,7 @@ function holdingWorker(h: Harness): { release: () => void; processed: string[] }
   const processed: string[] = [];
   const connection = createWorkerRedis(TEST_REDIS_URL);
   const worker = new Worker(
-    QUEUE_NAMES.inbound,
+    "inbound",
     async (job: Job) => {
       processed.push(job.id ?? "");
       await gate;

@@ -2,7 +2,7 @@ import { readFileSync } from "node:fs";
 import type { Queue } from "bullmq";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { createLogger } from "../src/logger.ts";
-import { inboundJobId, statusJobId } from "../src/queue/queues.ts";
+import { inboundJobId, statusJobId } from "../src/queue/catalog.ts";
 import { WEBHOOK_BODY_LIMIT } from "../src/webhook/routes.ts";
 import { signMetaBody } from "../src/webhook/signature.ts";
 import { type Harness, type HarnessOptions, startHarness, TEST_APP_SECRET, TEST_VERIFY_TOKEN } from "./support/harness.ts";

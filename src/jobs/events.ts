@@ -8,11 +8,16 @@ import { changeUserId, conversationWith, resolveContact } from "../state/contact
 import { pauseForPerson } from "../state/conversations.ts";
 import { recordBusinessReply } from "../state/replies.ts";
 import type { InboundMessagePayload } from "../whatsapp/webhook-payload.ts";
+import type { Processor } from "./processor.ts";
 
 export interface EventDeps {
   db: Db;
   logger: Logger;
   conversation: Config["conversation"];
+}
+
+export function eventsProcessor(deps: EventDeps): Processor<"events"> {
+  return { run: (job) => processEvent(deps, job.data) };
 }
 
 /**

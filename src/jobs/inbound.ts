@@ -6,19 +6,23 @@ import type { Logger } from "../logger.ts";
 import { type Control, controlOf } from "../messages/controls.ts";
 import { adContext, describeInbound } from "../messages/describe.ts";
 import { type InboundJobData, senderOf, storableCopy } from "../queue/catalog.ts";
-import { type Queues, scheduleReply } from "../queue/queues.ts";
+import { scheduleReply } from "../queue/queues.ts";
 import { changeUserId, resolveContact } from "../state/contacts.ts";
 import { deadLetterMessage } from "../state/dead-letters.ts";
 import { type InboundRecord, recordInbound } from "../state/inbound.ts";
 import { applyEdit, recordDeletion } from "../state/messages.ts";
 import type { Sender } from "../whatsapp/webhook-payload.ts";
+import type { Processor } from "./processor.ts";
 
-export interface InboundDeps {
-  db: Db;
-  queues: Queues;
+export interface InboundDeps extends DeadLetterDeps {
   logger: Logger;
   replyDebounceMs: number;
   conversation: Config["conversation"];
+}
+
+/** A customer's message stored; one whose data can never be read is kept for staff (keepUnreadableMessage). */
+export function inboundProcessor(deps: InboundDeps): Processor<"inbound"> {
+  return { run: (job) => processInbound(deps, job.data), keepInvalid: (data, reason) => keepUnreadableMessage(deps, data, reason) };
 }
 
 /**

@@ -1,12 +1,13 @@
 import type { Job } from "bullmq";
 import { isDatabaseUnavailable } from "../db/client.ts";
-import { asFailure, type Failure, FencedOut, PermanentError, Postpone, RetryableError } from "../errors.ts";
+import { asFailure, type Failure, FencedOut, PermanentError, Postpone, type RetryableError } from "../errors.ts";
 import { isRedisUnavailable } from "../queue/redis.ts";
+import { type RetryDelaySettings, retryDelayMs } from "./backoff.ts";
 
 /**
  * The one place where a failure's fate is decided (law 7): permanent failures and retryable
  * ones on their last attempt go to the dead-letter queue; other retryable ones go back to
- * BullMQ, which waits `retryDelayMs` before the next attempt. Our own infrastructure being
+ * BullMQ, which waits `retryDelayMs` (backoff.ts) before the next attempt. Our own infrastructure being
  * away (Postgres, Redis) is nobody's fault: the job waits for it and spends no attempt, however
  * long it takes (law 6), and so does a postponement.
  */
@@ -50,21 +51,4 @@ export function decideFate(error: unknown, job: JobProgress, settings: RetryDela
   if (failure.throttle) return { action: "throttle", failure };
   if (isLastAttempt(job)) return { action: "dead_letter", failure };
   return { action: "retry", failure };
-}
-
-export interface RetryDelaySettings {
-  baseDelayMs: number;
-  maxDelayMs: number;
-}
-
-/**
- * Exponential backoff with jitter: attempt n waits between half and all of base·2^(n-1),
- * capped, and never less than the failure asks for (Retry-After, Meta's 6 s pair limit).
- * The jitter spreads retries so an outage does not end in a thundering herd.
- */
-export function retryDelayMs(attemptsMade: number, error: unknown, settings: RetryDelaySettings, random: () => number = Math.random): number {
-  const exponential = Math.min(settings.maxDelayMs, settings.baseDelayMs * 2 ** Math.max(0, attemptsMade - 1));
-  const jittered = Math.round(exponential / 2 + random() * (exponential / 2));
-  const floor = error instanceof RetryableError ? (error.minDelayMs ?? 0) : 0;
-  return Math.max(jittered, floor);
 }

@@ -12,6 +12,7 @@ import { findPartOfStatus, markAccepted } from "../state/parts.ts";
 import { storeDraft } from "../state/replies.ts";
 import { keepForStaff, keepUnreadableMessage } from "./inbound.ts";
 import { isInfrastructureFailure } from "./policy.ts";
+import type { Processor } from "./processor.ts";
 import { deadLetterFailedDelivery } from "./status.ts";
 
 /**
@@ -47,6 +48,11 @@ export interface SweepResult {
   failedJobs: number;
   /** Items whose handling threw: each logged (reconcile.item_failed) and skipped, the sweep going on. */
   skipped: number;
+}
+
+/** The sweep's job: every run sweeps once, whatever the job carries. */
+export function reconcileProcessor(deps: ReconcileDeps): Processor<"reconcile"> {
+  return { run: async () => void (await reconcile(deps)) };
 }
 
 export async function reconcile(deps: ReconcileDeps, now = new Date()): Promise<SweepResult> {

@@ -21,7 +21,9 @@ import { markAccepted, markRefused, markSending, type Outbox, unsentParts } from
 import { markReplySent, storeDraft } from "../state/replies.ts";
 import { type GraphClient, type Recipient, SendTooLate } from "../whatsapp/graph-client.ts";
 import { windowOpen } from "../whatsapp/window.ts";
-import { decideFate, isInfrastructureFailure, isLastAttempt, type RetryDelaySettings, retryDelayMs } from "./policy.ts";
+import { type RetryDelaySettings, retryDelayMs } from "./backoff.ts";
+import { decideFate, isInfrastructureFailure, isLastAttempt } from "./policy.ts";
+import type { Processor } from "./processor.ts";
 
 export interface ReplyDeps extends GenerationDeps, VoiceNoteDeps {
   db: Db;
@@ -58,6 +60,19 @@ const DEBOUNCE_MAX_WINDOWS = 5;
 
 /** Voice notes arriving while others are heard are heard in the next round; this many, then the job fails (and retries). */
 const VOICE_NOTE_ROUNDS = 3;
+
+/**
+ * The reply job; what a run learns that Postgres cannot take is kept in the job's own data
+ * (KeepInJob) until it can.
+ */
+export function replyProcessor(deps: ReplyDeps): Processor<"reply"> {
+  return {
+    run: (job) =>
+      processReply(deps, job, async (kept) => {
+        await job.updateData({ ...job.data, ...kept, accepted: { ...job.data.accepted, ...kept.accepted } });
+      }),
+  };
+}
 
 /**
  * One reply for one conversation. BullMQ runs at most one of these per conversation at a

@@ -9,6 +9,7 @@ import { recordDeliveryStatus, recordPartPricing, type StatusOutcome, UUID } fro
 import { maskPhoneNumbers } from "../whatsapp/answer-shape.ts";
 import { ruleForGraphCode } from "../whatsapp/error-codes.ts";
 import type { GraphErrorsCount } from "../whatsapp/graph-client.ts";
+import type { Processor } from "./processor.ts";
 
 /**
  * Meta's delivery receipts. Statuses arrive out of order and more than once, so the stored
@@ -24,6 +25,10 @@ export interface StatusDeps extends DeadLetterDeps {
   metrics: DeadLetterDeps["metrics"] & { graphErrors: GraphErrorsCount } & Pick<Metrics, "metaMessages" | "metaCost">;
   /** Meta's rate card (META_RATES_FILE); without it billed messages are counted, not priced. */
   metaRates?: MetaRates | undefined;
+}
+
+export function statusProcessor(deps: StatusDeps): Processor<"status"> {
+  return { run: (job) => processStatus(deps, job.data) };
 }
 
 export async function processStatus(deps: StatusDeps, data: StatusJobData): Promise<string> {

@@ -1,89 +1,17 @@
+import { createHash } from "node:crypto";
+import type { KeepJobs } from "bullmq";
 import { z } from "zod";
-import type { ClaudeAnswer, GeneratedReply } from "../ai/claude.ts";
-import {
-  type EchoPayload,
-  echoSchema,
-  type InboundMessagePayload,
-  inboundMessageSchema,
-  type Sender,
-  type StatusPayload,
-  statusSchema,
-} from "../whatsapp/webhook-payload.ts";
+import type { Config } from "../config/config.ts";
+import { echoSchema, inboundMessageSchema, type Sender, statusSchema } from "../whatsapp/webhook-payload.ts";
 
 /**
- * The job catalog: each queue's name, the data its jobs carry, and the schema that data is
- * checked against when a worker takes the job (`readJob`). The webhook writes these
- * (src/webhook/walk.ts turns a delivery into them), the workers read them (src/jobs/).
+ * The job catalog, one definition per job as Trigger.dev defines a task: its queue's name, the
+ * schema its data is checked against when a worker takes it (readJob; the payload types are
+ * z.infer of it), its attempts, concurrency, limiter and retention, the id it is added under,
+ * what data that can never succeed becomes, and the module whose processor runs it. The
+ * webhook writes these jobs (src/webhook/walk.ts), the queues are made from this
+ * (src/queue/queues.ts), and the workers loop over it (src/jobs/workers.ts).
  */
-
-export const QUEUE_NAMES = { inbound: "inbound", reply: "reply", status: "status", events: "events", reconcile: "reconcile", notify: "notify" } as const;
-
-/** A customer's message, as the webhook queued it. */
-export interface InboundJobData {
-  phoneNumberId: string;
-  /** Absent on jobs queued before BSUIDs were read: their sender is `message.from` and `contactName`. */
-  sender?: Sender;
-  contactName?: string;
-  message: InboundMessagePayload;
-  /**
-   * When the webhook received it, in microseconds, plus its position in the delivery: the
-   * order of a burst within one of Meta's one-second timestamps (absent on older jobs).
-   */
-  arrival?: number;
-}
-
-/** A delivery receipt for one of our messages. */
-export interface StatusJobData {
-  phoneNumberId: string;
-  status: StatusPayload;
-}
-
-/**
- * What the business side tells us beside the customers' messages: a message a person sent
- * from the WhatsApp Business app on the same number (coexistence, WHATSAPP.md §10), a
- * customer's marketing preference, a BSUID that changed.
- */
-export type BusinessEvent =
-  | { type: "echo"; phoneNumberId: string; echo: EchoPayload; recipient: Sender }
-  | { type: "preferences"; sender: Sender; category: string; value: string; timestamp: number }
-  | { type: "user_id"; previous: string; current: string };
-export type EventJobData = BusinessEvent;
-
-/** One conversation's next answer (src/jobs/reply.ts). */
-export interface ReplyJobData {
-  conversationId: string;
-  /**
-   * Claude's answer, kept in the job itself when Postgres could not take it: paid for once,
-   * stored when the database is back, never asked for again (law 4).
-   */
-  draft?: KeptDraft;
-  /**
-   * A Claude call of a tool loop (a step asking for tools), kept the same way when Postgres could
-   * not record it: recorded before anything it asks for runs, never asked for again (law 4).
-   */
-  step?: KeptStep;
-  /** Parts Meta took (part id → wamid) while Postgres could not record it: recorded first when it can (law 5). */
-  accepted?: Record<string, string>;
-}
-
-/** Claude's answer for one reply, as the job keeps it. */
-export type KeptDraft = GeneratedReply & { replyId: string };
-
-/** Step `step` of a reply's tool loop: Claude's answer, whole, as the job keeps it. */
-export type KeptStep = { replyId: string; step: number } & Pick<ClaudeAnswer, "content" | "stopReason" | "usage">;
-
-/** Staff notifications (src/notify/): a "collect" job (no data) or a "deliver" job of one notification. */
-export interface NotifyJobData {
-  notificationId?: string;
-}
-
-/** What an item of a webhook delivery becomes (src/webhook/walk.ts). */
-export type WebhookJob = { queue: "inbound"; data: InboundJobData } | { queue: "status"; data: StatusJobData } | { queue: "events"; data: EventJobData };
-
-/** Who wrote a queued message, for jobs of either shape. */
-export function senderOf(data: InboundJobData): Sender {
-  return data.sender ?? { waId: data.message.from, name: data.contactName };
-}
 
 // ---------------------------------------------------------------------------------------------
 // Reading a job: its data is checked when it is taken (law 11). Jobs outlive deployments (a
@@ -106,13 +34,16 @@ const uuid = z.guid();
 /** What a Claude call cost, as the client reports it. */
 const usage = z.object({ model: z.string(), inputTokens: tokens, outputTokens: tokens, cacheReadTokens: tokens, cacheCreationTokens: tokens });
 
-const JOB_SCHEMAS = {
+const SCHEMAS = {
   inbound: z
     .object({
       phoneNumberId: digits,
+      // Absent on jobs queued before BSUIDs were read: their sender is `message.from` and `contactName`.
       sender: senderSchema.optional(),
       contactName: z.string().optional(),
       message: inboundMessageSchema,
+      // When the webhook received it, in microseconds, plus its position in the delivery: the
+      // order of a burst within one of Meta's one-second timestamps (absent on older jobs).
       arrival: z.number().int().nonnegative().optional(),
     })
     .refine((d) => d.sender !== undefined || d.message.from !== undefined, { message: "a message needs a sender" }),
@@ -124,6 +55,8 @@ const JOB_SCHEMAS = {
   ]),
   reply: z.object({
     conversationId: uuid,
+    // Claude's answer, kept in the job itself when Postgres could not take it: paid for once,
+    // stored when the database is back, never asked for again (law 4).
     draft: z
       .object({
         replyId: uuid,
@@ -135,6 +68,8 @@ const JOB_SCHEMAS = {
         citations: z.array(z.object({ source: z.string(), title: z.string().nullable(), citedText: z.string(), location: z.string().nullable() })).optional(),
       })
       .optional(),
+    // A Claude call of a tool loop (a step asking for tools), kept the same way when Postgres
+    // could not record it: recorded before anything it asks for runs, never asked for again.
     step: z
       .object({
         replyId: uuid,
@@ -145,13 +80,156 @@ const JOB_SCHEMAS = {
         usage: usage.extend({ cacheCreation1hTokens: tokens }),
       })
       .optional(),
+    // Parts Meta took (part id → wamid) while Postgres could not record it: recorded first when it can (law 5).
     accepted: z.record(uuid, z.string().min(1)).optional(),
   }),
   reconcile: z.object({}).passthrough(),
   notify: z.object({ notificationId: uuid.optional() }),
 } as const;
 
-export type QueueName = keyof typeof JOB_SCHEMAS;
+/**
+ * A job id from Meta's ids that nothing hostile can break or make collide: BullMQ refuses ":"
+ * in ids, and a lone surrogate cannot round-trip through Redis's bytes. The hash runs over
+ * the UTF-16 code units themselves, so "a:b", "a_b" and "\ud800" all stay apart.
+ */
+function stableId(kind: string, ...parts: string[]): string {
+  const hash = createHash("sha256");
+  for (const part of parts) hash.update(Buffer.from(`${part.length}:${part}`, "utf16le"));
+  return `${kind}.${hash.digest("hex").slice(0, 40)}`;
+}
+
+/** The job id derives from the wamid, so enqueueing the same message twice is harmless (law 3). */
+export const inboundJobId = (wamid: string) => stableId("in", wamid);
+export const statusJobId = (wamid: string, status: string) => stableId("st", wamid, status);
+const eventJobId = (event: z.output<typeof SCHEMAS.events>) =>
+  event.type === "echo"
+    ? stableId("ec", event.echo.id)
+    : event.type === "preferences"
+      ? stableId("pr", event.sender.userId ?? "", event.sender.waId ?? "", event.category, event.value, String(event.timestamp))
+      : stableId("id", event.previous, event.current);
+/** One reply job per conversation at a time (law 8): BullMQ's deduplication id of its reply jobs. */
+export const replyDeduplicationId = (conversationId: string) => `conv.${conversationId}`;
+export const deliverJobId = (notificationId: string) => `notify.${notificationId}`;
+
+/** Kept briefly for operators to inspect; the durable record is Postgres. */
+const KEEP_FOR_INSPECTION = { removeOnComplete: { age: 3600, count: 1000 }, removeOnFail: { age: 7 * 24 * 3600 } } as const;
+/** Housekeeping's last runs, for an operator to look at. */
+const KEEP_LAST_RUNS = { removeOnComplete: { count: 100 }, removeOnFail: { count: 100 } } as const;
+
+export interface JobDefinition<S extends z.ZodType = z.ZodType> {
+  readonly schema: S;
+  /** Runs before it has failed for good: JOB_ATTEMPTS for a customer's work (with the policy's backoff), else its own number. */
+  readonly attempts: "JOB_ATTEMPTS" | number;
+  /** Jobs of it one worker process runs at once. */
+  readonly concurrency: (jobs: Config["jobs"]) => number;
+  /** BullMQ's worker limiter, when it has one. */
+  readonly limiter?: { readonly max: number; readonly duration: number };
+  readonly retention: { readonly removeOnComplete: KeepJobs; readonly removeOnFail: KeepJobs };
+  /** The id it is added under, derived from what it carries (adding the same work twice is harmless); undefined: BullMQ's own. */
+  readonly jobId?: (data: z.output<S>) => string | undefined;
+  /** Data that can never succeed is settled at once (law 11): kept for staff as a dead letter (a customer's message), or logged. */
+  readonly invalid: "dead_letter" | "logged";
+  /** Whether its jobs carry their message's trace across Redis (housekeeping is untraced). */
+  readonly traced: boolean;
+  /** The module whose processor runs it (src/jobs/processors.ts holds them by job name). */
+  readonly processor: string;
+}
+
+/** A definition, its own fields' types kept (a job id it has is known to be there). */
+const job = <S extends z.ZodType, D extends Omit<JobDefinition<S>, "schema">>(schema: S, definition: D): { schema: S } & D => ({ schema, ...definition });
+
+export const JOBS = {
+  /** A customer's message, as the webhook queued it. */
+  inbound: job(SCHEMAS.inbound, {
+    attempts: "JOB_ATTEMPTS",
+    concurrency: (jobs) => jobs.inboundConcurrency,
+    retention: KEEP_FOR_INSPECTION,
+    jobId: (data) => inboundJobId(data.message.id),
+    invalid: "dead_letter",
+    traced: true,
+    processor: "src/jobs/inbound.ts",
+  }),
+  /** One conversation's next answer. */
+  reply: job(SCHEMAS.reply, {
+    attempts: "JOB_ATTEMPTS",
+    // Replies wait on Claude for seconds: many run at once, one per conversation (law 8).
+    concurrency: (jobs) => jobs.replyConcurrency,
+    // BullMQ honours a manual queue.rateLimit() (Meta's sender-wide limits, src/jobs/reply.ts)
+    // only for workers with a limiter; this one is far above any real rate.
+    limiter: { max: 10_000, duration: 1000 },
+    retention: KEEP_FOR_INSPECTION,
+    invalid: "logged",
+    traced: true,
+    processor: "src/jobs/reply.ts",
+  }),
+  /** A delivery receipt for one of our messages. */
+  status: job(SCHEMAS.status, {
+    attempts: "JOB_ATTEMPTS",
+    concurrency: (jobs) => jobs.inboundConcurrency,
+    retention: KEEP_FOR_INSPECTION,
+    jobId: (data) => statusJobId(data.status.id, data.status.status),
+    invalid: "logged",
+    traced: true,
+    processor: "src/jobs/status.ts",
+  }),
+  /**
+   * What the business side tells us beside the customers' messages: a message a person sent
+   * from the WhatsApp Business app on the same number (coexistence, WHATSAPP.md §10), a
+   * customer's marketing preference, a BSUID that changed.
+   */
+  events: job(SCHEMAS.events, {
+    attempts: "JOB_ATTEMPTS",
+    concurrency: (jobs) => jobs.inboundConcurrency,
+    retention: KEEP_FOR_INSPECTION,
+    jobId: eventJobId,
+    invalid: "logged",
+    traced: true,
+    processor: "src/jobs/events.ts",
+  }),
+  /** The reconciler's sweep, at start-up and every RECONCILE_INTERVAL_MS. */
+  reconcile: job(SCHEMAS.reconcile, {
+    attempts: 1,
+    concurrency: () => 1,
+    retention: KEEP_LAST_RUNS,
+    invalid: "logged",
+    traced: false,
+    processor: "src/jobs/reconcile.ts",
+  }),
+  /** Staff notifications (src/notify/): a "collect" job (no data) or a "deliver" job of one notification. */
+  notify: job(SCHEMAS.notify, {
+    attempts: 1,
+    concurrency: () => 2,
+    retention: KEEP_FOR_INSPECTION,
+    jobId: (data) => (data.notificationId ? deliverJobId(data.notificationId) : undefined),
+    invalid: "logged",
+    traced: false,
+    processor: "src/jobs/notify.ts",
+  }),
+};
+
+export type JobName = keyof typeof JOBS;
+export const JOB_NAMES = Object.keys(JOBS) as JobName[];
+export type JobData<N extends JobName> = z.output<(typeof SCHEMAS)[N]>;
+
+export type InboundJobData = JobData<"inbound">;
+export type ReplyJobData = JobData<"reply">;
+export type StatusJobData = JobData<"status">;
+export type EventJobData = JobData<"events">;
+export type NotifyJobData = JobData<"notify">;
+/** What the business side tells us (the events job). */
+export type BusinessEvent = EventJobData;
+/** Claude's answer for one reply, kept in its job while Postgres could not take it (law 4). */
+export type KeptDraft = NonNullable<ReplyJobData["draft"]>;
+/** Step `step` of a reply's tool loop: Claude's answer, whole, kept the same way. */
+export type KeptStep = NonNullable<ReplyJobData["step"]>;
+
+/** What an item of a webhook delivery becomes (src/webhook/walk.ts). */
+export type WebhookJob = { queue: "inbound"; data: InboundJobData } | { queue: "status"; data: StatusJobData } | { queue: "events"; data: EventJobData };
+
+/** Who wrote a queued message, for jobs of either shape. */
+export function senderOf(data: InboundJobData): Sender {
+  return data.sender ?? { waId: data.message.from, name: data.contactName };
+}
 
 export type JobRead<T> =
   /** `cleaned` names what was changed to make it storable (for the log), empty when nothing was. */
@@ -172,14 +250,9 @@ const OLDEST_DELIVERY_MS = 8 * 24 * 60 * 60 * 1000;
  * than Meta's redeliveries last) is read as the time the webhook received it. `receivedAtMs` is that time when the data does not say
  * (BullMQ's job timestamp). The job id was derived from the original (src/queue/queues.ts).
  */
-export function readJob(queue: "inbound", data: unknown, receivedAtMs: number): JobRead<InboundJobData>;
-export function readJob(queue: "status", data: unknown, receivedAtMs: number): JobRead<StatusJobData>;
-export function readJob(queue: "events", data: unknown, receivedAtMs: number): JobRead<EventJobData>;
-export function readJob(queue: "reply", data: unknown, receivedAtMs: number): JobRead<ReplyJobData>;
-export function readJob(queue: QueueName, data: unknown, receivedAtMs: number): JobRead<unknown>;
-export function readJob(queue: QueueName, data: unknown, receivedAtMs: number): JobRead<unknown> {
+export function readJob<N extends JobName>(queue: N, data: unknown, receivedAtMs: number): JobRead<JobData<N>> {
   const { value: clean, cleaned } = storableCopy(data);
-  const parsed = JOB_SCHEMAS[queue].safeParse(clean);
+  const parsed = JOBS[queue].schema.safeParse(clean);
   if (!parsed.success) return { ok: false, reason: describeIssues(parsed.error) };
   const read = parsed.data as Record<string, unknown>;
   const arrivalMs = typeof read.arrival === "number" ? Math.floor(read.arrival / 1000) : receivedAtMs;
@@ -189,7 +262,7 @@ export function readJob(queue: QueueName, data: unknown, receivedAtMs: number): 
       holder.timestamp = typeof holder.timestamp === "number" ? Math.floor(arrivalMs / 1000) : String(Math.floor(arrivalMs / 1000));
     }
   }
-  return { ok: true, data: read, cleaned: [...new Set(cleaned)] };
+  return { ok: true, data: read as JobData<N>, cleaned: [...new Set(cleaned)] };
 }
 
 const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
@@ -224,7 +297,7 @@ function storable(value: unknown, cleaned: string[]): unknown {
 }
 
 /** The objects whose `timestamp` a job's worker reads as a time. */
-function timestamped(queue: QueueName, data: Record<string, unknown>): { timestamp: unknown }[] {
+function timestamped(queue: JobName, data: Record<string, unknown>): { timestamp: unknown }[] {
   const holders: unknown[] = [];
   if (queue === "inbound") holders.push(data.message);
   if (queue === "status") holders.push(data.status);

@@ -1,89 +1,47 @@
-import { createHash } from "node:crypto";
-import { Job, type JobsOptions, Queue, type Telemetry } from "bullmq";
+import type { Job, JobsOptions, Telemetry } from "bullmq";
+import { Queue } from "bullmq";
 import calculateSlot from "cluster-key-slot";
 import { Cluster, type Redis } from "ioredis";
-import {
-  type BusinessEvent,
-  type EventJobData,
-  type InboundJobData,
-  type NotifyJobData,
-  QUEUE_NAMES,
-  type ReplyJobData,
-  type StatusJobData,
-  type WebhookJob,
-} from "./catalog.ts";
+import { connectionOf, deduplicationKey, issueAdd } from "./bullmq-internals.ts";
+import { JOB_NAMES, JOBS, type JobData, type JobName, replyDeduplicationId, type WebhookJob } from "./catalog.ts";
 import type { RedisClient } from "./redis.ts";
 import type { ReplicaCount } from "./replicas.ts";
 
-/** The queues, and how each job is added: the webhook's items (in the same script as their claim) and the reply job of a conversation. */
+/** The queues, made from the catalog, and how each job is added: the webhook's items (in the same script as their claim) and the reply job of a conversation. */
 
-export interface Queues {
-  inbound: Queue<InboundJobData>;
-  reply: Queue<ReplyJobData>;
-  status: Queue<StatusJobData>;
-  /** The business side: echoes of the WhatsApp Business app, preferences, BSUID changes (src/jobs/events.ts). */
-  events: Queue<EventJobData>;
-  /** One repeating job: the reconciler's sweep (src/jobs/reconcile.ts). */
-  reconcile: Queue<Record<string, never>>;
-  /** Staff notifications: the scheduled collect and each notification's delivery (src/notify/). */
-  notify: Queue<NotifyJobData>;
-}
+export type Queues = { [N in JobName]: Queue<JobData<N>> };
 
 export interface QueueSettings {
   prefix: string;
+  /** JOB_ATTEMPTS: the attempts of a customer's work. */
   attempts: number;
   /** BullMQ's telemetry hook (src/tracing/tracing.ts): each job carries its trace across Redis. Absent: no tracing. */
   telemetry?: Telemetry | undefined;
 }
 
-/** Kept briefly for operators to inspect; the durable record is Postgres. */
-const KEEP = { removeOnComplete: { age: 3600, count: 1000 }, removeOnFail: { age: 7 * 24 * 3600 } } as const;
-
 /**
- * `onError` hears the queues' connection errors (Redis away): BullMQ prints them to stderr
- * when nobody listens, once per reconnection attempt.
+ * One queue per job of the catalog, its defaults its definition's. `onError` hears the queues'
+ * connection errors (Redis away): BullMQ prints them to stderr when nobody listens, once per
+ * reconnection attempt.
  */
 export function createQueues(connection: RedisClient, settings: QueueSettings, onError: (error: Error) => void = () => undefined): Queues {
-  const defaultJobOptions: JobsOptions = { attempts: settings.attempts, backoff: { type: "policy" }, ...KEEP };
-  const options = { connection, prefix: settings.prefix, defaultJobOptions, ...(settings.telemetry ? { telemetry: settings.telemetry } : {}) };
-  const queues: Queues = {
-    inbound: new Queue<InboundJobData>(QUEUE_NAMES.inbound, options),
-    reply: new Queue<ReplyJobData>(QUEUE_NAMES.reply, options),
-    status: new Queue<StatusJobData>(QUEUE_NAMES.status, options),
-    events: new Queue<EventJobData>(QUEUE_NAMES.events, options),
-    // The sweep's jobs are housekeeping, not a customer's message: no traces.
-    reconcile: new Queue<Record<string, never>>(QUEUE_NAMES.reconcile, { connection, prefix: settings.prefix }),
-    notify: new Queue<NotifyJobData>(QUEUE_NAMES.notify, { connection, prefix: settings.prefix }),
+  const queueOf = (name: JobName) => {
+    const definition = JOBS[name];
+    const defaultJobOptions: JobsOptions =
+      definition.attempts === "JOB_ATTEMPTS"
+        ? { attempts: settings.attempts, backoff: { type: "policy" }, ...definition.retention }
+        : { attempts: definition.attempts, ...definition.retention };
+    const telemetry = definition.traced && settings.telemetry ? { telemetry: settings.telemetry } : {};
+    const queue = new Queue(name, { connection, prefix: settings.prefix, defaultJobOptions, ...telemetry });
+    queue.on("error", onError);
+    return [name, queue] as const;
   };
-  for (const queue of Object.values(queues)) queue.on("error", onError);
-  return queues;
+  return Object.fromEntries(JOB_NAMES.map(queueOf)) as unknown as Queues;
 }
 
 export async function closeQueues(queues: Queues): Promise<void> {
-  await Promise.all(Object.values(queues).map((queue) => queue.close()));
+  await Promise.all(Object.values(queues).map((queue: Queue) => queue.close()));
 }
-
-/**
- * A job id from Meta's ids that nothing hostile can break or make collide: BullMQ refuses ":"
- * in ids, and a lone surrogate cannot round-trip through Redis's bytes. The hash runs over
- * the UTF-16 code units themselves, so "a:b", "a_b" and "\ud800" all stay apart.
- */
-function stableId(kind: string, ...parts: string[]): string {
-  const hash = createHash("sha256");
-  for (const part of parts) hash.update(Buffer.from(`${part.length}:${part}`, "utf16le"));
-  return `${kind}.${hash.digest("hex").slice(0, 40)}`;
-}
-
-/** The job id derives from the wamid, so enqueueing the same message twice is harmless (law 3). */
-export const inboundJobId = (wamid: string) => stableId("in", wamid);
-export const statusJobId = (wamid: string, status: string) => stableId("st", wamid, status);
-
-const eventJobId = (event: BusinessEvent) =>
-  event.type === "echo"
-    ? stableId("ec", event.echo.id)
-    : event.type === "preferences"
-      ? stableId("pr", event.sender.userId ?? "", event.sender.waId ?? "", event.category, event.value, String(event.timestamp))
-      : stableId("id", event.previous, event.current);
 
 /**
  * How long a webhook item stays a known duplicate once its job is queued. Meta redelivers an
@@ -118,24 +76,20 @@ export interface EnqueueResult {
  * script, in the same write: Redis runs the two back to back (only another process's add of
  * the same item, landing between them, could make both say "enqueued"). That read only names
  * the outcome for logs and metrics; it never decides the answer. The add is Queue.add's own
- * path (its option merge, Job.create; its checks hold for these ids and options by
- * construction) without the awaits inside it, which would let other requests' commands in
- * between the read and the script.
+ * path without the awaits inside it (bullmq-internals.ts), which would let other requests'
+ * commands in between the read and the script.
  */
 async function addOnce<T>(queue: Queue<T>, name: string, data: T, jobId: string, durability: Durability, present?: ReplicaCount): Promise<EnqueueResult> {
-  const backend = queue.getBackend();
-  const connection = await backend.client;
-  const client = connection as unknown as RedisClient; // the queue's connection: ioredis underneath BullMQ's own interface
+  const client = await connectionOf(queue);
   const telemetry = queue.opts.telemetry;
   const traced = telemetry ? { telemetry: { metadata: telemetry.contextManager.getMetadata(telemetry.contextManager.active()) } } : {};
-  const job = new Job(queue, name, data, { ...queue.jobsOpts, jobId, deduplication: { id: jobId, ttl: WEBHOOK_DEDUP_TTL_MS }, ...traced }, jobId);
-  const keys = [queue.toKey(jobId), `${queue.keys.de}:${jobId}`] as const;
+  const keys = [queue.toKey(jobId), deduplicationKey(queue, jobId)] as const;
   const awaited = replicasToAwait(durability, keys[0], present);
   // WAIT covers the writes made before it on its own connection: in a cluster that is the
   // connection to the master of the queue's slot (the prefix's hash tag), not any node.
   const waiter = awaited === 0 ? undefined : client instanceof Cluster ? masterOf(client, keys[0]) : client;
   const known = client.exists(...keys);
-  const added = backend.addJobToTransaction(connection, job.asJSON(), jobId);
+  const added = issueAdd(queue, client, name, data, { jobId, deduplication: { id: jobId, ttl: WEBHOOK_DEDUP_TTL_MS }, ...traced });
   // Issued in the same turn, so in the same write, right behind the add on this connection.
   const copied = waiter?.wait(awaited, durability.timeoutMs);
   const [found, , acknowledged] = await Promise.all([known, added, copied]);
@@ -210,21 +164,19 @@ export function webhookJobOf(
 ): { id: string; enqueue: () => Promise<EnqueueResult> } {
   switch (job.queue) {
     case "inbound": {
-      const id = inboundJobId(job.data.message.id);
+      const id = JOBS.inbound.jobId(job.data);
       return { id, enqueue: () => addOnce(queues.inbound, "inbound", job.data, id, durability, present) };
     }
     case "status": {
-      const id = statusJobId(job.data.status.id, job.data.status.status);
+      const id = JOBS.status.jobId(job.data);
       return { id, enqueue: () => addOnce(queues.status, "status", job.data, id, durability, present) };
     }
     case "events": {
-      const id = eventJobId(job.data);
+      const id = JOBS.events.jobId(job.data);
       return { id, enqueue: () => addOnce(queues.events, job.data.type, job.data, id, durability, present) };
     }
   }
 }
-
-const replyDeduplicationId = (conversationId: string) => `conv.${conversationId}`;
 
 /**
  * Law 8: one reply job per conversation at a time, across every worker. BullMQ's

@@ -2,13 +2,14 @@ import type { Queue } from "bullmq";
 import type { StaffNotifySettings } from "../config/config.ts";
 import type { Db } from "../db/client.ts";
 import { describeError } from "../errors.ts";
-import type { RetryDelaySettings } from "../jobs/policy.ts";
 import type { Logger } from "../logger.ts";
 import type { Metrics } from "../metrics/metrics.ts";
-import type { NotifyJobData } from "../queue/catalog.ts";
-import { batchItems, findBatch, makeBatch, recordChannelSent, recordFailure, undeliveredBatches } from "./batches.ts";
-import { DeliveryFailed, type StaffChannels } from "./channels.ts";
-import { composeStaffMessage } from "./message.ts";
+import { batchItems, findBatch, makeBatch, recordChannelSent, recordFailure, undeliveredBatches } from "../notify/batches.ts";
+import { DeliveryFailed, type StaffChannels } from "../notify/channels.ts";
+import { composeStaffMessage } from "../notify/message.ts";
+import { deliverJobId, type NotifyJobData } from "../queue/catalog.ts";
+import type { RetryDelaySettings } from "./backoff.ts";
+import type { Processor } from "./processor.ts";
 
 /**
  * Law 14, for staff: a new dead letter or handoff is told to them without watching the page.
@@ -39,12 +40,13 @@ export const DELIVER_ATTEMPTS = 20;
 /** Pending notifications looked at per collect. */
 const REDRIVE_BATCH = 50;
 
-export const deliverJobId = (notificationId: string) => `notify.${notificationId}`;
-
 /** How often to look: a quarter of the batch window, so a batch leaves at most a quarter late; at least every minute, for the pending ones. */
 export const collectEveryMs = (batchMs: number) => Math.min(60_000, Math.max(100, Math.floor(batchMs / 4)));
 
-const KEEP = { removeOnComplete: { age: 3600, count: 1000 }, removeOnFail: { age: 7 * 24 * 3600 } } as const;
+/** A staff notification job: a delivery of one notification, or (no id) the scheduled collect. */
+export function notifyProcessor(deps: NotifierDeps): Processor<"notify"> {
+  return { run: (job) => (job.data.notificationId ? deliverNotification(deps, job.data.notificationId) : collectNotifications(deps)) };
+}
 
 export async function scheduleCollect(deps: Pick<NotifierDeps, "queue" | "settings">): Promise<void> {
   const keep = { removeOnComplete: { count: 100 }, removeOnFail: { count: 100 } };
@@ -65,7 +67,8 @@ async function enqueueDelivery(deps: Pick<NotifierDeps, "queue">, notificationId
   await deps.queue.add(
     "deliver",
     { notificationId },
-    { jobId: deliverJobId(notificationId), attempts: DELIVER_ATTEMPTS, backoff: { type: "policy" }, ...KEEP },
+    // The queue's retention (the catalog's), its own attempts and the policy's backoff.
+    { jobId: deliverJobId(notificationId), attempts: DELIVER_ATTEMPTS, backoff: { type: "policy" } },
   );
 }
 
