@@ -1,5 +1,6 @@
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from "fastify";
 import { adminRoutes } from "./admin/admin.ts";
+import { type Clock, systemClock } from "./clock.ts";
 import type { Db } from "./db/client.ts";
 import { healthRoutes } from "./http/health.ts";
 import type { Logger } from "./logger.ts";
@@ -28,10 +29,13 @@ export interface AppDeps {
   tracing?: Tracing | undefined;
   /** How long a webhook waits for a reconnecting Redis (default REDIS_READY_GRACE_MS). */
   redisGraceMs?: number | undefined;
+  /** The clock main.ts made (a test may hand in its own); the system's by default. */
+  clock?: Clock | undefined;
 }
 
 /** The web role as a value: tests call this and use inject(); only main.ts listens. */
 export function buildApp(deps: AppDeps): FastifyInstance {
+  const clock = deps.clock ?? systemClock;
   const app = Fastify({
     // pino's Logger is a FastifyBaseLogger; the cast keeps FastifyInstance's default generics.
     loggerInstance: deps.logger as FastifyBaseLogger,
@@ -63,7 +67,9 @@ export function buildApp(deps: AppDeps): FastifyInstance {
   // only to METRICS_TOKEN's bearer; without it, not at all (buildMetricsApp serves them).
   const metricsToken = deps.config.metrics.token;
   if (metricsToken) {
-    app.register(metricsRoutes({ metrics: deps.metrics, queues: deps.queues, db: deps.db, bearerToken: metricsToken, otherProcesses: deps.otherProcesses }));
+    app.register(
+      metricsRoutes({ metrics: deps.metrics, queues: deps.queues, db: deps.db, bearerToken: metricsToken, otherProcesses: deps.otherProcesses, clock }),
+    );
   }
   app.register(
     webhookRoutes({
@@ -75,6 +81,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
       metrics: deps.metrics,
       durability: deps.config.redisWait,
       tracer: deps.tracing?.tracer,
+      clock,
       redisGraceMs: deps.redisGraceMs,
     }),
   );
@@ -87,14 +94,15 @@ export function buildApp(deps: AppDeps): FastifyInstance {
       keyPrefix: deps.config.queuePrefix,
       secureCookies: deps.config.adminSecureCookies,
       costs: deps.config.costs,
-      templates: templateCatalog(deps.config.whatsapp),
+      templates: templateCatalog(deps.config.whatsapp, clock),
+      clock,
     }),
   );
   return app;
 }
 
 /** The staff page's approved templates, read with the web role's own Graph client; none without WHATSAPP_BUSINESS_ACCOUNT_ID. */
-function templateCatalog(whatsapp: Settings["whatsapp"]): TemplateCatalog | undefined {
+function templateCatalog(whatsapp: Settings["whatsapp"], clock: Clock): TemplateCatalog | undefined {
   if (!whatsapp.businessAccountId) return undefined;
   const graph = new GraphClient({
     baseUrl: whatsapp.graphBaseUrl,
@@ -102,7 +110,7 @@ function templateCatalog(whatsapp: Settings["whatsapp"]): TemplateCatalog | unde
     accessToken: whatsapp.accessToken,
     timeoutMs: whatsapp.graphTimeoutMs,
   });
-  return new TemplateCatalog(graph, whatsapp.businessAccountId);
+  return new TemplateCatalog(graph, whatsapp.businessAccountId, clock);
 }
 
 export interface MetricsAppDeps {
@@ -112,8 +120,8 @@ export interface MetricsAppDeps {
   metrics: Metrics;
   /** Metrics of other processes this listener speaks for (the `all` role's worker child). */
   otherProcesses?: () => Promise<MetricsSnapshot[]>;
-  /** The clock queue ages are measured with (default Date.now). */
-  now?: () => number;
+  /** The clock queue ages are measured with (the system's by default). */
+  clock?: Clock | undefined;
   /** METRICS_TOKEN: when set, `/metrics` here answers its bearer only, as on the web port. */
   bearerToken?: string | undefined;
 }
@@ -131,7 +139,7 @@ export function buildMetricsApp(deps: MetricsAppDeps): FastifyInstance {
       queues: deps.queues,
       db: deps.db,
       otherProcesses: deps.otherProcesses,
-      now: deps.now,
+      clock: deps.clock ?? systemClock,
       bearerToken: deps.bearerToken,
     }),
     { logLevel: "warn" },

@@ -2,18 +2,20 @@ import { existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import type { FastifyInstance } from "fastify";
 import { buildApp, buildMetricsApp } from "./app.ts";
-import { ConfigError, DEFAULT_METRICS_PORTS } from "./config/config.ts";
-import { createDb, type Db } from "./db/client.ts";
+import { type Clock, systemClock } from "./clock.ts";
+import { ConfigError } from "./config/config.ts";
+import { createDb } from "./db/client.ts";
 import { migrate } from "./db/migrate.ts";
-import { startConfiguredWorkers } from "./jobs/workers.ts";
 import { createLogger, type Logger } from "./logger.ts";
-import { createMetrics, type Metrics } from "./metrics/metrics.ts";
-import { forkWorkerChild, WORKER_CHILD_FLAG, WORKER_CHILD_NICENESS, yieldTheCpu } from "./process/scheduling.ts";
-import { answerParent, SHUTDOWN_GRACE_MS, superviseWorkerChild } from "./process/worker-child.ts";
+import { createMetrics } from "./metrics/metrics.ts";
+import { drainOnce, flushTraces, startConfiguredTracing, startWorkerRole } from "./process/lifecycle.ts";
+import { listenForScrapes, StartupError } from "./process/metrics-port.ts";
+import { forkWorkerChild, WORKER_CHILD_FLAG } from "./process/scheduling.ts";
+import { superviseWorkerChild } from "./process/supervisor.ts";
+import { runWorkerChild, SHUTDOWN_GRACE_MS } from "./process/worker-child.ts";
 import { closeQueues, createQueues } from "./queue/queues.ts";
-import { createFailFastRedis, createWorkerRedis, redisPersistenceWarnings, untilReady } from "./queue/redis.ts";
+import { createFailFastRedis, untilReady } from "./queue/redis.ts";
 import { loadSettings, type Settings } from "./settings.ts";
-import { type StartedTracing, startTracing } from "./tracing/sdk.ts";
 import type { Tracing } from "./tracing/tracing.ts";
 
 /**
@@ -26,9 +28,12 @@ import type { Tracing } from "./tracing/tracing.ts";
 
 type Role = "all" | "web" | "worker" | "migrate";
 
+/** The one clock, handed down to everything that reads the time (src/clock.ts). */
+const clock: Clock = systemClock;
+
 async function main(): Promise<void> {
   const role = (process.argv[2] ?? "all") as Role;
-  if (role === "worker" && process.argv.includes(WORKER_CHILD_FLAG)) return runWorkerChild();
+  if (role === "worker" && process.argv.includes(WORKER_CHILD_FLAG)) return workerChild();
 
   // A local .env is a convenience for one-machine setups; real deployments set the environment.
   if (existsSync(".env")) process.loadEnvFile(".env");
@@ -66,11 +71,11 @@ async function runRole(role: "web" | "worker", config: Settings, logger: Logger)
   const tracing = traces?.tracing;
   const web = connectWeb(config, logger, tracing);
   const metrics = createMetrics({ defaultMetrics: true });
-  const app = role === "web" ? buildApp({ config, logger, redis: web.redis, queues: web.queues, db: web.db, metrics, tracing }) : undefined;
-  const metricsApp = metricsListener(config, { logger, queues: web.queues, db: web.db, metrics });
+  const app = role === "web" ? buildApp({ config, logger, redis: web.redis, queues: web.queues, db: web.db, metrics, tracing, clock }) : undefined;
+  const metricsApp = metricsListener(config, { logger, queues: web.queues, db: web.db, metrics, clock });
   // First: a METRICS_PORT that is taken stops the start before a job is taken.
-  if (metricsApp) await listenForScrapes(metricsApp, config, logger);
-  const worker = role === "worker" ? startWorkerRole(config, logger, web.db, metrics, tracing) : undefined;
+  if (metricsApp) await listenForScrapes(metricsApp, config.metrics, logger);
+  const worker = role === "worker" ? startWorkerRole(config, { logger, db: web.db, metrics, clock, tracing }) : undefined;
 
   let stopping = false;
   stopOnSignals(logger, config.shutdownTimeoutMs + SHUTDOWN_GRACE_MS, async () => {
@@ -91,7 +96,7 @@ async function runRole(role: "web" | "worker", config: Settings, logger: Logger)
 /**
  * npm start: the web on this process's event loop and the workers in a child process, so a
  * webhook's ack never waits behind job code. One metrics listener serves both (each process's
- * series carry `role`), and a worker child that dies is started again (src/process/worker-child.ts).
+ * series carry `role`), and a worker child that dies is started again (src/process/supervisor.ts).
  */
 async function runAll(config: Settings, logger: Logger): Promise<void> {
   // This process is the web; the worker child starts tracing of its own (runWorkerChild).
@@ -100,11 +105,11 @@ async function runAll(config: Settings, logger: Logger): Promise<void> {
   const web = connectWeb(config, logger, tracing);
   const metrics = createMetrics({ defaultMetrics: true });
   metrics.registry.setDefaultLabels({ role: "web" });
-  const worker = superviseWorkerChild({ fork: () => forkWorkerChild(fileURLToPath(import.meta.url)), config, logger, metrics });
+  const worker = superviseWorkerChild({ fork: () => forkWorkerChild(fileURLToPath(import.meta.url)), config, logger, metrics, clock });
   const otherProcesses = () => worker.collectMetrics();
-  const app = buildApp({ config, logger, redis: web.redis, queues: web.queues, db: web.db, metrics, otherProcesses, tracing });
-  const metricsApp = metricsListener(config, { logger, queues: web.queues, db: web.db, metrics, otherProcesses });
-  if (metricsApp) await listenForScrapes(metricsApp, config, logger);
+  const app = buildApp({ config, logger, redis: web.redis, queues: web.queues, db: web.db, metrics, otherProcesses, tracing, clock });
+  const metricsApp = metricsListener(config, { logger, queues: web.queues, db: web.db, metrics, otherProcesses, clock });
+  if (metricsApp) await listenForScrapes(metricsApp, config.metrics, logger);
   worker.start();
 
   let stopping = false;
@@ -127,59 +132,6 @@ function metricsListener(config: Settings, deps: Omit<Parameters<typeof buildMet
   return config.metrics.listen.kind === "off" ? undefined : buildMetricsApp({ ...deps, bearerToken: config.metrics.token });
 }
 
-/** A start-up that cannot go on, said in one line naming the variable to change. */
-class StartupError extends Error {
-  override readonly name = "StartupError";
-}
-
-/**
- * The metrics listener on METRICS_PORT, or, when it is unset, on the first free port of
- * DEFAULT_METRICS_PORTS: each process on a host takes its own, and says which in its
- * `metrics.listening` line (how a scraper's operator finds it). Tried in turn rather than
- * probed first: two processes starting together must not both find the same port free.
- */
-async function listenForScrapes(app: FastifyInstance, config: Settings, logger: Logger): Promise<void> {
-  const { listen, host } = config.metrics;
-  if (listen.kind === "off") return;
-  if (listen.kind === "fixed") {
-    await app.listen({ port: listen.port, host }).catch((error: unknown) => {
-      if (errorCode(error) !== "EADDRINUSE") throw cannotListen(host, listen.port, error);
-      const range = `${DEFAULT_METRICS_PORTS.first}–${DEFAULT_METRICS_PORTS.last}`;
-      throw new StartupError(
-        `METRICS_PORT=${listen.port}: cannot listen on ${host}:${listen.port} (the port is taken); choose another METRICS_PORT, or unset it to take the first free port of ${range}`,
-      );
-    });
-    logger.info({ event: "metrics.listening", host, port: listen.port }, `metrics on ${host}:${listen.port} (METRICS_PORT)`);
-    return;
-  }
-  const first = DEFAULT_METRICS_PORTS.first;
-  for (const port of listen.ports) {
-    try {
-      await app.listen({ port, host });
-    } catch (error) {
-      if (errorCode(error) === "EADDRINUSE") continue; // another process's, likely another role of ours
-      throw cannotListen(host, port, error);
-    }
-    const moved = port !== first;
-    logger.info(
-      { event: "metrics.listening", host, port, ...(moved ? { movedFrom: first } : {}) },
-      moved ? `metrics on ${host}:${port}: the default ${first} was taken` : `metrics on ${host}:${port}`,
-    );
-    return;
-  }
-  throw new StartupError(
-    `no free port for metrics on ${host} from ${first} to ${DEFAULT_METRICS_PORTS.last}: set METRICS_PORT to a free one (0 turns the listener off)`,
-  );
-}
-
-const errorCode = (error: unknown): unknown => (error instanceof Error ? (error as NodeJS.ErrnoException).code : undefined);
-
-/** Not a port taken: an address this host does not have, most likely. */
-const cannotListen = (host: string, port: number, error: unknown) =>
-  new StartupError(
-    `the metrics listener cannot listen on ${host}:${port} (METRICS_HOST, METRICS_PORT): ${error instanceof Error ? error.message : String(error)}`,
-  );
-
 /**
  * The web port opens once its Redis connection is ready (law 2): a webhook taken before then
  * could not be enqueued, and a verify GET answered meanwhile would tell Meta all is well.
@@ -193,10 +145,10 @@ async function listenOnceRedisIsReady(
   stopping: () => boolean,
 ): Promise<void> {
   if (web.redis.status !== "ready") {
-    const since = Date.now();
+    const since = clock.monotonicMs();
     logger.info({ event: "web.waiting_for_redis", status: web.redis.status }, "waiting for Redis before taking webhooks");
     await untilReady(web.redis);
-    logger.info({ event: "web.redis_ready", waitedMs: Date.now() - since }, "Redis is ready; taking webhooks");
+    logger.info({ event: "web.redis_ready", waitedMs: Math.round(clock.monotonicMs() - since) }, "Redis is ready; taking webhooks");
   }
   // The queues' start waits out Redis being slow or away (patientInfo); one that failed
   // otherwise (a Redis too old for BullMQ) never enqueues, so the supervisor hears it now.
@@ -211,41 +163,14 @@ async function listenOnceRedisIsReady(
 }
 
 /**
- * The worker child of `all`: the worker role with the configuration the parent validated (it
- * reads no environment of its own and opens no port; the parent serves its metrics). It drains
- * when the parent says so, after the web has stopped taking webhooks, or when the parent dies.
+ * `all`'s worker child (src/process/worker-child.ts). systemd's default KillMode signals the
+ * parent and the child at once (a terminal's Ctrl-C does not: the child leads a session of its
+ * own); the parent decides the order, web first, so the child waits for its word.
  */
-function runWorkerChild(): void {
-  yieldTheCpu(WORKER_CHILD_NICENESS);
-  let logger: Logger | undefined;
-  let drain: ((bindings: Record<string, string>) => void) | undefined;
-  answerParent(process, {
-    start(config) {
-      const log = createLogger({ level: config.logLevel, traceIds: config.tracing !== undefined });
-      logger = log;
-      const traces = startConfiguredTracing(config, "worker", log);
-      const metrics = createMetrics({ defaultMetrics: true });
-      metrics.registry.setDefaultLabels({ role: "worker" });
-      const db = createDb(config.databaseUrl, { poolSize: config.databasePoolSize });
-      const worker = startWorkerRole(config, log, db, metrics, traces?.tracing);
-      drain = drainOnce(log, config.shutdownTimeoutMs + SHUTDOWN_GRACE_MS, async () => {
-        await worker.close();
-        await db.$disconnect();
-        await flushTraces(traces, log);
-        return true;
-      });
-      return { metrics, logger: log };
-    },
-    drain(reason) {
-      if (drain) drain({ reason });
-      else process.exit(0); // told to stop before it started: nothing to drain
-    },
-  });
-  // systemd's default KillMode signals the parent and the child at once (a terminal's Ctrl-C
-  // does not: the child leads a session of its own); the parent decides the order, web first,
-  // so the child waits for its word.
+function workerChild(): void {
+  const child = runWorkerChild(clock);
   for (const signal of ["SIGINT", "SIGTERM"] as const) {
-    process.on(signal, () => logger?.info({ event: "shutdown.deferred", signal }, "the parent stops the worker after the web"));
+    process.on(signal, () => child.logger()?.info({ event: "shutdown.deferred", signal }, "the parent stops the worker after the web"));
   }
 }
 
@@ -283,27 +208,6 @@ function warnOfToolsOnPrivateNetworks(config: Settings, logger: Logger): void {
   }
 }
 
-/**
- * The OpenTelemetry SDK, when an OTLP endpoint is configured; otherwise none starts and the
- * rest of the code gets no tracing at all (Config.tracing).
- */
-function startConfiguredTracing(config: Settings, role: "web" | "worker", logger: Logger): StartedTracing | undefined {
-  if (!config.tracing) return undefined;
-  const started = startTracing(config.tracing, role);
-  logger.info({ event: "tracing.started", endpoint: redactedOrigin(config.tracing.tracesUrl) }, "exporting traces over OTLP/HTTP");
-  return started;
-}
-
-/** Where traces go, as a log line may say it: the origin, without credentials or path. */
-function redactedOrigin(url: string): string {
-  return new URL(url).origin;
-}
-
-/** The spans still buffered go out before the process exits; a collector that is away costs them, not the shutdown. */
-async function flushTraces(traces: StartedTracing | undefined, logger: Logger): Promise<void> {
-  await traces?.shutdown().catch((error: unknown) => logger.warn({ event: "tracing.flush_failed", err: error }, "could not export the last traces"));
-}
-
 /** Postgres and the web's fail-fast Redis with its queue handles (the web, and the metrics gauges). */
 function connectWeb(config: Settings, logger: Logger, tracing: Tracing | undefined) {
   const db = createDb(config.databaseUrl, { poolSize: config.databasePoolSize });
@@ -327,60 +231,11 @@ function connectWeb(config: Settings, logger: Logger, tracing: Tracing | undefin
   };
 }
 
-/** The worker role on a connection of its own (one that waits out a Redis outage); close() drains it. */
-function startWorkerRole(config: Settings, logger: Logger, db: Db, metrics: Metrics, tracing: Tracing | undefined) {
-  const connection = createWorkerRedis(config.redis);
-  // It reconnects by itself and the jobs wait for it; say so once per error, not on stderr.
-  connection.on("error", (error) => logger.warn({ event: "redis.error", role: "worker", err: error }, "worker's redis connection error"));
-  const workers = startConfiguredWorkers(config, { db, logger, metrics, connection, tracing });
-  redisPersistenceWarnings(connection).then(
-    (warnings) => {
-      for (const warning of warnings) logger.warn({ event: "redis.config_warning" }, warning);
-    },
-    (error) => logger.warn({ event: "redis.config_unreadable", err: error }, "could not read Redis settings (CONFIG GET refused?)"),
-  );
-  logger.info({ event: "worker.started", concurrency: config.jobs.replyConcurrency }, "worker started");
-  return {
-    async close() {
-      await workers.close(config.shutdownTimeoutMs);
-      await Promise.allSettled([connection.quit()]);
-    },
-  };
-}
-
 /** SIGTERM and SIGINT run `stop` once; see drainOnce. */
 function stopOnSignals(logger: Logger, hardStopMs: number, stop: () => Promise<boolean>): void {
   const shutdown = drainOnce(logger, hardStopMs, stop);
   process.on("SIGTERM", () => shutdown({ signal: "SIGTERM" }));
   process.on("SIGINT", () => shutdown({ signal: "SIGINT" }));
-}
-
-/**
- * The shutdown, run once whatever asks for it again: `stop` resolves whether everything
- * stopped cleanly (exit 0) or not (exit 1); past `hardStopMs` the process exits anyway.
- */
-function drainOnce(logger: Logger, hardStopMs: number, stop: () => Promise<boolean>): (bindings: Record<string, string>) => void {
-  let stopping = false;
-  return (bindings) => {
-    if (stopping) return;
-    stopping = true;
-    logger.info({ event: "shutdown.start", ...bindings }, "shutting down");
-    const hardStop = setTimeout(() => {
-      logger.error({ event: "shutdown.forced" }, "shutdown took too long; exiting");
-      process.exit(1);
-    }, hardStopMs);
-    hardStop.unref();
-    stop().then(
-      (clean) => {
-        logger.info({ event: "shutdown.done", clean }, "stopped");
-        process.exit(clean ? 0 : 1);
-      },
-      (error: unknown) => {
-        logger.error({ event: "shutdown.error", err: error }, "error during shutdown");
-        process.exit(1);
-      },
-    );
-  };
 }
 
 main().catch((error: unknown) => {

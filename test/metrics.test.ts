@@ -1,6 +1,7 @@
 import pino from "pino";
 import { describe, expect, it } from "vitest";
 import { buildMetricsApp } from "../src/app.ts";
+import type { Clock } from "../src/clock.ts";
 import { createMetrics, mergeMetrics } from "../src/metrics/metrics.ts";
 import { anthropicError } from "./support/fake-anthropic.ts";
 import { graphError } from "./support/fake-graph.ts";
@@ -17,9 +18,9 @@ import { PHONE_NUMBER_ID, statusWebhook, textWebhook } from "./support/webhook-b
 
 const harness = harnessPerTest();
 
-async function system(options?: HarnessOptions & { now?: () => number }) {
+async function system(options?: HarnessOptions & { clock?: Clock }) {
   const h = await harness(options);
-  const app = buildMetricsApp({ logger: pino({ level: "silent" }), queues: h.queues, db: h.db, metrics: h.metrics, now: options?.now });
+  const app = buildMetricsApp({ logger: pino({ level: "silent" }), queues: h.queues, db: h.db, metrics: h.metrics, clock: options?.clock });
   const scrape = async () => {
     const res = await app.inject({ method: "GET", url: "/metrics" });
     expect(res.statusCode).toBe(200);
@@ -143,7 +144,7 @@ describe("deliveries", () => {
 describe("the queues", () => {
   it("a job waiting with no worker to take it shows its age; a queue with nothing waiting shows 0", async () => {
     let clock = Date.now();
-    const { h, scrape } = await system({ now: () => clock });
+    const { h, scrape } = await system({ clock: { now: () => new Date(clock), monotonicMs: () => clock } });
     await h.stopWorkers();
     await h.deliver(textWebhook({ text: "anyone there?" }).body);
     const [job] = await h.queues.inbound.getWaiting(0, 0);

@@ -2,6 +2,7 @@ import { type Queue, Worker } from "bullmq";
 import { Redis } from "ioredis";
 import pino from "pino";
 import { afterEach, describe, expect, it } from "vitest";
+import { systemClock } from "../src/clock.ts";
 import { reconcile } from "../src/jobs/reconcile.ts";
 import { eventually, type Harness, settle, TEST_REDIS_URL } from "./support/harness.ts";
 import { harnessPerTest } from "./support/per-test.ts";
@@ -61,9 +62,10 @@ const sweepDeps = (h: Harness) => ({
   prefix: h.prefix,
   logger: pino({ level: "silent" }),
   metrics: h.metrics,
-  conversation: h.config.conversation,
-  afterMs: 0,
+  clock: systemClock,
 });
+/** A sweep of the test's own, acting on work of any age. */
+const sweep = (deps: ReturnType<typeof sweepDeps>) => reconcile(deps, { afterMs: 0, holdingReply: "" });
 
 describe("the reconciler", () => {
   it("drives a reply job BullMQ gave up on again at start-up: the message is answered once, and the failed set is empty", async () => {
@@ -105,16 +107,16 @@ describe("the reconciler", () => {
     const deps = sweepDeps(h);
 
     await h.queues.reply.drain(true); // Redis lost the job (a failover without AOF, say)
-    expect(await reconcile(deps)).toMatchObject({ redriven: 1, deadLettered: 0 });
+    expect(await sweep(deps)).toMatchObject({ redriven: 1, deadLettered: 0 });
     expect(await h.queues.reply.getJobCounts("waiting")).toMatchObject({ waiting: 1 }); // the queue is paused: it waits
 
     await h.queues.reply.drain(true); // and lost it again
-    expect(await reconcile(deps)).toMatchObject({ redriven: 0, deadLettered: 1 });
+    expect(await sweep(deps)).toMatchObject({ redriven: 0, deadLettered: 1 });
     const letter = await h.db.deadLetter.findFirstOrThrow({ include: { reply: { include: { messages: true } } } });
     expect(letter).toMatchObject({ state: "open", source: "internal", code: "stuck" });
     expect(letter.reply!.messages.map((m) => m.wamid)).toEqual(wamids);
 
-    expect(await reconcile(deps)).toEqual({ redriven: 0, deadLettered: 0, failedJobs: 0, skipped: 0 }); // once
+    expect(await sweep(deps)).toEqual({ redriven: 0, deadLettered: 0, failedJobs: 0, skipped: 0 }); // once
   });
 
   it("drives a failed inbound job again once; failing again, its message is kept as a dead letter for staff", async () => {
@@ -125,9 +127,9 @@ describe("the reconciler", () => {
     await h.deliver(body);
     await eventually(async () => (await failedCount(h.queues.inbound)) === 1, "the inbound job to fail for good");
 
-    expect(await reconcile(deps)).toMatchObject({ failedJobs: 1, deadLettered: 0 });
+    expect(await sweep(deps)).toMatchObject({ failedJobs: 1, deadLettered: 0 });
     await eventually(async () => (await failedCount(h.queues.inbound)) === 1, "the job, driven again, to fail again");
-    expect(await reconcile(deps)).toMatchObject({ failedJobs: 1, deadLettered: 1 });
+    expect(await sweep(deps)).toMatchObject({ failedJobs: 1, deadLettered: 1 });
 
     const message = await h.db.inboundMessage.findUniqueOrThrow({ where: { wamid: wamids[0] }, include: { reply: { include: { deadLetters: true } } } });
     expect(message.text).toBe("I want to cancel my order");
@@ -161,12 +163,12 @@ describe("the reconciler", () => {
     await h.deliver(poison.body);
     await eventually(async () => (await failedCount(h.queues.inbound)) === 1, "the poison's job to fail for good");
     const deps = { ...sweepDeps(h), logger: logs.logger };
-    expect(await reconcile(deps)).toMatchObject({ failedJobs: 1, skipped: 0, redriven: 1 }); // driven again once, and the stuck conversation
+    expect(await sweep(deps)).toMatchObject({ failedJobs: 1, skipped: 0, redriven: 1 }); // driven again once, and the stuck conversation
     await eventually(async () => (await failedCount(h.queues.inbound)) === 1, "the poison's job, driven again, to fail again");
     await stopCrashingWorkers();
     await h.queues.reply.drain(true); // the stuck conversation's new job lost again
 
-    expect(await reconcile(deps)).toMatchObject({ skipped: 1, deadLettered: 1 });
+    expect(await sweep(deps)).toMatchObject({ skipped: 1, deadLettered: 1 });
     expect(logs.events()).toContain("reconcile.item_failed");
     const letter = await h.db.deadLetter.findFirstOrThrow({ include: { reply: { include: { messages: true } } } });
     expect(letter.reply!.messages.map((m) => m.wamid)).toEqual(stuck.wamids);

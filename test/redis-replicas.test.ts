@@ -1,5 +1,6 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { sleep } from "../bench/stats.ts";
+import { systemClock } from "../src/clock.ts";
 import { inboundJobId } from "../src/queue/catalog.ts";
 import { createFailFastRedis, type RedisClient } from "../src/queue/redis.ts";
 import { type ReplicaCount, watchReplicas } from "../src/queue/replicas.ts";
@@ -40,7 +41,7 @@ async function webRole(env: Record<string, string>, prefix?: string): Promise<We
 }
 
 function watched(client: RedisClient): ReplicaCount {
-  const count = watchReplicas(client);
+  const count = watchReplicas(client, systemClock);
   started.push({
     close: () => {
       count.close();

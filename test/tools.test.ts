@@ -2,6 +2,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import type Anthropic from "@anthropic-ai/sdk";
 import { request } from "undici";
 import { afterEach, describe, expect, it } from "vitest";
+import { systemClock } from "../src/clock.ts";
 import { isPublicAddress } from "../src/tools/addresses.ts";
 import { BusinessTool, type BusinessToolSpec } from "../src/tools/business-tool.ts";
 import { callTool, pinnedDispatcher, type ToolOutcome } from "../src/tools/call.ts";
@@ -121,7 +122,7 @@ afterEach(async () => {
 
 const KEY = idempotencyKeyFor(SHOP, "toolu_01A09q90qw90lq917835lq9");
 const call = (tool: BusinessTool, input: unknown, options: { signal?: AbortSignal; maxAnswerBytes?: number } = {}) =>
-  callTool(tool, input, { idempotencyKey: KEY, maxAnswerBytes: 16_384, ...options });
+  callTool(tool, input, { idempotencyKey: KEY, maxAnswerBytes: 16_384, clock: systemClock, ...options });
 
 /** A tool at a local server: the ordinary tests' servers are on 127.0.0.1, so the guard is told to allow it. */
 function localTool(base: string, request: Partial<BusinessToolSpec["request"]> = {}, overrides: Partial<BusinessToolSpec> = {}): BusinessTool {

@@ -10,6 +10,9 @@ import { readJob } from "../src/queue/catalog.ts";
 import { ruleForGraphCode } from "../src/whatsapp/error-codes.ts";
 import { splitForWhatsApp } from "../src/whatsapp/split.ts";
 
+/** A fixed now for decisions that compare times. */
+const NOW = Date.parse("2026-12-04T12:00:00Z");
+
 describe("splitting a reply for WhatsApp", () => {
   it("leaves a reply of up to 4096 characters whole", () => {
     expect(splitForWhatsApp("a".repeat(4096))).toEqual(["a".repeat(4096)]);
@@ -83,31 +86,31 @@ describe("which errors are retried (law 7)", () => {
   it("a retryable failure on the last attempt goes to the dead-letter queue", () => {
     const settings = { baseDelayMs: 1000, maxDelayMs: 60_000 };
     const failure = new RetryableError({ source: "graph", reason: "x" });
-    expect(decideFate(failure, { attemptsMade: 0, attemptsStarted: 1, opts: { attempts: 3 } }, settings).action).toBe("retry");
-    expect(decideFate(failure, { attemptsMade: 2, attemptsStarted: 3, opts: { attempts: 3 } }, settings).action).toBe("dead_letter");
+    expect(decideFate(failure, { attemptsMade: 0, attemptsStarted: 1, opts: { attempts: 3 } }, settings, NOW).action).toBe("retry");
+    expect(decideFate(failure, { attemptsMade: 2, attemptsStarted: 3, opts: { attempts: 3 } }, settings, NOW).action).toBe("dead_letter");
     expect(
-      decideFate(new PermanentError({ source: "graph", reason: "x" }), { attemptsMade: 0, attemptsStarted: 1, opts: { attempts: 3 } }, settings).action,
+      decideFate(new PermanentError({ source: "graph", reason: "x" }), { attemptsMade: 0, attemptsStarted: 1, opts: { attempts: 3 } }, settings, NOW).action,
     ).toBe("dead_letter");
-    expect(decideFate(new Error("db down"), { attemptsMade: 0, attemptsStarted: 1, opts: { attempts: 3 } }, settings).action).toBe("retry");
+    expect(decideFate(new Error("db down"), { attemptsMade: 0, attemptsStarted: 1, opts: { attempts: 3 } }, settings, NOW).action).toBe("retry");
     const throughput = new RetryableError({ source: "graph", code: "130429", reason: "x", throttle: true });
-    expect(decideFate(throughput, { attemptsMade: 2, attemptsStarted: 3, opts: { attempts: 3 } }, settings).action).toBe("throttle"); // costs no attempt
+    expect(decideFate(throughput, { attemptsMade: 2, attemptsStarted: 3, opts: { attempts: 3 } }, settings, NOW).action).toBe("throttle"); // costs no attempt
   });
 
   it("our own infrastructure away, a postponement or a fenced-out run never spends an attempt, even on the last one", () => {
     const settings = { baseDelayMs: 1000, maxDelayMs: 60_000 };
     const last = { attemptsMade: 2, attemptsStarted: 9, opts: { attempts: 3 } };
     const unreachable = Object.assign(new Error("Can't reach database server at 127.0.0.1:5432"), { code: "P1001" });
-    expect(decideFate(unreachable, last, settings)).toMatchObject({ action: "wait" });
-    expect(decideFate(Object.assign(new Error("connect ECONNREFUSED 127.0.0.1:6379"), { code: "ECONNREFUSED" }), last, settings).action).toBe("wait");
-    expect(decideFate(new Error("Connection is closed."), last, settings).action).toBe("wait");
-    expect(decideFate(new Postpone(Date.now() + 5000, "debounce"), last, settings)).toMatchObject({ action: "wait", delayMs: expect.any(Number) });
-    expect(decideFate(new FencedOut("taken over"), last, settings).action).toBe("stop");
+    expect(decideFate(unreachable, last, settings, NOW)).toMatchObject({ action: "wait" });
+    expect(decideFate(Object.assign(new Error("connect ECONNREFUSED 127.0.0.1:6379"), { code: "ECONNREFUSED" }), last, settings, NOW).action).toBe("wait");
+    expect(decideFate(new Error("Connection is closed."), last, settings, NOW).action).toBe("wait");
+    expect(decideFate(new Postpone(NOW + 5000, "debounce"), last, settings, NOW)).toMatchObject({ action: "wait", delayMs: expect.any(Number) });
+    expect(decideFate(new FencedOut("taken over"), last, settings, NOW).action).toBe("stop");
     // The waits so far set the backoff: seven starts without an attempt wait longer than one.
-    const first = decideFate(unreachable, { attemptsMade: 0, attemptsStarted: 1, opts: { attempts: 3 } }, settings);
-    const later = decideFate(unreachable, { attemptsMade: 0, attemptsStarted: 8, opts: { attempts: 3 } }, settings);
+    const first = decideFate(unreachable, { attemptsMade: 0, attemptsStarted: 1, opts: { attempts: 3 } }, settings, NOW);
+    const later = decideFate(unreachable, { attemptsMade: 0, attemptsStarted: 8, opts: { attempts: 3 } }, settings, NOW);
     expect(first.action === "wait" && later.action === "wait" && later.delayMs > first.delayMs).toBe(true);
     // ...but a long outage never pushes the next look past 10 s: recovery is noticed at once.
-    const long = decideFate(unreachable, { attemptsMade: 0, attemptsStarted: 40, opts: { attempts: 3 } }, settings);
+    const long = decideFate(unreachable, { attemptsMade: 0, attemptsStarted: 40, opts: { attempts: 3 } }, settings, NOW);
     expect(long.action === "wait" && long.delayMs <= 10_000).toBe(true);
   });
 

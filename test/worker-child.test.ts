@@ -3,7 +3,8 @@ import { EventEmitter } from "node:events";
 import pino from "pino";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { createMetrics } from "../src/metrics/metrics.ts";
-import { superviseWorkerChild, type ToWorkerChild } from "../src/process/worker-child.ts";
+import { superviseWorkerChild } from "../src/process/supervisor.ts";
+import type { ToWorkerChild } from "../src/process/worker-child.ts";
 import { loadSettings } from "../src/settings.ts";
 import { testEnv } from "./support/harness.ts";
 
@@ -50,6 +51,8 @@ function supervised() {
     config,
     logger,
     metrics,
+    // The fake timers move Date: the clock the supervisor measures a child's life on follows it.
+    clock: { now: () => new Date(), monotonicMs: () => Date.now() },
   });
   const latest = () => children[children.length - 1]!;
   return { worker, children, latest, lines, metrics };

@@ -42,12 +42,12 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
     // each person's keys are their own.
     registerIdempotency(scope, { redis: deps.redis, keyPrefix: deps.keyPrefix, scope: (request) => request.actor });
 
-    const sends = { db: deps.db, queues: deps.queues };
+    const sends = { db: deps.db, queues: deps.queues, clock: deps.clock };
     registerDeadLetterRoutes(scope, sends);
     registerHandoffRoutes(scope, sends);
-    registerPresenceRoutes(scope, { db: deps.db });
+    registerPresenceRoutes(scope, { db: deps.db, clock: deps.clock });
     registerTemplateRoutes(scope, { ...sends, templates: deps.templates, metaRates: deps.costs.metaRates });
-    registerCostRoutes(scope, { db: deps.db, costs: deps.costs });
+    registerCostRoutes(scope, { db: deps.db, costs: deps.costs, clock: deps.clock });
     registerLiveQueue(scope, { db: deps.db });
     await registerQueueBoard(scope, deps.queues);
   };

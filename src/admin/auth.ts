@@ -1,11 +1,12 @@
-import type { FastifyBaseLogger, FastifyInstance, FastifyReply } from "fastify";
+import type { FastifyBaseLogger, FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { z } from "zod";
+import type { Clock } from "../clock.ts";
 import { safeEqual } from "../crypto/safe-equal.ts";
 import type { Db } from "../db/client.ts";
 import type { RedisClient } from "../queue/redis.ts";
 import { authenticate, createSession, endSession, findSession, SESSION_TTL_MS } from "../staff/accounts.ts";
 import { PUBLIC_ROUTES } from "./page.ts";
-import { answer, problem, publicRoute, requestPart, staffRoute, type ZodParts } from "./schema.ts";
+import { answer, problem, publicRoute, requestPart, type StaffApp, staffRoute, type ZodParts } from "./schema.ts";
 
 /**
  * Who is acting on /admin: automation with the ADMIN_TOKEN bearer (attributed as "api"), or a
@@ -39,6 +40,7 @@ export interface StaffAuthDeps {
   keyPrefix: string;
   adminToken: string;
   secureCookies: boolean;
+  clock: Clock;
 }
 
 /** What anyone may call without signing in: signing in, and the page shell. */
@@ -65,34 +67,41 @@ export function registerStaffAuth(scope: FastifyInstance, deps: StaffAuthDeps): 
   const app = scope.withTypeProvider<ZodParts>();
   app.decorateRequest("actor", "");
   app.decorateRequest("operator", false);
-  const setCookie = (reply: FastifyReply, value: string, maxAgeS: number) =>
-    reply.header("set-cookie", `${SESSION_COOKIE}=${value}; Path=/admin; HttpOnly; SameSite=Strict; Max-Age=${maxAgeS}${deps.secureCookies ? "; Secure" : ""}`);
+  app.addHook("onRequest", async (request, reply) => authenticateRequest(deps, request, reply));
+  registerSignIn(app, deps);
+  registerSession(app, deps);
+}
 
-  app.addHook("onRequest", async (request, reply) => {
-    if (isPublicRoute(request.method, request.routeOptions.url)) return;
-    const header = request.headers.authorization ?? "";
-    if (header.startsWith("Bearer ")) {
-      if (safeEqual(header.slice("Bearer ".length), deps.adminToken)) {
-        request.actor = API_ACTOR;
-        request.operator = true;
-        return;
-      }
-      return unauthorized(reply);
-    }
-    const token = cookieValue(request.headers.cookie, SESSION_COOKIE);
-    const session = token ? await findSession(deps.db, token) : null;
-    if (!session) return unauthorized(reply);
-    // A cookie rides along with any request the browser makes; a change must prove it came from our page.
-    if (request.method !== "GET" && request.method !== "HEAD") {
-      const csrf = request.headers[CSRF_HEADER.toLowerCase()];
-      if (typeof csrf !== "string" || !safeEqual(csrf, session.csrfToken)) {
-        return reply.code(403).send({ error: `missing or wrong ${CSRF_HEADER}` });
-      }
-    }
-    request.actor = session.email;
-    request.operator = session.role === "operator";
-  });
+const setCookie = (deps: StaffAuthDeps, reply: FastifyReply, value: string, maxAgeS: number) =>
+  reply.header("set-cookie", `${SESSION_COOKIE}=${value}; Path=/admin; HttpOnly; SameSite=Strict; Max-Age=${maxAgeS}${deps.secureCookies ? "; Secure" : ""}`);
 
+/** Who is acting: the bearer (an operator), or a signed-in person whose change carries the session's CSRF token. */
+async function authenticateRequest(deps: StaffAuthDeps, request: FastifyRequest, reply: FastifyReply) {
+  if (isPublicRoute(request.method, request.routeOptions.url)) return;
+  const header = request.headers.authorization ?? "";
+  if (header.startsWith("Bearer ")) {
+    if (safeEqual(header.slice("Bearer ".length), deps.adminToken)) {
+      request.actor = API_ACTOR;
+      request.operator = true;
+      return;
+    }
+    return unauthorized(reply);
+  }
+  const token = cookieValue(request.headers.cookie, SESSION_COOKIE);
+  const session = token ? await findSession(deps.db, token, deps.clock.now()) : null;
+  if (!session) return unauthorized(reply);
+  // A cookie rides along with any request the browser makes; a change must prove it came from our page.
+  if (request.method !== "GET" && request.method !== "HEAD") {
+    const csrf = request.headers[CSRF_HEADER.toLowerCase()];
+    if (typeof csrf !== "string" || !safeEqual(csrf, session.csrfToken)) {
+      return reply.code(403).send({ error: `missing or wrong ${CSRF_HEADER}` });
+    }
+  }
+  request.actor = session.email;
+  request.operator = session.role === "operator";
+}
+
+function registerSignIn(app: StaffApp, deps: StaffAuthDeps): void {
   app.post(
     "/admin/session",
     {
@@ -136,13 +145,15 @@ export function registerStaffAuth(scope: FastifyInstance, deps: StaffAuthDeps): 
       }
       // Only failures count: staff who sign in often from one office are never locked out.
       await refundSignInAttempt(deps, counters, request.log);
-      const session = await createSession(deps.db, staff.id);
+      const session = await createSession(deps.db, staff.id, deps.clock.now());
       request.log.info({ event: "staff.signed_in", staff: staff.email }, "signed in");
-      setCookie(reply, session.token, SESSION_TTL_MS / 1000);
+      setCookie(deps, reply, session.token, SESSION_TTL_MS / 1000);
       return { email: staff.email, csrfToken: session.csrfToken, expiresAt: session.expiresAt };
     },
   );
+}
 
+function registerSession(app: StaffApp, deps: StaffAuthDeps): void {
   app.get(
     "/admin/session",
     {
@@ -160,7 +171,7 @@ export function registerStaffAuth(scope: FastifyInstance, deps: StaffAuthDeps): 
     },
     async (request) => {
       if (request.actor === API_ACTOR) return { email: API_ACTOR };
-      const session = await findSession(deps.db, cookieValue(request.headers.cookie, SESSION_COOKIE) ?? "");
+      const session = await findSession(deps.db, cookieValue(request.headers.cookie, SESSION_COOKIE) ?? "", deps.clock.now());
       return { email: request.actor, csrfToken: session?.csrfToken };
     },
   );
@@ -178,7 +189,7 @@ export function registerStaffAuth(scope: FastifyInstance, deps: StaffAuthDeps): 
     async (request, reply) => {
       const token = cookieValue(request.headers.cookie, SESSION_COOKIE);
       if (token) await endSession(deps.db, token);
-      setCookie(reply, "", 0);
+      setCookie(deps, reply, "", 0);
       return { ok: true };
     },
   );

@@ -1,5 +1,6 @@
 import { existsSync } from "node:fs";
 import { createInterface } from "node:readline";
+import { systemClock } from "../clock.ts";
 import { createDb } from "../db/client.ts";
 import { addStaff, disableStaff, listStaff, parseStaffRole, StaffInputError, setStaffRole } from "../staff/accounts.ts";
 
@@ -63,7 +64,7 @@ async function main(): Promise<number> {
       }
       console.log(`${address.trim().toLowerCase()} is now ${role}`);
     } else if (command === "disable" && address) {
-      if (!(await disableStaff(db, address))) {
+      if (!(await disableStaff(db, address, systemClock.now()))) {
         console.error(`no account for ${address}`);
         return 1;
       }

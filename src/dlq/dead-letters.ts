@@ -1,4 +1,4 @@
-import type { Config } from "../config/config.ts";
+import type { Clock } from "../clock.ts";
 import type { Db } from "../db/client.ts";
 import { type Queues, scheduleReply } from "../queue/queues.ts";
 import { type DeadLetterHolder, type DeadLetterInput, deadLetterReply, type RecordedDeadLetter } from "../state/dead-letters.ts";
@@ -12,12 +12,12 @@ import { reasonKind } from "./reasons.ts";
  * failure leaves them reachable, and a reply job to send it.
  */
 
-/** What recording a dead letter needs: the database, where new ones are counted, what the customer is told and the queue that sends it. */
+/** What recording a dead letter needs: the database, where new ones are counted, the queue that sends the holding reply, and the time. */
 export interface DeadLetterDeps {
   db: Db;
   queues: Queues;
   metrics: { deadLettersCreated: DeadLettersCreated };
-  conversation: Pick<Config["conversation"], "holdingReply">;
+  clock: Clock;
 }
 
 /**
@@ -27,9 +27,8 @@ export interface DeadLetterDeps {
  */
 const UNREACHABLE: ReadonlySet<ReasonKind> = new Set(["window_closed", "cannot_receive", "needs_phone", "setup", "handoff"]);
 
-/** HOLDING_REPLY, when it is set and the failure leaves the customer reachable. */
-export function holdingReplyFor(deps: Pick<DeadLetterDeps, "conversation">, failure: Pick<DeadLetterInput["failure"], "source" | "code">): string | undefined {
-  const text = deps.conversation.holdingReply;
+/** HOLDING_REPLY (`text`), when it is set and the failure leaves the customer reachable. */
+export function holdingReplyFor(text: string, failure: Pick<DeadLetterInput["failure"], "source" | "code">): string | undefined {
   return text && !UNREACHABLE.has(reasonKind(failure.source, failure.code ?? null)) ? text : undefined;
 }
 
@@ -37,14 +36,17 @@ export interface DeadLettersCreated {
   inc(labels: { reason: ReasonKind }): void;
 }
 
-/** A reply becomes a dead letter (or joins its open one); a new one is counted by its reason, and its holding reply sent. */
+/**
+ * A reply becomes a dead letter (or joins its open one); a new one is counted by its reason,
+ * and HOLDING_REPLY (`holdingReply`) sent when the customer can still be written to.
+ */
 export async function recordDeadLetter(
   deps: DeadLetterDeps,
   input: Omit<DeadLetterInput, "holdingReply">,
   holder: DeadLetterHolder,
-  now = new Date(),
+  holdingReply: string,
 ): Promise<RecordedDeadLetter | null> {
-  const recorded = await deadLetterReply(deps.db, { ...input, holdingReply: holdingReplyFor(deps, input.failure) }, holder, now);
+  const recorded = await deadLetterReply(deps.db, { ...input, holdingReply: holdingReplyFor(holdingReply, input.failure) }, holder, deps.clock.now());
   await afterDeadLetters(deps, input.conversationId, recorded ? [recorded] : [], input.failure);
   return recorded;
 }

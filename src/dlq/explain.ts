@@ -326,29 +326,7 @@ function explainFailure(failure: ExplainedFailure): Explanation {
   const { source, code } = failure;
   switch (source) {
     case "handoff":
-      if (code === "paused") {
-        return {
-          kind: "handoff",
-          title: "The customer wrote to a paused bot",
-          text: "The bot is paused for this conversation (someone took it over earlier), so it stores the customer's messages but does not answer them, and nobody has yet.",
-          next: HANDOFF_NEXT,
-        };
-      }
-      if (code === "claude") {
-        const said = failure.reason.replace(/^Claude handed the customer to a person: /, "");
-        return {
-          kind: "handoff",
-          title: "Claude handed the customer to a person",
-          text: `Claude could not help from the business's knowledge and tools, and said why: “${said}”. The customer was told a person will answer; the bot is paused for this conversation.`,
-          next: HANDOFF_NEXT,
-        };
-      }
-      return {
-        kind: "handoff",
-        title: "The customer asked for a person",
-        text: "The customer asked to talk to a person, so the bot is paused for this conversation: it stores their messages but does not answer.",
-        next: HANDOFF_NEXT,
-      };
+      return explainHandoff(failure);
     case "budget":
       return {
         kind: "budget",
@@ -377,36 +355,69 @@ function explainFailure(failure: ExplainedFailure): Explanation {
         }
       );
     case "graph":
-    case "status": {
-      const known = code ? META[code] : undefined;
-      if (known) return known;
-      if (code && /^http_5\d\d$/.test(code)) return META_UNAVAILABLE;
-      const number = Number(code);
-      if (number >= 200 && number <= 299) return META["10"]!;
-      if (number >= 132000 && number <= 132099) {
-        return {
-          kind: "setup",
-          title: "The message template has a problem",
-          text: "The template is missing, paused, or does not match what we sent.",
-          next: OPERATOR,
-        };
-      }
-      if (!code && source === "status") {
-        return {
-          kind: "other",
-          title: "WhatsApp reported the message failed",
-          text: "WhatsApp said the message failed, without saying why.",
-          next: "Send it again once; if it fails again, reach the customer another way.",
-        };
-      }
-      return {
-        kind: "other",
-        title: "Meta refused the message",
-        text: `Meta said: ${failure.reason}`,
-        next: "Send it again once; if it fails again, tell an operator.",
-      };
-    }
+    case "status":
+      return explainMeta(failure);
     default:
       return { kind: "other", title: "The reply failed", text: failure.reason, next: "Send it again once; if it fails again, tell an operator." };
   }
+}
+
+/** A customer handed to a person: by their own word, by Claude, or writing to a bot already paused. */
+function explainHandoff(failure: ExplainedFailure): Explanation {
+  const { code } = failure;
+  if (code === "paused") {
+    return {
+      kind: "handoff",
+      title: "The customer wrote to a paused bot",
+      text: "The bot is paused for this conversation (someone took it over earlier), so it stores the customer's messages but does not answer them, and nobody has yet.",
+      next: HANDOFF_NEXT,
+    };
+  }
+  if (code === "claude") {
+    const said = failure.reason.replace(/^Claude handed the customer to a person: /, "");
+    return {
+      kind: "handoff",
+      title: "Claude handed the customer to a person",
+      text: `Claude could not help from the business's knowledge and tools, and said why: “${said}”. The customer was told a person will answer; the bot is paused for this conversation.`,
+      next: HANDOFF_NEXT,
+    };
+  }
+  return {
+    kind: "handoff",
+    title: "The customer asked for a person",
+    text: "The customer asked to talk to a person, so the bot is paused for this conversation: it stores their messages but does not answer.",
+    next: HANDOFF_NEXT,
+  };
+}
+
+/** Meta's refusal, at the send (graph) or in a failed status: its code's own words, else the kind its number says. */
+function explainMeta(failure: ExplainedFailure): Explanation {
+  const { source, code } = failure;
+  const known = code ? META[code] : undefined;
+  if (known) return known;
+  if (code && /^http_5\d\d$/.test(code)) return META_UNAVAILABLE;
+  const number = Number(code);
+  if (number >= 200 && number <= 299) return META["10"]!;
+  if (number >= 132000 && number <= 132099) {
+    return {
+      kind: "setup",
+      title: "The message template has a problem",
+      text: "The template is missing, paused, or does not match what we sent.",
+      next: OPERATOR,
+    };
+  }
+  if (!code && source === "status") {
+    return {
+      kind: "other",
+      title: "WhatsApp reported the message failed",
+      text: "WhatsApp said the message failed, without saying why.",
+      next: "Send it again once; if it fails again, reach the customer another way.",
+    };
+  }
+  return {
+    kind: "other",
+    title: "Meta refused the message",
+    text: `Meta said: ${failure.reason}`,
+    next: "Send it again once; if it fails again, tell an operator.",
+  };
 }

@@ -1,3 +1,4 @@
+import type { Clock } from "../clock.ts";
 import type { Db } from "../db/client.ts";
 import type { Logger } from "../logger.ts";
 import { type Queues, scheduleReply } from "../queue/queues.ts";
@@ -14,6 +15,7 @@ import { listDeadLetters } from "./views.ts";
 export interface StaffSendDeps {
   db: Db;
   queues: Queues;
+  clock: Clock;
 }
 
 /** The queue could not take the reply job: the item stays (or is again) as it was. */

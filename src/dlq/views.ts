@@ -1,6 +1,6 @@
 import type { Citation } from "../ai/claude.ts";
 import type { Db } from "../db/client.ts";
-import type { Contact, DeadLetterState, Prisma, ToolCall } from "../generated/prisma/client.ts";
+import type { Contact, DeadLetterState, InboundMessage, OutboundMessage, Prisma, ToolCall } from "../generated/prisma/client.ts";
 import { contactLabel } from "../state/contacts.ts";
 import { delivered, maybeSent } from "../state/parts.ts";
 import { windowOpen } from "../whatsapp/window.ts";
@@ -97,7 +97,7 @@ function contactView(contact: Pick<Contact, "waId" | "userId" | "username" | "na
  * sides, with delivery states), the draft, the full error, whether the 24-hour window is still
  * open (free text fails with 131047 once it has closed), and the history of actions on it.
  */
-export async function getDeadLetter(db: Db, id: string, around = 30) {
+export async function getDeadLetter(db: Db, id: string, now: Date, around = 30) {
   const row = await db.deadLetter.findUnique({
     where: { id },
     include: { conversation: { include: { contact: true } }, reply: { include: { parts: true } }, actions: { orderBy: { createdAt: "asc" } } },
@@ -108,16 +108,60 @@ export async function getDeadLetter(db: Db, id: string, around = 30) {
     db.inboundMessage.findMany({ where: { conversationId }, orderBy: { createdAt: "desc" }, take: around }),
     db.outboundMessage.findMany({ where: { reply: { conversationId } }, orderBy: { createdAt: "desc" }, take: around }),
   ]);
-  // Why the bot said what it said: the knowledge each reply cited, the actions it took.
   const replyIds = [
     ...new Set([...(row.replyId ? [row.replyId] : []), ...parts.map((p) => p.replyId), ...inbound.flatMap((m) => (m.replyId ? [m.replyId] : []))]),
   ];
+  const replies = await repliesWork(db, replyIds);
+  const workOf = (replyId: string) => replies.find((r) => r.id === replyId);
+  const timeline = timelineOf(inbound, parts);
+  const lastInboundAt = row.conversation.lastInboundAt;
+  const uncertain = row.reply?.parts.some(maybeSent) ?? false;
+  return {
+    id: row.id,
+    state: row.state,
+    createdAt: row.createdAt,
+    attempts: row.attempts,
+    error: { source: row.source, code: row.code, reason: row.reason, detail: row.detail },
+    explanation: explain(row, { maybeSent: uncertain }),
+    conversation: {
+      id: conversationId,
+      phoneNumberId: row.conversation.phoneNumberId,
+      contact: contactView(row.conversation.contact),
+      lastInboundAt,
+      windowOpen: windowOpen(lastInboundAt, now),
+      // Paused by a person (a staff member, the customer's request, or someone writing from the
+      // WhatsApp Business app): the bot answers nothing until then.
+      pausedUntil: row.conversation.pausedUntil && row.conversation.pausedUntil > now ? row.conversation.pausedUntil : null,
+      pausedBy: row.conversation.pausedUntil && row.conversation.pausedUntil > now ? row.conversation.pausedBy : null,
+    },
+    reply: row.reply
+      ? {
+          id: row.reply.id,
+          draft: row.reply.text,
+          state: row.reply.state,
+          kind: row.reply.kind,
+          // A resend of such a reply may reach the customer twice: staff are told before they press it.
+          maybeSent: uncertain,
+          deliveredAfterAll: row.reply.parts.length > 0 && row.reply.parts.every(delivered),
+          citations: workOf(row.reply.id)?.citations ?? [],
+          toolCalls: workOf(row.reply.id)?.toolCalls ?? [],
+        }
+      : null,
+    replies,
+    timeline,
+    actions: row.actions.map((a) => ({ actor: a.actor, action: a.action, detail: a.detail, at: a.createdAt })),
+    handled: row.state === "open" ? null : { by: row.actedBy, at: row.actedAt, note: row.note },
+  };
+}
+
+/** Why the bot said what it said, for each of these replies: the knowledge it cited, the actions it took. */
+async function repliesWork(db: Db, replyIds: string[]) {
   const work = await db.reply.findMany({
     where: { id: { in: replyIds } },
     orderBy: { createdAt: "asc" },
     select: { id: true, state: true, kind: true, text: true, citations: true, toolCalls: { orderBy: [{ requestedAt: "asc" }, { id: "asc" }] } },
   });
-  const replies = work.map((r) => ({
+  return work.map((r) => ({
     id: r.id,
     state: r.state,
     kind: r.kind,
@@ -125,8 +169,11 @@ export async function getDeadLetter(db: Db, id: string, around = 30) {
     citations: citationsOf(r.citations),
     toolCalls: r.toolCalls.map(toolCallView),
   }));
-  const workOf = (replyId: string) => replies.find((r) => r.id === replyId);
-  const timeline = [
+}
+
+/** Both sides of the conversation, oldest first: the customer's messages and our parts, with their delivery states. */
+function timelineOf(inbound: InboundMessage[], parts: OutboundMessage[]) {
+  return [
     ...inbound.map((m) => ({
       direction: "in" as const,
       at: m.createdAt,
@@ -151,44 +198,6 @@ export async function getDeadLetter(db: Db, id: string, around = 30) {
       statusAt: p.statusAt,
     })),
   ].sort((a, b) => a.at.getTime() - b.at.getTime());
-  const lastInboundAt = row.conversation.lastInboundAt;
-  const uncertain = row.reply?.parts.some(maybeSent) ?? false;
-  return {
-    id: row.id,
-    state: row.state,
-    createdAt: row.createdAt,
-    attempts: row.attempts,
-    error: { source: row.source, code: row.code, reason: row.reason, detail: row.detail },
-    explanation: explain(row, { maybeSent: uncertain }),
-    conversation: {
-      id: conversationId,
-      phoneNumberId: row.conversation.phoneNumberId,
-      contact: contactView(row.conversation.contact),
-      lastInboundAt,
-      windowOpen: windowOpen(lastInboundAt),
-      // Paused by a person (a staff member, the customer's request, or someone writing from the
-      // WhatsApp Business app): the bot answers nothing until then.
-      pausedUntil: row.conversation.pausedUntil && row.conversation.pausedUntil > new Date() ? row.conversation.pausedUntil : null,
-      pausedBy: row.conversation.pausedUntil && row.conversation.pausedUntil > new Date() ? row.conversation.pausedBy : null,
-    },
-    reply: row.reply
-      ? {
-          id: row.reply.id,
-          draft: row.reply.text,
-          state: row.reply.state,
-          kind: row.reply.kind,
-          // A resend of such a reply may reach the customer twice: staff are told before they press it.
-          maybeSent: uncertain,
-          deliveredAfterAll: row.reply.parts.length > 0 && row.reply.parts.every(delivered),
-          citations: workOf(row.reply.id)?.citations ?? [],
-          toolCalls: workOf(row.reply.id)?.toolCalls ?? [],
-        }
-      : null,
-    replies,
-    timeline,
-    actions: row.actions.map((a) => ({ actor: a.actor, action: a.action, detail: a.detail, at: a.createdAt })),
-    handled: row.state === "open" ? null : { by: row.actedBy, at: row.actedAt, note: row.note },
-  };
 }
 
 /** A reply's stored citations (written by storeDraft from Claude's own), as the staff API gives them. */

@@ -1,3 +1,4 @@
+import type { Clock } from "../clock.ts";
 import type { Config } from "../config/config.ts";
 import type { Db } from "../db/client.ts";
 import type { Logger } from "../logger.ts";
@@ -13,11 +14,12 @@ import type { Processor } from "./processor.ts";
 export interface EventDeps {
   db: Db;
   logger: Logger;
-  conversation: Config["conversation"];
+  clock: Clock;
 }
+export type EventSettings = { conversation: Config["conversation"] };
 
-export function eventsProcessor(deps: EventDeps): Processor<"events"> {
-  return { run: (job) => processEvent(deps, job.data) };
+export function eventsProcessor(deps: EventDeps, settings: EventSettings): Processor<"events"> {
+  return { run: (job) => processEvent(deps, settings, job.data) };
 }
 
 /**
@@ -29,10 +31,10 @@ export function eventsProcessor(deps: EventDeps): Processor<"events"> {
  *   preferences: the customer stopped (or resumed) marketing messages: stored on the contact
  *   user_id:     the customer's BSUID changed (WHATSAPP.md §9): the contact follows it
  */
-export async function processEvent(deps: EventDeps, event: EventJobData): Promise<string> {
+export async function processEvent(deps: EventDeps, settings: EventSettings, event: EventJobData): Promise<string> {
   switch (event.type) {
     case "echo":
-      return recordEcho(deps, event);
+      return recordEcho(deps, settings, event);
     case "preferences": {
       const contact = await resolveContact(deps.db, event.sender);
       const log = deps.logger.child({ contact: contact.id });
@@ -56,22 +58,22 @@ export async function processEvent(deps: EventDeps, event: EventJobData): Promis
   }
 }
 
-async function recordEcho(deps: EventDeps, event: Extract<EventJobData, { type: "echo" }>): Promise<string> {
+async function recordEcho(deps: EventDeps, settings: EventSettings, event: Extract<EventJobData, { type: "echo" }>): Promise<string> {
   const { echo } = event;
   const log = deps.logger.child({ wamid: echo.id });
   const at = new Date(Number(echo.timestamp) * 1000);
   const contact = await resolveContact(deps.db, event.recipient);
   const conversation = await conversationWith(deps.db, { phoneNumberId: event.phoneNumberId, contactId: contact.id });
-  const described = describeInbound(echo as unknown as InboundMessagePayload, deps.conversation);
+  const described = describeInbound(echo as unknown as InboundMessagePayload, settings.conversation);
   const text = described.kind === "answer" ? described.text : `[Sent a message of type ${echo.type}]`;
   if (!(await recordBusinessReply(deps.db, conversation.id, { wamid: echo.id, text, at }))) {
     log.info({ event: "echo.duplicate" }, "echo already recorded");
     return "duplicate";
   }
-  const minutes = deps.conversation.humanReplyPauseMinutes;
+  const minutes = settings.conversation.humanReplyPauseMinutes;
   if (minutes > 0) {
     // A person is talking to the customer: the bot keeps out for a while, then comes back by itself.
-    await pauseForPerson(deps.db, conversation.id, new Date(at.getTime() + minutes * 60_000), BUSINESS_APP, new Date());
+    await pauseForPerson(deps.db, conversation.id, new Date(at.getTime() + minutes * 60_000), BUSINESS_APP, deps.clock.now());
   }
   log.info({ event: "echo.recorded", conversation: conversation.id, pausedMinutes: minutes }, "a person answered from the WhatsApp Business app");
   return "recorded";

@@ -1,8 +1,9 @@
 import type { Queue, Worker } from "bullmq";
+import type { Clock } from "../clock.ts";
 import type { Logger } from "../logger.ts";
 import { oldestReadySince } from "../queue/queues.ts";
 
-/** Per queue: jobs this process is running, and when it last started one. */
+/** Per queue: jobs this process is running, and when it last started one (the clock's monotonic reading). */
 export interface FetchSlots {
   running: number;
   lastStartAt: number;
@@ -23,7 +24,7 @@ export interface WorkerKind {
  * queue Meta rate-limits waits on purpose and is left alone.
  */
 export function watchFetching<K extends WorkerKind>(
-  deps: { queues: Record<string, Queue>; logger: Logger; lockMs: number },
+  deps: { queues: Record<string, Queue>; logger: Logger; lockMs: number; clock: Clock },
   kinds: readonly K[],
   all: Worker[],
   fetching: Map<string, FetchSlots>,
@@ -34,17 +35,19 @@ export function watchFetching<K extends WorkerKind>(
   const check = async () => {
     for (const [i, kind] of kinds.entries()) {
       const slots = fetching.get(kind.queue)!;
-      const now = Date.now();
-      if (slots.running >= kind.concurrency || now - slots.lastStartAt < stallMs) continue;
+      const idleMs = deps.clock.monotonicMs() - slots.lastStartAt;
+      if (slots.running >= kind.concurrency || idleMs < stallMs) continue;
       const queue = queues.get(kind.queue)!;
+      // The jobs' times are Redis's epoch milliseconds: compared with the wall clock.
+      const now = deps.clock.now().getTime();
       const readySince = await oldestReadySince(queue, now);
       if (readySince === undefined || now - readySince < stallMs || (await queue.getRateLimitTtl()) > 0) continue;
       deps.logger.error(
-        { event: "worker.fetch_stalled", queue: kind.queue, readyForMs: now - readySince, idleForMs: now - slots.lastStartAt },
+        { event: "worker.fetch_stalled", queue: kind.queue, readyForMs: now - readySince, idleForMs: idleMs },
         "jobs are ready but this worker has started none; its fetch loop is replaced",
       );
       const stalled = all[i]!;
-      slots.lastStartAt = now;
+      slots.lastStartAt = deps.clock.monotonicMs();
       all[i] = start(kind);
       void stalled.close().catch(() => undefined);
     }

@@ -16,13 +16,20 @@ import type { Processor } from "./processor.ts";
 
 export interface InboundDeps extends DeadLetterDeps {
   logger: Logger;
+}
+
+/** What the settings say of a customer's message: how to read it, and how long a burst is waited for. */
+export interface InboundSettings {
   replyDebounceMs: number;
   conversation: Config["conversation"];
 }
 
 /** A customer's message stored; one whose data can never be read is kept for staff (keepUnreadableMessage). */
-export function inboundProcessor(deps: InboundDeps): Processor<"inbound"> {
-  return { run: (job) => processInbound(deps, job.data), keepInvalid: (data, reason) => keepUnreadableMessage(deps, data, reason) };
+export function inboundProcessor(deps: InboundDeps, settings: InboundSettings): Processor<"inbound"> {
+  return {
+    run: (job) => processInbound(deps, settings, job.data),
+    keepInvalid: (data, reason) => keepUnreadableMessage(deps, settings.conversation.holdingReply, data, reason),
+  };
 }
 
 /**
@@ -34,7 +41,7 @@ export function inboundProcessor(deps: InboundDeps): Processor<"inbound"> {
  * Then schedules the conversation's reply; the reply job shows the customer it is on it.
  * A text message is one statement (src/state/inbound.ts).
  */
-export async function processInbound(deps: InboundDeps, data: InboundJobData): Promise<void> {
+export async function processInbound(deps: InboundDeps, settings: InboundSettings, data: InboundJobData): Promise<void> {
   const { phoneNumberId, message } = data;
   const log = deps.logger.child({ wamid: message.id });
   const sentAt = new Date(Number(message.timestamp) * 1000);
@@ -42,7 +49,7 @@ export async function processInbound(deps: InboundDeps, data: InboundJobData): P
 
   // An edit changes the customer's own earlier message: it needs to know who they are first.
   const contactId = message.type === "edit" ? (await resolveContact(deps.db, sender)).id : undefined;
-  const asked = await whatItAsks(deps, data, contactId === undefined ? undefined : { contactId, phoneNumberId });
+  const asked = await whatItAsks(deps, settings.conversation, data, contactId === undefined ? undefined : { contactId, phoneNumberId });
   const stored = await recordInbound(deps.db, contactId === undefined ? { sender } : { contactId }, phoneNumberId, {
     wamid: message.id,
     type: message.type,
@@ -54,7 +61,7 @@ export async function processInbound(deps: InboundDeps, data: InboundJobData): P
   if (!stored.inserted)
     log.info({ event: "inbound.duplicate_in_db" }, "message already stored; the Redis claim was lost, this is a retry, or it was deleted first");
   if (message.type === "revoke" && asked.refersTo) {
-    if (await recordDeletion(deps.db, stored.conversationId, asked.refersTo, sentAt, new Date())) {
+    if (await recordDeletion(deps.db, stored.conversationId, asked.refersTo, sentAt, deps.clock.now())) {
       log.info({ event: "inbound.deleted_by_customer", deleted: asked.refersTo }, "the customer deleted a message: its text is erased");
     }
   }
@@ -69,7 +76,7 @@ export async function processInbound(deps: InboundDeps, data: InboundJobData): P
     return;
   }
   log.info({ event: "inbound.stored", conversation: stored.conversationId, type: message.type }, "message stored");
-  await scheduleReply(deps.queues, stored.conversationId, deps.replyDebounceMs);
+  await scheduleReply(deps.queues, stored.conversationId, settings.replyDebounceMs);
 }
 
 const userIdChangeSchema = z
@@ -96,7 +103,7 @@ type Asked = Pick<InboundRecord, "text" | "cannedText" | "skipReason" | "refersT
  * edited words and answers once; an edit of an answered message is a message of its own,
  * saying what changed.
  */
-async function whatItAsks(deps: InboundDeps, data: InboundJobData, owner: EditOwner | undefined): Promise<Asked> {
+async function whatItAsks(deps: InboundDeps, reading: Config["conversation"], data: InboundJobData, owner: EditOwner | undefined): Promise<Asked> {
   const { message } = data;
   const raw = message as Record<string, unknown>;
   const nothing = { cannedText: null, control: null, refersTo: null };
@@ -104,14 +111,14 @@ async function whatItAsks(deps: InboundDeps, data: InboundJobData, owner: EditOw
     const revoke = revokeSchema.safeParse(raw.revoke);
     return { ...nothing, text: null, skipReason: "the customer deleted a message", refersTo: revoke.success ? revoke.data.original_message_id : null };
   }
-  if (message.type === "edit" && owner) return whatAnEditAsks(deps, message, owner);
-  const described = describeInbound(message, deps.conversation);
+  if (message.type === "edit" && owner) return whatAnEditAsks(deps, reading, message, owner);
+  const described = describeInbound(message, reading);
   const ad = adContext(raw);
   const text = described.kind === "answer" ? (ad ? `${ad}\n${described.text}` : described.text) : (message.text?.body ?? null);
   return {
     text: await withQuote(deps.db, data, text),
     cannedText: described.kind === "canned" ? described.text : null,
-    control: message.type === "text" ? (controlOf(message.text?.body, deps.conversation) ?? null) : null,
+    control: message.type === "text" ? (controlOf(message.text?.body, reading) ?? null) : null,
     skipReason: described.kind === "skip" ? described.reason : null,
     refersTo: null,
   };
@@ -123,11 +130,11 @@ interface EditOwner {
   phoneNumberId: string;
 }
 
-async function whatAnEditAsks(deps: InboundDeps, message: InboundJobData["message"], owner: EditOwner): Promise<Asked> {
+async function whatAnEditAsks(deps: InboundDeps, reading: Config["conversation"], message: InboundJobData["message"], owner: EditOwner): Promise<Asked> {
   const edit = editSchema.safeParse((message as Record<string, unknown>).edit);
   if (!edit.success) return { text: null, cannedText: null, control: null, skipReason: "an edit without the edited message", refersTo: null };
   const originalId = edit.data.original_message_id;
-  const edited = describeInbound({ ...edit.data.message, id: message.id, timestamp: message.timestamp } as InboundJobData["message"], deps.conversation);
+  const edited = describeInbound({ ...edit.data.message, id: message.id, timestamp: message.timestamp } as InboundJobData["message"], reading);
   const base = { cannedText: null, control: null, refersTo: originalId };
   if (edited.kind !== "answer") return { ...base, text: null, skipReason: `an edit into something the bot does not read (${edit.data.message.type})` };
   if (await applyEdit(deps.db, { wamid: originalId, ...owner, text: edited.text })) {
@@ -174,7 +181,7 @@ const identifiable = z.object({
  * as a dead letter with the reason, for staff to answer (law 6); otherwise the caller's log
  * line is all that remains of it.
  */
-export async function keepUnreadableMessage(deps: DeadLetterDeps, data: unknown, reason: string): Promise<void> {
+export async function keepUnreadableMessage(deps: DeadLetterDeps, holdingReply: string, data: unknown, reason: string): Promise<void> {
   const found = identifiable.safeParse(storableCopy(data).value);
   if (!found.success) return;
   const { phoneNumberId, message } = found.data;
@@ -182,7 +189,8 @@ export async function keepUnreadableMessage(deps: DeadLetterDeps, data: unknown,
   if (!sender.waId && !sender.userId) return;
   await keepForStaff(
     deps,
-    { phoneNumberId, sender, message, sentAt: new Date() },
+    holdingReply,
+    { phoneNumberId, sender, message, sentAt: deps.clock.now() },
     {
       code: "invalid_job",
       reason: `The message could not be read (${reason}); it is kept here for staff to answer.`,
@@ -197,11 +205,12 @@ export async function keepUnreadableMessage(deps: DeadLetterDeps, data: unknown,
  */
 export async function keepForStaff(
   deps: DeadLetterDeps,
+  holdingReply: string,
   kept: { phoneNumberId: string; sender: Sender; message: { id: string; type?: string | undefined; text?: { body: string } | undefined }; sentAt: Date },
   why: { code: string; reason: string; detail?: Record<string, unknown> | undefined },
 ): Promise<void> {
   const { message } = kept;
-  const now = new Date();
+  const now = deps.clock.now();
   const stored = await recordInbound(deps.db, { sender: kept.sender }, kept.phoneNumberId, {
     wamid: message.id,
     type: message.type ?? "unreadable",
@@ -217,6 +226,6 @@ export async function keepForStaff(
   if (!stored.messageId) return;
   const failure = { source: "internal" as const, ...why, detail: why.detail };
   const unread = { conversationId: stored.conversationId, messageId: stored.messageId };
-  const letter = await deadLetterMessage(deps.db, unread, failure, holdingReplyFor(deps, failure), now);
+  const letter = await deadLetterMessage(deps.db, unread, failure, holdingReplyFor(holdingReply, failure), now);
   await afterDeadLetters(deps, stored.conversationId, letter ? [letter] : [], failure);
 }

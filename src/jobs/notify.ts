@@ -1,4 +1,5 @@
 import type { Queue } from "bullmq";
+import type { Clock } from "../clock.ts";
 import type { StaffNotifySettings } from "../config/config.ts";
 import type { Db } from "../db/client.ts";
 import { describeError } from "../errors.ts";
@@ -33,6 +34,7 @@ export interface NotifierDeps {
   channels: StaffChannels;
   settings: Pick<StaffNotifySettings, "batchMs" | "publicBaseUrl">;
   retry: RetryDelaySettings;
+  clock: Clock;
 }
 
 /** With RETRY_MAX_DELAY_MS's default (5 min), well over an hour of tries before the collect's slower ones. */
@@ -54,7 +56,8 @@ export async function scheduleCollect(deps: Pick<NotifierDeps, "queue" | "settin
 }
 
 /** One collect: pending notifications driven again, then a new one if it is time. */
-export async function collectNotifications(deps: NotifierDeps, now = new Date()): Promise<string> {
+export async function collectNotifications(deps: NotifierDeps): Promise<string> {
+  const now = deps.clock.now();
   await redriveUndelivered(deps, now);
   const batch = await makeBatch(deps.db, deps.channels.configured, deps.settings.batchMs, now);
   if (!batch) return "nothing_due";
@@ -92,7 +95,7 @@ async function redriveUndelivered(deps: NotifierDeps, now: Date): Promise<void> 
 }
 
 /** Sends one notification to each channel that has not taken it yet. Throws (to be retried) when one did not. */
-export async function deliverNotification(deps: NotifierDeps, notificationId: string, now: () => Date = () => new Date()): Promise<string> {
+export async function deliverNotification(deps: NotifierDeps, notificationId: string): Promise<string> {
   const log = deps.logger.child({ notification: notificationId });
   const batch = await findBatch(deps.db, notificationId);
   if (!batch) {
@@ -116,7 +119,7 @@ export async function deliverNotification(deps: NotifierDeps, notificationId: st
     // As law 5 says of sends: a crash (or Postgres lost) after the receiver took it and before
     // this line commits sends this channel once more on the retry. The window is this one
     // statement; nothing else resends a channel once it is recorded.
-    await recordChannelSent(deps.db, notificationId, channel, now());
+    await recordChannelSent(deps.db, notificationId, channel, deps.clock.now());
     deps.metrics.staffNotifications.inc({ channel, outcome: "sent" });
     log.info({ event: "notify.sent", channel }, "staff notified");
   }

@@ -35,9 +35,9 @@ export function isInfrastructureFailure(error: unknown): boolean {
   return isDatabaseUnavailable(error) || isRedisUnavailable(error);
 }
 
-export function decideFate(error: unknown, job: JobProgress, settings: RetryDelaySettings, now = Date.now()): Fate {
+export function decideFate(error: unknown, job: JobProgress, settings: RetryDelaySettings, nowMs: number): Fate {
   if (error instanceof FencedOut) return { action: "stop", reason: error.message };
-  if (error instanceof Postpone) return { action: "wait", delayMs: Math.max(0, error.untilMs - now), reason: error.reason };
+  if (error instanceof Postpone) return { action: "wait", delayMs: Math.max(0, error.untilMs - nowMs), reason: error.reason };
   if (isInfrastructureFailure(error)) {
     // Starts that spent no attempt are the waits so far: back off on them, capped.
     const waits = Math.max(1, job.attemptsStarted - job.attemptsMade);

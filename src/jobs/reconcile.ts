@@ -31,11 +31,16 @@ import { deadLetterFailedDelivery } from "./status.ts";
 export interface ReconcileDeps extends DeadLetterDeps {
   db: Db;
   queues: Queues;
-  /** For the "driven again once" marks, beside the queues. */
+  /** For the "driven again once" marks, beside the queues, under the queues' prefix. */
   redis: RedisClient;
   prefix: string;
   logger: Logger;
+}
+
+/** How old unanswered work must be before the sweep acts on it (RECONCILE_AFTER_MS), and what a customer whose reply it gives up on is told. */
+export interface ReconcileSettings {
   afterMs: number;
+  holdingReply: string;
 }
 
 /** A mark lives long enough to tell "driven again and stuck again" from a new problem, days later. */
@@ -51,14 +56,14 @@ export interface SweepResult {
 }
 
 /** The sweep's job: every run sweeps once, whatever the job carries. */
-export function reconcileProcessor(deps: ReconcileDeps): Processor<"reconcile"> {
-  return { run: async () => void (await reconcile(deps)) };
+export function reconcileProcessor(deps: ReconcileDeps, settings: ReconcileSettings): Processor<"reconcile"> {
+  return { run: async () => void (await reconcile(deps, settings)) };
 }
 
-export async function reconcile(deps: ReconcileDeps, now = new Date()): Promise<SweepResult> {
+export async function reconcile(deps: ReconcileDeps, settings: ReconcileSettings): Promise<SweepResult> {
   const result: SweepResult = { redriven: 0, deadLettered: 0, failedJobs: 0, skipped: 0 };
-  await settleFailedJobs(deps, result);
-  await settleStuckConversations(deps, result, now);
+  await settleFailedJobs(deps, settings, result);
+  await settleStuckConversations(deps, settings, result);
   if (result.redriven + result.deadLettered + result.failedJobs + result.skipped > 0) {
     deps.logger.warn({ event: "reconcile.swept", ...result }, "reconciler drove or dead-lettered work nobody was doing");
   }
@@ -85,12 +90,12 @@ async function isolated(deps: ReconcileDeps, result: SweepResult, item: Record<s
 }
 
 /** True the first time for `what`, false while its mark lives: "driven again, once". */
-async function firstTime(deps: ReconcileDeps, what: string): Promise<boolean> {
-  return (await deps.redis.set(`${deps.prefix}:reconciled:${what}`, "1", "PX", markTtlMs(deps.afterMs), "NX")) === "OK";
+async function firstTime(deps: ReconcileDeps, afterMs: number, what: string): Promise<boolean> {
+  return (await deps.redis.set(`${deps.prefix}:reconciled:${what}`, "1", "PX", markTtlMs(afterMs), "NX")) === "OK";
 }
 
-async function settleStuckConversations(deps: ReconcileDeps, result: SweepResult, now: Date): Promise<void> {
-  const before = new Date(now.getTime() - deps.afterMs);
+async function settleStuckConversations(deps: ReconcileDeps, settings: ReconcileSettings, result: SweepResult): Promise<void> {
+  const before = new Date(deps.clock.now().getTime() - settings.afterMs);
   // Oldest first: what has waited longest is looked at first when there is more than a batch.
   const stuck = await deps.db.$queryRaw<{ conversationId: string }[]>`
     SELECT "conversationId" FROM (
@@ -105,13 +110,13 @@ async function settleStuckConversations(deps: ReconcileDeps, result: SweepResult
     await isolated(deps, result, { conversation: conversationId }, async () => {
       if (await hasLiveReplyJob(deps.queues, conversationId)) return; // someone is on it
       const log = deps.logger.child({ conversation: conversationId });
-      if (await firstTime(deps, `conv.${conversationId}`)) {
+      if (await firstTime(deps, settings.afterMs, `conv.${conversationId}`)) {
         await scheduleReply(deps.queues, conversationId, 0);
         log.warn({ event: "reconcile.redriven" }, "unanswered work had no reply job; driven again");
         result.redriven++;
         return;
       }
-      result.deadLettered += await giveUp(deps, conversationId, {
+      result.deadLettered += await giveUp(deps, settings.holdingReply, conversationId, {
         code: "stuck",
         reason: "The reply was never completed: it was driven again and stalled again. Review the conversation and resend or discard.",
       });
@@ -126,17 +131,18 @@ async function settleStuckConversations(deps: ReconcileDeps, result: SweepResult
  */
 async function giveUp(
   deps: DeadLetterDeps,
+  holdingText: string,
   conversationId: string,
   why: { code: string; reason: string; detail?: Record<string, unknown> | undefined },
 ): Promise<number> {
   const failure = { source: "internal" as const, code: why.code, reason: why.reason, detail: why.detail };
-  const holdingReply = holdingReplyFor(deps, failure);
-  const letters = await deadLetterConversation(deps.db, conversationId, failure, { dedupPrefix: `reconcile.${randomUUID()}`, holdingReply }, new Date());
+  const holdingReply = holdingReplyFor(holdingText, failure);
+  const letters = await deadLetterConversation(deps.db, conversationId, failure, { dedupPrefix: `reconcile.${randomUUID()}`, holdingReply }, deps.clock.now());
   await afterDeadLetters(deps, conversationId, letters, failure);
   return letters.length;
 }
 
-async function settleFailedJobs(deps: ReconcileDeps, result: SweepResult): Promise<void> {
+async function settleFailedJobs(deps: ReconcileDeps, settings: ReconcileSettings, result: SweepResult): Promise<void> {
   const { inbound, reply, status, events } = deps.queues;
   const each = async <T>(queue: string, jobs: Job<T>[], settle: (job: Job<T>) => Promise<void>) => {
     for (const job of jobs) {
@@ -147,9 +153,9 @@ async function settleFailedJobs(deps: ReconcileDeps, result: SweepResult): Promi
     }
   };
   await each("reply", await reply.getFailed(0, BATCH - 1), (job) => settleFailedReplyJob(deps, job));
-  await each("inbound", await inbound.getFailed(0, BATCH - 1), (job) => settleFailedInboundJob(deps, job, result));
-  await each("status", await status.getFailed(0, BATCH - 1), (job) => settleFailedStatusJob(deps, job));
-  await each<EventJobData>("events", await events.getFailed(0, BATCH - 1), (job) => settleFailedEventJob(deps, job));
+  await each("inbound", await inbound.getFailed(0, BATCH - 1), (job) => settleFailedInboundJob(deps, settings, job, result));
+  await each("status", await status.getFailed(0, BATCH - 1), (job) => settleFailedStatusJob(deps, settings, job));
+  await each<EventJobData>("events", await events.getFailed(0, BATCH - 1), (job) => settleFailedEventJob(deps, settings.afterMs, job));
 }
 
 /**
@@ -162,8 +168,8 @@ async function settleFailedReplyJob(deps: ReconcileDeps, job: Job<ReplyJobData>)
   const read = readJob("reply", job.data, job.timestamp);
   if (read.ok) {
     const { draft, accepted } = read.data;
-    for (const [partId, wamid] of Object.entries(accepted ?? {})) await markAccepted(deps.db, partId, wamid, new Date());
-    if (draft) await storeDraft(deps.db, null, draft.replyId, draft, new Date());
+    for (const [partId, wamid] of Object.entries(accepted ?? {})) await markAccepted(deps.db, partId, wamid, deps.clock.now());
+    if (draft) await storeDraft(deps.db, null, draft.replyId, draft, deps.clock.now());
     await scheduleReply(deps.queues, read.data.conversationId, 0);
   }
   await job.remove();
@@ -180,12 +186,12 @@ async function settleFailedReplyJob(deps: ReconcileDeps, job: Job<ReplyJobData>)
   );
 }
 
-async function settleFailedInboundJob(deps: ReconcileDeps, job: Job<InboundJobData>, result: SweepResult): Promise<void> {
+async function settleFailedInboundJob(deps: ReconcileDeps, settings: ReconcileSettings, job: Job<InboundJobData>, result: SweepResult): Promise<void> {
   const read = readJob("inbound", job.data, job.timestamp);
   const log = deps.logger.child({ job: job.id });
   if (!read.ok) {
     // Its worker would settle it at once (workers.ts): do the same here.
-    await keepUnreadableMessage(deps, job.data, read.reason);
+    await keepUnreadableMessage(deps, settings.holdingReply, job.data, read.reason);
     await job.remove();
     log.error(
       { event: "reconcile.dead_lettered", queue: "inbound", reason: read.reason },
@@ -201,7 +207,7 @@ async function settleFailedInboundJob(deps: ReconcileDeps, job: Job<InboundJobDa
     log.warn({ event: "reconcile.failed_job_settled", queue: "inbound", failedReason: job.failedReason }, "failed inbound job; its message is stored");
     return;
   }
-  if (await firstTime(deps, `job.${job.id}`)) {
+  if (await firstTime(deps, settings.afterMs, `job.${job.id}`)) {
     await job.retry("failed", { resetAttemptsMade: true });
     log.warn({ event: "reconcile.failed_job_redriven", queue: "inbound", failedReason: job.failedReason }, "failed inbound job driven again");
     return;
@@ -209,6 +215,7 @@ async function settleFailedInboundJob(deps: ReconcileDeps, job: Job<InboundJobDa
   // It failed twice over: keep the message itself as a dead letter, for staff to answer.
   await keepForStaff(
     deps,
+    settings.holdingReply,
     { phoneNumberId, sender: senderOf(read.data), message, sentAt: new Date(Number(message.timestamp) * 1000) },
     {
       code: "inbound_failed",
@@ -225,10 +232,10 @@ async function settleFailedInboundJob(deps: ReconcileDeps, job: Job<InboundJobDa
  * A receipt carries no customer message: driven again once, then dropped with a log line;
  * but a "failed" one means a reply never arrived, so its reply becomes a dead letter.
  */
-async function settleFailedStatusJob(deps: ReconcileDeps, job: Job<StatusJobData>): Promise<void> {
+async function settleFailedStatusJob(deps: ReconcileDeps, settings: ReconcileSettings, job: Job<StatusJobData>): Promise<void> {
   const read = readJob("status", job.data, job.timestamp);
   const log = deps.logger.child({ job: job.id });
-  if (read.ok && (await firstTime(deps, `job.${job.id}`))) {
+  if (read.ok && (await firstTime(deps, settings.afterMs, `job.${job.id}`))) {
     await job.retry("failed", { resetAttemptsMade: true });
     log.warn({ event: "reconcile.failed_job_redriven", queue: "status", failedReason: job.failedReason }, "failed status job driven again");
     return;
@@ -236,7 +243,7 @@ async function settleFailedStatusJob(deps: ReconcileDeps, job: Job<StatusJobData
   const status = read.ok ? read.data.status : undefined;
   const part = status?.status === "failed" ? await findPartOfStatus(deps.db, status.id, status.biz_opaque_callback_data) : null;
   if (status && part) {
-    const letter = await deadLetterFailedDelivery(deps, status, part.replyId);
+    const letter = await deadLetterFailedDelivery(deps, settings.holdingReply, status, part.replyId);
     log.error(
       { event: "reconcile.dead_lettered", queue: "status", deadLetter: letter?.id, failedReason: job.failedReason },
       "failed-delivery status could not be processed; its reply dead-lettered",
@@ -248,9 +255,9 @@ async function settleFailedStatusJob(deps: ReconcileDeps, job: Job<StatusJobData
 }
 
 /** A business-side event (an echo, a preference, a BSUID change) carries no customer message: driven again once, then logged and dropped. */
-async function settleFailedEventJob(deps: ReconcileDeps, job: Job<EventJobData>): Promise<void> {
+async function settleFailedEventJob(deps: ReconcileDeps, afterMs: number, job: Job<EventJobData>): Promise<void> {
   const log = deps.logger.child({ job: job.id, type: job.data.type });
-  if (await firstTime(deps, `job.${job.id}`)) {
+  if (await firstTime(deps, afterMs, `job.${job.id}`)) {
     await job.retry("failed", { resetAttemptsMade: true });
     log.warn({ event: "reconcile.failed_job_redriven", queue: "events", failedReason: job.failedReason }, "failed event job driven again");
     return;

@@ -1,5 +1,4 @@
 import { randomUUID } from "node:crypto";
-import { performance } from "node:perf_hooks";
 import { type Job, RateLimitError } from "bullmq";
 import type { ClaudeClient, GeneratedReply } from "../ai/claude.ts";
 import type { Config } from "../config/config.ts";
@@ -96,14 +95,14 @@ export async function processReply(deps: ReplyDeps, job: Job<ReplyJobData>, keep
     },
   };
   // Before the bind, which arms the reply's generation deadline from this same moment.
-  let armedAt = performance.now();
-  let begun = await beginReply(deps.db, conversationId, settings, new Date());
+  let armedAt = deps.clock.monotonicMs();
+  let begun = await beginReply(deps.db, conversationId, settings, deps.clock.now());
   // Voice notes are heard before their answer is planned; each round settles every one it was given.
   for (let round = 1; begun.kind === "transcribe"; round++) {
     if (round > VOICE_NOTE_ROUNDS) throw new Error(`conversation ${conversationId}: its voice notes kept waiting for their words`);
     await hearVoiceNotes(deps, begun.voiceNotes, isLastAttempt(job), log);
-    armedAt = performance.now();
-    begun = await beginReply(deps.db, conversationId, settings, new Date());
+    armedAt = deps.clock.monotonicMs();
+    begun = await beginReply(deps.db, conversationId, settings, deps.clock.now());
   }
   // Counted once beginReply's transaction has committed: only then does the item exist.
   if (handoffOpened) countHandoff(deps);
@@ -115,58 +114,74 @@ export async function processReply(deps: ReplyDeps, job: Job<ReplyJobData>, keep
   // The debounce slides here, not in the queue: a queue-side reschedule would also move retries.
   if (begun.kind === "debounce") throw new Postpone(begun.untilMs, "the customer is still writing");
 
-  const { lease, reply } = begun;
-  const replyLog = log.child({ reply: reply.id });
+  const replyLog = log.child({ reply: begun.reply.id });
   let outcome: string;
   try {
     await completeReply(deps, begun, armedAt, job.data, keep, replyLog);
     outcome = "sent";
   } catch (error) {
-    const fate = decideFate(error, job, deps.retry);
-    switch (fate.action) {
-      case "wait":
-      case "stop":
-        throw error; // the worker postpones or drops this run (workers.ts)
-      case "throttle": {
-        // BullMQ's queue-wide rate limit: every worker holds off every reply, and this job goes
-        // back to waiting without spending an attempt.
-        const delayMs = retryDelayMs(job.attemptsMade + 1, fate.failure, deps.retry);
-        replyLog.warn({ event: "reply.throttled", code: fate.failure.code, reason: fate.failure.reason, delayMs }, "Meta limits the sender; every reply waits");
-        await deps.queues.reply.rateLimit(delayMs);
-        throw new RateLimitError();
-      }
-      case "retry":
-        replyLog.warn(
-          { event: "reply.retry", code: fate.failure.code, reason: fate.failure.reason, ambiguous: fate.failure.ambiguous, attempt: job.attemptsMade + 1 },
-          "reply failed; will retry",
-        );
-        throw fate.failure;
-      case "dead_letter": {
-        const letter = await recordDeadLetter(
-          deps,
-          { conversationId, replyId: reply.id, failure: fate.failure, attempts: job.attemptsMade + 1, dedupKey: `reply.${reply.id}.${randomUUID()}` },
-          { lease },
-        );
-        replyLog.error(
-          {
-            event: "reply.dead_lettered",
-            deadLetter: letter?.id,
-            source: fate.failure.source,
-            code: fate.failure.code,
-            reason: fate.failure.reason,
-            maybeSent: fate.failure.ambiguous,
-          },
-          "reply dead-lettered",
-        );
-        outcome = "dead_lettered";
-      }
-    }
+    outcome = await settleFailedRun(deps, job, begun, error, replyLog);
   }
 
   // What the take saw waiting behind this reply. A message stored since schedules its own job,
   // which BullMQ keeps until this one ends (scheduleReply).
   if (begun.more) await scheduleReply(deps.queues, conversationId, 0);
   return outcome;
+}
+
+/**
+ * A run that failed: the one decision (policy.ts) says whether it waits, stops, holds off the
+ * whole queue (Meta's sender-wide limits), retries, or dead-letters the reply. Throws for all
+ * but the last, which answers the run's outcome.
+ */
+async function settleFailedRun(deps: ReplyDeps, job: Job<ReplyJobData>, begun: Extract<Begun, { kind: "reply" }>, error: unknown, replyLog: Logger) {
+  const { lease, reply } = begun;
+  const fate = decideFate(error, job, deps.retry, deps.clock.now().getTime());
+  switch (fate.action) {
+    case "wait":
+    case "stop":
+      throw error; // the worker postpones or drops this run (workers.ts)
+    case "throttle": {
+      // BullMQ's queue-wide rate limit: every worker holds off every reply, and this job goes
+      // back to waiting without spending an attempt.
+      const delayMs = retryDelayMs(job.attemptsMade + 1, fate.failure, deps.retry);
+      replyLog.warn({ event: "reply.throttled", code: fate.failure.code, reason: fate.failure.reason, delayMs }, "Meta limits the sender; every reply waits");
+      await deps.queues.reply.rateLimit(delayMs);
+      throw new RateLimitError();
+    }
+    case "retry":
+      replyLog.warn(
+        { event: "reply.retry", code: fate.failure.code, reason: fate.failure.reason, ambiguous: fate.failure.ambiguous, attempt: job.attemptsMade + 1 },
+        "reply failed; will retry",
+      );
+      throw fate.failure;
+    case "dead_letter": {
+      const letter = await recordDeadLetter(
+        deps,
+        {
+          conversationId: lease.conversationId,
+          replyId: reply.id,
+          failure: fate.failure,
+          attempts: job.attemptsMade + 1,
+          dedupKey: `reply.${reply.id}.${randomUUID()}`,
+        },
+        { lease },
+        deps.conversation.holdingReply,
+      );
+      replyLog.error(
+        {
+          event: "reply.dead_lettered",
+          deadLetter: letter?.id,
+          source: fate.failure.source,
+          code: fate.failure.code,
+          reason: fate.failure.reason,
+          maybeSent: fate.failure.ambiguous,
+        },
+        "reply dead-lettered",
+      );
+      return "dead_lettered";
+    }
+  }
 }
 
 async function completeReply(
@@ -179,16 +194,16 @@ async function completeReply(
 ): Promise<void> {
   const { lease, conversation, reply, planned } = begun;
   // Sends Meta took while the database was away, recorded first: they must not go out again.
-  for (const [partId, wamid] of Object.entries(data.accepted ?? {})) await markAccepted(deps.db, partId, wamid, new Date());
+  for (const [partId, wamid] of Object.entries(data.accepted ?? {})) await markAccepted(deps.db, partId, wamid, deps.clock.now());
   // A new answer for a number past its daily budget goes to staff instead of Claude.
-  if (planned && reply.state === "generating" && reply.kind === "ai") await assertWithinBudget(deps, conversation.phoneNumberId, new Date());
+  if (planned && reply.state === "generating" && reply.kind === "ai") await assertWithinBudget(deps, conversation.phoneNumberId, deps.clock.now());
   // Read and "typing…" for what this reply answers, beside the reply path: while Claude writes,
   // never in front of it. Best effort: a failed receipt must never block the reply.
   if (planned) showTyping(deps, conversation, planned.messages.at(-1)!.wamid, log);
   const kept = data.draft;
   let outbox: Outbox | undefined;
   // Checked before Claude is paid for a reply that could not be sent anyway, and again after.
-  if (!windowOpen(conversation.lastInboundAt)) await templateInstead(deps, lease, conversation, reply.id, log, new Date());
+  if (!windowOpen(conversation.lastInboundAt, deps.clock.now())) await templateInstead(deps, lease, conversation, reply.id, log, deps.clock.now());
   else if (reply.state === "generating") {
     const written: Written =
       kept?.replyId === reply.id
@@ -204,8 +219,14 @@ async function completeReply(
     try {
       stored =
         written.kind === "handoff"
-          ? await handOff(deps.db, lease, reply.id, { key: written.toolUseId, reason: written.reason, reply: handoffReply(deps, written.cost) }, new Date())
-          : await storeDraft(deps.db, lease, reply.id, written.draft, new Date());
+          ? await handOff(
+              deps.db,
+              lease,
+              reply.id,
+              { key: written.toolUseId, reason: written.reason, reply: handoffReply(deps, written.cost) },
+              deps.clock.now(),
+            )
+          : await storeDraft(deps.db, lease, reply.id, written.draft, deps.clock.now());
     } catch (error) {
       // Paid for: if Postgres cannot take it now, Redis keeps it until it can (law 4).
       if (isInfrastructureFailure(error) && written.kind === "draft" && written.draft !== kept) {
@@ -223,12 +244,12 @@ async function completeReply(
     }
     // Overtaken while Claude wrote: the answer is stored for the run that holds the conversation now, which sends it.
     if (!stored.held) throw new FencedOut(`conversation ${lease.conversationId} was taken over while Claude wrote; its answer is stored for the new holder`);
-    if (!windowOpen(stored.lastInboundAt)) {
-      await templateInstead(deps, lease, { ...conversation, lastInboundAt: stored.lastInboundAt }, reply.id, log, new Date());
+    if (!windowOpen(stored.lastInboundAt, deps.clock.now())) {
+      await templateInstead(deps, lease, { ...conversation, lastInboundAt: stored.lastInboundAt }, reply.id, log, deps.clock.now());
     } else outbox = stored.outbox;
   }
   const sent = await sendParts(deps, lease, conversation, outbox ?? (await unsentParts(deps.db, reply.id)), keep, log);
-  if (sent || (await markReplySent(deps.db, reply.id, new Date()))) log.info({ event: "reply.sent" }, "reply sent");
+  if (sent || (await markReplySent(deps.db, reply.id, deps.clock.now()))) log.info({ event: "reply.sent" }, "reply sent");
 }
 
 function showTyping(deps: ReplyDeps, conversation: ConversationView, wamid: string, log: Logger): void {
@@ -254,43 +275,19 @@ async function sendParts(deps: ReplyDeps, lease: Lease, conversation: Conversati
   const { leaseMs, timeoutMs, reconcileWaitMs } = deps.send;
 
   for (const part of parts) {
-    // A template a person chose carries its own language and parameters (issue 21); otherwise it is the number's windowClosedTemplate.
-    const template = !part.template
-      ? undefined
-      : part.templateLanguage
-        ? { name: part.template, language: part.templateLanguage, parameters: part.templateParameters ?? [] }
-        : deps.numbers.get(conversation.phoneNumberId)?.windowClosedTemplate;
-    if (part.template && template?.name !== part.template) {
-      // Never send a template's stand-in text as a free-form message.
-      throw new PermanentError({ source: "window", code: "template_missing", reason: `Template "${part.template}" is no longer configured for this number` });
-    }
-    if (part.sendState === "sending" && part.resendAfter && part.resendAfter.getTime() > Date.now()) {
+    const template = templateOf(deps, conversation, part);
+    if (part.sendState === "sending" && part.resendAfter && part.resendAfter.getTime() > deps.clock.now().getTime()) {
       throw new Postpone(part.resendAfter.getTime(), "a maybe-sent part waits for its status webhook");
     }
     // Taken before the statement, as its resend_after is: the lease never runs past what it promises.
-    const markedAt = performance.now();
-    const marked = await markSending(deps.db, lease, part.id, leaseMs + timeoutMs + reconcileWaitMs, new Date());
-    if (!marked.ok) {
-      switch (marked.refused) {
-        case "fenced_out":
-          throw new FencedOut(`conversation ${lease.conversationId} was taken over before part ${part.id} was sent`);
-        case "reply_not_ready":
-          throw new FencedOut(`reply of part ${part.id} left "ready" (dead-lettered or reopened meanwhile): nothing more of it is sent by this run`);
-        case "accepted":
-        case "unconfirmed":
-          continue; // its status webhook came meanwhile, or a person chose to send it anew
-        case "gone":
-          throw new Error(`part ${part.id} vanished while its run held the conversation`);
-        case "waiting_for_status":
-          throw new Postpone(Math.max(Date.now() + 200, marked.resendAfter.getTime()), "a maybe-sent part waits for its status webhook");
-      }
-    }
-    const attempt = marked.attempt;
+    const markedAt = deps.clock.monotonicMs();
+    const attempt = await markForSend(deps, lease, part.id, leaseMs + timeoutMs + reconcileWaitMs);
+    if (attempt === undefined) continue; // its status webhook came meanwhile, or a person chose to send it anew
     // A run frozen right here (a GC pause, a stopped VM), or whose connection to Meta comes up
     // late, must not send late: by now another worker may have counted this part as maybe-sent
     // and be waiting out `resend_after`. Checked again as the request is written (startBy).
     const startBy = markedAt + leaseMs;
-    if (performance.now() > startBy) await sentTooLate(deps, part.id, attempt, leaseMs);
+    if (deps.clock.monotonicMs() > startBy) await sentTooLate(deps, part.id, attempt, leaseMs);
     // Law 5's unavoidable window: we started this send before and never learned its outcome.
     if (part.sendState === "sending")
       log.warn({ event: "reply.resend_unconfirmed", part: part.id }, "no status came for an earlier send of this part; sending it again");
@@ -322,9 +319,10 @@ async function sendParts(deps: ReplyDeps, lease: Lease, conversation: Conversati
       throw error;
     }
     try {
-      const accepted = await markAccepted(deps.db, part.id, wamid, new Date());
+      const accepted = await markAccepted(deps.db, part.id, wamid, deps.clock.now());
       replySent = accepted.replySent;
-      if (replySent && accepted.answersSinceMs !== null) deps.metrics.webhookToReply.observe(Math.max(0, Date.now() - accepted.answersSinceMs) / 1000);
+      if (replySent && accepted.answersSinceMs !== null)
+        deps.metrics.webhookToReply.observe(Math.max(0, deps.clock.now().getTime() - accepted.answersSinceMs) / 1000);
     } catch (error) {
       // Meta took it; if Postgres cannot hear it now, Redis keeps the wamid, or a resend after
       // `resend_after` would send the part twice.
@@ -333,6 +331,43 @@ async function sendParts(deps: ReplyDeps, lease: Lease, conversation: Conversati
     }
   }
   return replySent;
+}
+
+/** The template a part goes out as, if any: a person's choice (issue 21), or the number's windowClosedTemplate. */
+function templateOf(deps: ReplyDeps, conversation: ConversationView, part: Outbox["parts"][number]) {
+  // A template a person chose carries its own language and parameters; the number's is looked up now.
+  const template = !part.template
+    ? undefined
+    : part.templateLanguage
+      ? { name: part.template, language: part.templateLanguage, parameters: part.templateParameters ?? [] }
+      : deps.numbers.get(conversation.phoneNumberId)?.windowClosedTemplate;
+  if (part.template && template?.name !== part.template) {
+    // Never send a template's stand-in text as a free-form message.
+    throw new PermanentError({ source: "window", code: "template_missing", reason: `Template "${part.template}" is no longer configured for this number` });
+  }
+  return template;
+}
+
+/**
+ * pending (or sending, past its resend_after) → sending, for this run: the send attempt it
+ * may make, or undefined when the part needs no send any more. Every other refusal ends the run.
+ */
+async function markForSend(deps: ReplyDeps, lease: Lease, partId: string, resendAfterMs: number): Promise<number | undefined> {
+  const marked = await markSending(deps.db, lease, partId, resendAfterMs, deps.clock.now());
+  if (marked.ok) return marked.attempt;
+  switch (marked.refused) {
+    case "fenced_out":
+      throw new FencedOut(`conversation ${lease.conversationId} was taken over before part ${partId} was sent`);
+    case "reply_not_ready":
+      throw new FencedOut(`reply of part ${partId} left "ready" (dead-lettered or reopened meanwhile): nothing more of it is sent by this run`);
+    case "accepted":
+    case "unconfirmed":
+      return undefined;
+    case "gone":
+      throw new Error(`part ${partId} vanished while its run held the conversation`);
+    case "waiting_for_status":
+      throw new Postpone(Math.max(deps.clock.now().getTime() + 200, marked.resendAfter.getTime()), "a maybe-sent part waits for its status webhook");
+  }
 }
 
 /**

@@ -4,7 +4,7 @@ import { type DeadLetterDeps, recordDeadLetter } from "../dlq/dead-letters.ts";
 import type { Logger } from "../logger.ts";
 import type { Metrics } from "../metrics/metrics.ts";
 import type { StatusJobData } from "../queue/catalog.ts";
-import { type Queues, scheduleReply } from "../queue/queues.ts";
+import { scheduleReply } from "../queue/queues.ts";
 import { recordDeliveryStatus, recordPartPricing, type StatusOutcome, UUID } from "../state/parts.ts";
 import { maskPhoneNumbers } from "../whatsapp/answer-shape.ts";
 import { ruleForGraphCode } from "../whatsapp/error-codes.ts";
@@ -21,21 +21,25 @@ import type { Processor } from "./processor.ts";
 
 export interface StatusDeps extends DeadLetterDeps {
   logger: Logger;
-  queues: Queues;
   metrics: DeadLetterDeps["metrics"] & { graphErrors: GraphErrorsCount } & Pick<Metrics, "metaMessages" | "metaCost">;
+}
+
+/** What the settings say of a receipt: what a billed message costs, and what a customer whose reply failed is told. */
+export interface StatusSettings {
   /** Meta's rate card (META_RATES_FILE); without it billed messages are counted, not priced. */
-  metaRates?: MetaRates | undefined;
+  metaRates: MetaRates | undefined;
+  holdingReply: string;
 }
 
-export function statusProcessor(deps: StatusDeps): Processor<"status"> {
-  return { run: (job) => processStatus(deps, job.data) };
+export function statusProcessor(deps: StatusDeps, settings: StatusSettings): Processor<"status"> {
+  return { run: (job) => processStatus(deps, settings, job.data) };
 }
 
-export async function processStatus(deps: StatusDeps, data: StatusJobData): Promise<string> {
+export async function processStatus(deps: StatusDeps, settings: StatusSettings, data: StatusJobData): Promise<string> {
   const { status } = data;
   const log = deps.logger.child({ wamid: status.id, status: status.status });
   const recorded = await recordStatus(deps, status);
-  if (recorded.outcome === "recorded" || recorded.outcome === "stale") await recordPricing(deps, status, recorded.partId, log);
+  if (recorded.outcome === "recorded" || recorded.outcome === "stale") await recordPricing(deps, settings.metaRates, status, recorded.partId, log);
   switch (recorded.outcome) {
     case "unknown":
       log.info({ event: "status.unknown_message" }, "status for a message we did not send (or no longer track); ignored");
@@ -52,7 +56,7 @@ export async function processStatus(deps: StatusDeps, data: StatusJobData): Prom
     case "failed": {
       // Counted once, as the status moves to failed: a redelivered webhook is stale by now.
       deps.metrics.graphErrors.inc({ code: status.errors?.[0] ? String(status.errors[0].code) : "none", via: "status" });
-      const letter = await deadLetterFailedDelivery(deps, status, recorded.replyId);
+      const letter = await deadLetterFailedDelivery(deps, settings.holdingReply, status, recorded.replyId);
       log.error(
         { event: "reply.dead_lettered", deadLetter: letter?.id, joined: letter ? !letter.created : undefined, code: status.errors?.[0]?.code },
         "delivery failed; reply dead-lettered",
@@ -67,7 +71,7 @@ function recordStatus(deps: StatusDeps, status: StatusJobData["status"]): Promis
   return recordDeliveryStatus(
     deps.db,
     { wamid: status.id, callbackPartId: ours && UUID.test(ours) ? ours : undefined, status: status.status, at: new Date(Number(status.timestamp) * 1000) },
-    new Date(),
+    deps.clock.now(),
   );
 }
 
@@ -83,7 +87,7 @@ const pricingSchema = z.object({
  * The message's price, from the first status that carries one (sent, delivered or read, in any
  * order): counted once per message however many statuses say it.
  */
-async function recordPricing(deps: StatusDeps, status: StatusJobData["status"], partId: string, log: Logger): Promise<void> {
+async function recordPricing(deps: StatusDeps, rates: MetaRates | undefined, status: StatusJobData["status"], partId: string, log: Logger): Promise<void> {
   if (status.status === "failed" || status.pricing === undefined) return;
   const parsed = pricingSchema.safeParse(status.pricing);
   if (!parsed.success) {
@@ -92,13 +96,13 @@ async function recordPricing(deps: StatusDeps, status: StatusJobData["status"], 
   }
   const pricing = parsed.data;
   const billable = isBillable(pricing);
-  const market = marketOf(deps.metaRates, status.recipient_id);
-  const amount = metaAmount(deps.metaRates, { billable, category: pricing.category }, market);
+  const market = marketOf(rates, status.recipient_id);
+  const amount = metaAmount(rates, { billable, category: pricing.category }, market);
   const priced = await recordPartPricing(
     deps.db,
     partId,
     { category: pricing.category, type: pricing.type ?? null, pricingModel: pricing.pricing_model ?? null, billable, market, amount },
-    new Date(),
+    deps.clock.now(),
   );
   if (!priced.recorded) return;
   const labels = { phone_number_id: priced.phoneNumberId, category: pricing.category };
@@ -112,7 +116,7 @@ async function recordPricing(deps: StatusDeps, status: StatusJobData["status"], 
  * one. Whatever run holds the conversation is fenced off, so no more of the dead reply goes
  * out; a fresh reply job carries on with the rest of the conversation's work.
  */
-export async function deadLetterFailedDelivery(deps: DeadLetterDeps & { queues: Queues }, status: StatusJobData["status"], replyId: string) {
+export async function deadLetterFailedDelivery(deps: DeadLetterDeps, holdingReply: string, status: StatusJobData["status"], replyId: string) {
   const error = status.errors?.[0];
   const rule = error ? ruleForGraphCode(error.code, undefined) : undefined;
   const reply = await deps.db.reply.findUniqueOrThrow({ where: { id: replyId }, select: { id: true, conversationId: true } });
@@ -131,6 +135,7 @@ export async function deadLetterFailedDelivery(deps: DeadLetterDeps & { queues: 
       },
     },
     "fence_off",
+    holdingReply,
   );
   await scheduleReply(deps.queues, reply.conversationId, 0);
   return letter;

@@ -1,6 +1,7 @@
 import { DelayedError, type Job, type Queue, Worker } from "bullmq";
 import { ClaudeClient } from "../ai/claude.ts";
 import { TRANSCRIBE_TIMEOUT_MS, Transcriber } from "../ai/transcriber.ts";
+import { type Clock, systemClock } from "../clock.ts";
 import type { Db } from "../db/client.ts";
 import type { DeadLetterDeps } from "../dlq/dead-letters.ts";
 import { forTheQueue } from "../errors.ts";
@@ -37,6 +38,8 @@ export interface WorkerShared {
   db: Db;
   logger: Logger;
   metrics: Metrics;
+  /** The clock main.ts made (a test may hand in its own); the system's by default. */
+  clock?: Clock | undefined;
   /** A connection that waits out a Redis outage (unlike the web role's): the workers' and their queue handles'. */
   connection: RedisClient;
   /** Traces on: the inbound, reply, status and events runs continue their message's trace. */
@@ -58,21 +61,26 @@ const SEND_LEASE_MAX_MS = 5_000;
 const generationStartWithinMs = (graphTimeoutMs: number) => 2 * graphTimeoutMs + 5_000;
 
 /** The worker role as configured: each processor with its own dependencies, and queue handles on the workers' own connection. */
-export function startConfiguredWorkers(settings: Settings, shared: WorkerShared): Workers {
-  const { db, logger, metrics, connection } = shared;
+export function startConfiguredWorkers(settings: Settings, given: WorkerShared): Workers {
+  const shared = { ...given, clock: given.clock ?? systemClock };
+  const { db, logger, metrics, connection, clock } = shared;
   const queues = createQueues(connection, { prefix: settings.queuePrefix, attempts: settings.jobs.attempts, telemetry: shared.tracing?.queues }, (error) =>
     logger.warn({ event: "queue.error", role: "worker", err: error }, "queue connection error"),
   );
   const retry = { baseDelayMs: settings.jobs.retryBaseDelayMs, maxDelayMs: settings.jobs.retryMaxDelayMs };
-  const knowledge = configuredKnowledge(settings, db, logger);
-  const notifier = staffNotifier(settings.staffNotify, { db, queue: queues.notify, logger, metrics, retry });
-  const deadLetters: DeadLetterDeps = { db, queues, metrics, conversation: settings.conversation };
+  const knowledge = configuredKnowledge(settings, shared);
+  const notifier = staffNotifier(settings.staffNotify, { db, queue: queues.notify, logger, metrics, retry, clock });
+  const deadLetters: DeadLetterDeps = { db, queues, metrics, clock };
+  const { conversation } = settings;
   const processors: Processors = {
-    inbound: inboundProcessor({ ...deadLetters, logger, replyDebounceMs: settings.jobs.replyDebounceMs, conversation: settings.conversation }),
+    inbound: inboundProcessor({ ...deadLetters, logger }, { replyDebounceMs: settings.jobs.replyDebounceMs, conversation }),
     reply: replyProcessor(replyDeps(settings, { ...shared, queues, retry, knowledge })),
-    status: statusProcessor({ ...deadLetters, logger, metrics, metaRates: settings.costs.metaRates }),
-    events: eventsProcessor({ db, logger, conversation: settings.conversation }),
-    reconcile: reconcileProcessor({ ...deadLetters, redis: connection, prefix: settings.queuePrefix, logger, afterMs: settings.reconcile.afterMs }),
+    status: statusProcessor({ ...deadLetters, logger, metrics }, { metaRates: settings.costs.metaRates, holdingReply: conversation.holdingReply }),
+    events: eventsProcessor({ db, logger, clock }, { conversation }),
+    reconcile: reconcileProcessor(
+      { ...deadLetters, redis: connection, prefix: settings.queuePrefix, logger },
+      { afterMs: settings.reconcile.afterMs, holdingReply: conversation.holdingReply },
+    ),
     notify: notifier && notifyProcessor(notifier),
   };
   const workers = startWorkers({ ...shared, queues, prefix: settings.queuePrefix, lockMs: settings.jobs.lockMs, retry, jobs: settings.jobs }, processors);
@@ -94,7 +102,7 @@ export function startConfiguredWorkers(settings: Settings, shared: WorkerShared)
 /** What a reply run uses: its own Graph and Claude clients, the number's tools and knowledge, and its clocks. */
 function replyDeps(
   settings: Settings,
-  shared: WorkerShared & { queues: Queues; retry: RetryDelaySettings; knowledge: KnowledgeSource | undefined },
+  shared: WorkerShared & { clock: Clock; queues: Queues; retry: RetryDelaySettings; knowledge: KnowledgeSource | undefined },
 ): ReplyDeps {
   const { whatsapp, anthropic, jobs } = settings;
   const graphSettings = {
@@ -105,12 +113,13 @@ function replyDeps(
   };
   return {
     db: shared.db,
+    clock: shared.clock,
     queues: shared.queues,
     logger: shared.logger,
     metrics: shared.metrics,
     retry: shared.retry,
     knowledge: shared.knowledge,
-    graph: new GraphClient(graphSettings, shared.metrics.graphErrors, shared.tracing?.tracer),
+    graph: new GraphClient({ ...graphSettings, clock: shared.clock }, shared.metrics.graphErrors, shared.tracing?.tracer),
     claude: new ClaudeClient({ ...anthropic }, shared.tracing?.provider),
     transcriber: settings.transcription && new Transcriber({ ...settings.transcription, timeoutMs: TRANSCRIBE_TIMEOUT_MS }),
     historyMessages: anthropic.historyMessages,
@@ -121,7 +130,7 @@ function replyDeps(
     conversation: settings.conversation,
     send: { leaseMs: Math.min(SEND_LEASE_MAX_MS, jobs.lockMs / 2), timeoutMs: whatsapp.graphTimeoutMs, reconcileWaitMs: whatsapp.sendReconcileWaitMs },
     generation: { startWithinMs: generationStartWithinMs(whatsapp.graphTimeoutMs), timeoutMs: anthropic.timeoutMs },
-    actions: businessActions(settings.businessTools, settings.tools.answerMaxBytes),
+    actions: businessActions(settings.businessTools, settings.tools.answerMaxBytes, shared.clock),
     tools: settings.tools,
     modelPrices: settings.costs.modelPrices,
   };
@@ -132,10 +141,13 @@ function replyDeps(
  * knowledgeDir. Started in the background: the first reply that needs it waits for its first
  * reading.
  */
-function configuredKnowledge(settings: Settings, db: Db, logger: Logger): (KnowledgeSource & { close(): Promise<void> }) | undefined {
+function configuredKnowledge(
+  settings: Settings,
+  { db, logger, clock }: WorkerShared & { clock: Clock },
+): (KnowledgeSource & { close(): Promise<void> }) | undefined {
   const dirs = new Map([...settings.numbers].flatMap(([id, number]) => (number.knowledgeDir ? [[id, number.knowledgeDir] as const] : [])));
   if (dirs.size === 0) return undefined;
-  const started = startKnowledgeBase({ db, logger, dirs, tokenBudget: settings.knowledge.tokenBudget });
+  const started = startKnowledgeBase({ db, logger, clock, dirs, tokenBudget: settings.knowledge.tokenBudget });
   return {
     forReply: async (phoneNumberId, query) => (await started).forReply(phoneNumberId, query),
     close: async () => (await started).close(),
@@ -150,6 +162,7 @@ function staffNotifier(notify: Settings["staffNotify"], deps: Omit<NotifierDeps,
 
 /** What the workers of a process run on, beside their processors. */
 export interface WorkerRuntime extends WorkerShared {
+  clock: Clock;
   queues: Queues;
   prefix: string;
   /** How long a job's lock lives without renewal: a dead worker's job runs again elsewhere after this. */
@@ -171,14 +184,14 @@ export function startWorkers(runtime: WorkerRuntime, processors: Processors): Wo
   const kinds = JOB_NAMES.flatMap((name) => {
     const processor = processors[name] as Processor<typeof name> | undefined;
     if (!processor) return [];
-    fetching.set(name, { running: 0, lastStartAt: Date.now() });
+    fetching.set(name, { running: 0, lastStartAt: runtime.clock.monotonicMs() });
     const { limiter, traced, concurrency }: Pick<JobDefinition, "limiter" | "traced" | "concurrency"> = JOBS[name];
     return [{ queue: name, concurrency: concurrency(runtime.jobs), limiter, traced, process: guarded(runtime, name, processor, fetching.get(name)!) }];
   });
   const start = (kind: StartableKind) => startWorker(runtime, kind);
   const all = kinds.map(start);
   const watchdog = watchFetching(
-    { queues: runtime.queues as unknown as Record<string, Queue>, logger: runtime.logger, lockMs: runtime.lockMs },
+    { queues: runtime.queues as unknown as Record<string, Queue>, logger: runtime.logger, lockMs: runtime.lockMs, clock: runtime.clock },
     kinds,
     all,
     fetching,
@@ -215,7 +228,7 @@ function guarded<N extends JobName>(runtime: WorkerRuntime, name: N, processor: 
   const { logger } = runtime;
   return async (job: Job, token?: string): Promise<unknown> => {
     slots.running++;
-    slots.lastStartAt = Date.now();
+    slots.lastStartAt = runtime.clock.monotonicMs();
     try {
       const read = readJob(name, job.data, job.timestamp);
       if (!read.ok) {
@@ -228,14 +241,14 @@ function guarded<N extends JobName>(runtime: WorkerRuntime, name: N, processor: 
       job.data = read.data;
       return await processor.run(job as Job<JobData<N>>);
     } catch (error) {
-      const fate = decideFate(error, job, runtime.retry);
+      const fate = decideFate(error, job, runtime.retry, runtime.clock.now().getTime());
       if (fate.action === "stop") {
         logger.warn({ event: "job.fenced_out", queue: name, job: job.id, reason: fate.reason }, "another worker took this job over; this run stops");
         return "fenced_out";
       }
       if (fate.action !== "wait") throw forTheQueue(error);
       logger.info({ event: "job.waiting", queue: name, job: job.id, delayMs: fate.delayMs, reason: fate.reason }, "job waits without spending an attempt");
-      await job.moveToDelayed(Date.now() + fate.delayMs, token);
+      await job.moveToDelayed(runtime.clock.now().getTime() + fate.delayMs, token);
       throw new DelayedError();
     } finally {
       slots.running--;

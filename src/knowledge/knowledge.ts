@@ -1,4 +1,5 @@
 import { resolve } from "node:path";
+import { type Clock, systemClock } from "../clock.ts";
 import type { Db } from "../db/client.ts";
 import type { Logger } from "../logger.ts";
 import { KnowledgeDirectory, type KnowledgeSnapshot } from "./directory.ts";
@@ -63,6 +64,8 @@ export interface KnowledgeBaseDeps {
   dirs: ReadonlyMap<string, string>;
   /** KNOWLEDGE_TOKEN_BUDGET. */
   tokenBudget: number;
+  /** When the versions in use were last marked (the system's clock by default). */
+  clock?: Clock | undefined;
   /** How often the directories are looked at (default 1000 ms). */
   pollMs?: number;
   /** Passages returned per reply (default 8). */
@@ -93,88 +96,138 @@ interface Watched {
   served: Served;
 }
 
+type Passages = Extract<Served, { kind: "passages" }>;
+
 export async function startKnowledgeBase(deps: KnowledgeBaseDeps): Promise<KnowledgeBase> {
-  const pollMs = deps.pollMs ?? 1_000;
-  const passageLimit = deps.passageLimit ?? 8;
-  const keepUnusedVersionsMs = deps.keepUnusedVersionsMs ?? 10 * 60_000;
-  // Touched well within the time another process waits before deleting.
-  const touchEveryMs = Math.max(pollMs, keepUnusedVersionsMs / 4);
-  const logger = deps.logger.child({ module: "knowledge" });
+  const base = new WatchedKnowledge(deps);
+  await base.poll();
+  base.schedule();
+  return base;
+}
 
-  // Numbers that share a knowledgeDir share its reading.
-  const watched = new Map<string, Watched>();
-  const byNumber = new Map<string, Watched>();
-  for (const [phoneNumberId, dir] of deps.dirs) {
-    const absolute = resolve(dir);
-    let entry = watched.get(absolute);
-    if (!entry) {
-      entry = { directory: new KnowledgeDirectory(absolute, logger), phoneNumberIds: [], snapshot: undefined, served: { kind: "empty", version: "" } };
-      watched.set(absolute, entry);
-    }
-    entry.phoneNumberIds.push(phoneNumberId);
-    byNumber.set(phoneNumberId, entry);
-  }
-
+/**
+ * The directories, read every poll; their passages stored in Postgres ahead of the first reply
+ * that needs them, once per version whichever process gets there first; the versions this
+ * process serves touched, and those nobody has served for a while deleted.
+ */
+class WatchedKnowledge implements KnowledgeBase {
+  private readonly pollMs: number;
+  private readonly passageLimit: number;
+  private readonly keepUnusedVersionsMs: number;
+  /** Touched well within the time another process waits before deleting. */
+  private readonly touchEveryMs: number;
+  private readonly logger: Logger;
+  private readonly clock: Clock;
+  /** Numbers that share a knowledgeDir share its reading. */
+  private readonly watched = new Map<string, Watched>();
+  private readonly byNumber = new Map<string, Watched>();
   /** The version each number's passages are known to be stored at, in Postgres. */
-  const indexedVersion = new Map<string, string>();
-  const indexing = new Map<string, { version: string; done: Promise<void> }>();
+  private readonly indexedVersion = new Map<string, string>();
+  private readonly indexing = new Map<string, { version: string; done: Promise<void> }>();
   /** Once per number and version, not once a poll, while Postgres is away. */
-  const indexFailureLogged = new Map<string, string>();
+  private readonly indexFailureLogged = new Map<string, string>();
+  private lastTouch = Number.NEGATIVE_INFINITY;
+  private closed = false;
+  private polling: Promise<void> | undefined;
+  private timer: NodeJS.Timeout | undefined;
 
-  function ensureIndexed(phoneNumberId: string, served: Extract<Served, { kind: "passages" }>): Promise<void> {
-    if (indexedVersion.get(phoneNumberId) === served.version) return Promise.resolve();
-    const running = indexing.get(phoneNumberId);
-    if (running?.version === served.version) return running.done;
-    const done = index({ phoneNumberId, version: served.version }, served.snapshot).finally(() => {
-      if (indexing.get(phoneNumberId)?.done === done) indexing.delete(phoneNumberId);
-    });
-    indexing.set(phoneNumberId, { version: served.version, done });
-    return done;
+  constructor(private readonly deps: KnowledgeBaseDeps) {
+    this.pollMs = deps.pollMs ?? 1_000;
+    this.passageLimit = deps.passageLimit ?? 8;
+    this.keepUnusedVersionsMs = deps.keepUnusedVersionsMs ?? 10 * 60_000;
+    this.touchEveryMs = Math.max(this.pollMs, this.keepUnusedVersionsMs / 4);
+    this.logger = deps.logger.child({ module: "knowledge" });
+    this.clock = deps.clock ?? systemClock;
+    for (const [phoneNumberId, dir] of deps.dirs) {
+      const absolute = resolve(dir);
+      let entry = this.watched.get(absolute);
+      if (!entry) {
+        entry = { directory: new KnowledgeDirectory(absolute, this.logger), phoneNumberIds: [], snapshot: undefined, served: { kind: "empty", version: "" } };
+        this.watched.set(absolute, entry);
+      }
+      entry.phoneNumberIds.push(phoneNumberId);
+      this.byNumber.set(phoneNumberId, entry);
+    }
   }
 
-  async function index(target: ServedVersion, snapshot: KnowledgeSnapshot): Promise<void> {
-    // Most often another process has stored them already: then nothing is split, and no lock taken.
-    let outcome: "indexed" | "already" = "already";
-    let passages: number | undefined;
-    if (!(await isIndexed(deps.db, target))) {
-      const drafts = snapshot.files.flatMap((file) => splitIntoPassages(file.path, file.content));
-      outcome = await indexVersion(deps.db, target, drafts);
-      passages = drafts.length;
-    }
-    if (outcome === "indexed") logger.info({ event: "knowledge.indexed", ...target, passages }, "knowledge passages stored for search");
-    else logger.debug({ event: "knowledge.already_indexed", ...target }, "knowledge passages already stored (by another process, or before a restart)");
-    indexedVersion.set(target.phoneNumberId, target.version);
+  async forReply(phoneNumberId: string, query: string): Promise<KnowledgeForClaude | undefined> {
+    const served = this.byNumber.get(phoneNumberId)?.served;
+    if (!served || served.kind === "empty") return undefined;
+    if (served.kind === "documents") return { kind: "documents", version: served.version, documents: [...served.documents] };
+    return this.passagesFor(phoneNumberId, served, query);
   }
 
-  function serve(snapshot: KnowledgeSnapshot): Served {
-    // An empty text file says nothing, and Claude refuses an empty document. A PDF without text
-    // (a scan) still shows Claude its pages.
-    const files = snapshot.files.filter((file) => file.content.format === "pdf" || file.content.text.trim() !== "");
-    if (files.length === 0) return { kind: "empty", version: snapshot.version };
-    const tokens = files.reduce((sum, file) => sum + file.tokens, 0);
-    const pdfs = files.filter((file) => file.content.format === "pdf");
-    const pdfPages = pdfs.reduce((sum, file) => sum + (file.content.format === "pdf" ? file.content.pages.length : 0), 0);
-    const pdfBytes = pdfs.reduce((sum, file) => sum + file.bytes.length, 0);
-    if (tokens > deps.tokenBudget || pdfPages > MAX_PDF_PAGES_SENT_WHOLE || pdfBytes > MAX_PDF_BYTES_SENT_WHOLE) {
-      return { kind: "passages", version: snapshot.version, snapshot: { ...snapshot, files } };
+  async close(): Promise<void> {
+    this.closed = true;
+    clearTimeout(this.timer);
+    await this.polling;
+    await Promise.allSettled([...this.indexing.values()].map((running) => running.done));
+  }
+
+  schedule(): void {
+    this.timer = setTimeout(() => {
+      this.polling = this.poll().finally(() => {
+        this.polling = undefined;
+        if (!this.closed) this.schedule();
+      });
+    }, this.pollMs);
+    // The poll alone never keeps a process alive.
+    this.timer.unref();
+  }
+
+  async poll(): Promise<void> {
+    for (const entry of this.watched.values()) {
+      try {
+        await this.look(entry);
+      } catch (error) {
+        this.logger.error(
+          { event: "knowledge.scan_failed", dir: entry.directory.dir, err: error },
+          "knowledge directory could not be read; the last reading still serves",
+        );
+      }
+      const served = entry.served;
+      // Stored ahead of the first reply that needs them; on failure, tried again at every poll and by that reply.
+      if (served.kind === "passages") for (const phoneNumberId of entry.phoneNumberIds) this.indexAhead(phoneNumberId, served);
     }
-    const documents = files.map(
-      (file): KnowledgeDocument =>
-        Object.freeze(
-          file.content.format === "pdf"
-            ? { title: file.path, mediaType: "application/pdf", base64: file.bytes.toString("base64") }
-            : { title: file.path, mediaType: "text/plain", text: file.content.text },
-        ),
+    if (this.clock.monotonicMs() - this.lastTouch >= this.touchEveryMs) await this.touch();
+  }
+
+  private indexAhead(phoneNumberId: string, served: Passages): void {
+    this.ensureIndexed(phoneNumberId, served).then(
+      () => this.indexFailureLogged.delete(phoneNumberId),
+      (error: unknown) => {
+        if (this.indexFailureLogged.get(phoneNumberId) === served.version) return;
+        this.indexFailureLogged.set(phoneNumberId, served.version);
+        this.logger.warn(
+          { event: "knowledge.index_failed", phoneNumberId, version: served.version, err: error },
+          "knowledge passages not stored yet; tried again every poll",
+        );
+      },
     );
-    return { kind: "documents", version: snapshot.version, documents: Object.freeze(documents) };
   }
 
-  async function look(entry: Watched): Promise<void> {
+  /** The versions this process serves are in use; those no process has touched for a while are deleted. */
+  private async touch(): Promise<void> {
+    try {
+      // Versions still being stored count too: one committed just before this sweep is not unused.
+      const own = [...this.byNumber].flatMap(([phoneNumberId, entry]) =>
+        entry.served.kind === "passages" ? [{ phoneNumberId, version: entry.served.version }] : [],
+      );
+      await touchVersions(this.deps.db, own);
+      const deleted = await deleteUnusedVersions(this.deps.db, this.keepUnusedVersionsMs, own);
+      if (deleted > 0) this.logger.info({ event: "knowledge.versions_deleted", versions: deleted }, "knowledge versions no process serves deleted");
+      this.lastTouch = this.clock.monotonicMs();
+    } catch (error) {
+      this.logger.warn({ event: "knowledge.touch_failed", err: error }, "could not mark the knowledge in use; tried again next poll");
+    }
+  }
+
+  private async look(entry: Watched): Promise<void> {
     const snapshot = await entry.directory.scan();
     if (snapshot === entry.snapshot) return;
     entry.snapshot = snapshot;
-    entry.served = serve(snapshot);
-    logger.info(
+    entry.served = served(snapshot, this.deps.tokenBudget);
+    this.logger.info(
       {
         event: "knowledge.loaded",
         dir: entry.directory.dir,
@@ -188,94 +241,68 @@ export async function startKnowledgeBase(deps: KnowledgeBaseDeps): Promise<Knowl
     );
   }
 
-  let lastTouch = 0;
-  async function poll(): Promise<void> {
-    for (const entry of watched.values()) {
-      try {
-        await look(entry);
-      } catch (error) {
-        logger.error(
-          { event: "knowledge.scan_failed", dir: entry.directory.dir, err: error },
-          "knowledge directory could not be read; the last reading still serves",
-        );
-      }
-      const served = entry.served;
-      if (served.kind !== "passages") continue;
-      // Stored ahead of the first reply that needs them; on failure, tried again at every poll and by that reply.
-      for (const phoneNumberId of entry.phoneNumberIds) {
-        ensureIndexed(phoneNumberId, served).then(
-          () => indexFailureLogged.delete(phoneNumberId),
-          (error: unknown) => {
-            if (indexFailureLogged.get(phoneNumberId) === served.version) return;
-            indexFailureLogged.set(phoneNumberId, served.version);
-            logger.warn(
-              { event: "knowledge.index_failed", phoneNumberId, version: served.version, err: error },
-              "knowledge passages not stored yet; tried again every poll",
-            );
-          },
-        );
-      }
-    }
-    if (Date.now() - lastTouch >= touchEveryMs) {
-      try {
-        // Versions still being stored count too: one committed just before this sweep is not unused.
-        const own = [...byNumber].flatMap(([phoneNumberId, entry]) =>
-          entry.served.kind === "passages" ? [{ phoneNumberId, version: entry.served.version }] : [],
-        );
-        await touchVersions(deps.db, own);
-        const deleted = await deleteUnusedVersions(deps.db, keepUnusedVersionsMs, own);
-        if (deleted > 0) logger.info({ event: "knowledge.versions_deleted", versions: deleted }, "knowledge versions no process serves deleted");
-        lastTouch = Date.now();
-      } catch (error) {
-        logger.warn({ event: "knowledge.touch_failed", err: error }, "could not mark the knowledge in use; tried again next poll");
-      }
-    }
+  private ensureIndexed(phoneNumberId: string, served: Passages): Promise<void> {
+    if (this.indexedVersion.get(phoneNumberId) === served.version) return Promise.resolve();
+    const running = this.indexing.get(phoneNumberId);
+    if (running?.version === served.version) return running.done;
+    const done = this.index({ phoneNumberId, version: served.version }, served.snapshot).finally(() => {
+      if (this.indexing.get(phoneNumberId)?.done === done) this.indexing.delete(phoneNumberId);
+    });
+    this.indexing.set(phoneNumberId, { version: served.version, done });
+    return done;
   }
 
-  async function passagesFor(phoneNumberId: string, served: Extract<Served, { kind: "passages" }>, query: string): Promise<KnowledgeForClaude> {
+  private async index(target: ServedVersion, snapshot: KnowledgeSnapshot): Promise<void> {
+    // Most often another process has stored them already: then nothing is split, and no lock taken.
+    let outcome: "indexed" | "already" = "already";
+    let passages: number | undefined;
+    if (!(await isIndexed(this.deps.db, target))) {
+      const drafts = snapshot.files.flatMap((file) => splitIntoPassages(file.path, file.content));
+      outcome = await indexVersion(this.deps.db, target, drafts);
+      passages = drafts.length;
+    }
+    if (outcome === "indexed") this.logger.info({ event: "knowledge.indexed", ...target, passages }, "knowledge passages stored for search");
+    else this.logger.debug({ event: "knowledge.already_indexed", ...target }, "knowledge passages already stored (by another process, or before a restart)");
+    this.indexedVersion.set(target.phoneNumberId, target.version);
+  }
+
+  private async passagesFor(phoneNumberId: string, served: Passages, query: string): Promise<KnowledgeForClaude> {
     const target = { phoneNumberId, version: served.version };
     for (let attempt = 0; ; attempt++) {
-      await ensureIndexed(phoneNumberId, served);
-      const found = await searchPassages(deps.db, target, query, passageLimit);
+      await this.ensureIndexed(phoneNumberId, served);
+      const found = await searchPassages(this.deps.db, target, query, this.passageLimit);
       if (found.length > 0) return { kind: "passages", version: served.version, match: "search", passages: found };
-      const openings = await openingPassages(deps.db, target, passageLimit);
+      const openings = await openingPassages(this.deps.db, target, this.passageLimit);
       // No passage at all: this process was away long enough (a long pause, Postgres out of reach)
       // for another to delete its version. Store it again, once.
-      if (openings.length > 0 || attempt > 0 || (await isIndexed(deps.db, target))) {
+      if (openings.length > 0 || attempt > 0 || (await isIndexed(this.deps.db, target))) {
         return { kind: "passages", version: served.version, match: "openings", passages: openings };
       }
-      indexedVersion.delete(phoneNumberId);
+      this.indexedVersion.delete(phoneNumberId);
     }
   }
+}
 
-  await poll();
-  let closed = false;
-  let polling: Promise<void> | undefined;
-  let timer: NodeJS.Timeout | undefined;
-  const schedule = () => {
-    timer = setTimeout(() => {
-      polling = poll().finally(() => {
-        polling = undefined;
-        if (!closed) schedule();
-      });
-    }, pollMs);
-    // The poll alone never keeps a process alive.
-    timer.unref();
-  };
-  schedule();
-
-  return {
-    async forReply(phoneNumberId, query) {
-      const served = byNumber.get(phoneNumberId)?.served;
-      if (!served || served.kind === "empty") return undefined;
-      if (served.kind === "documents") return { kind: "documents", version: served.version, documents: [...served.documents] };
-      return passagesFor(phoneNumberId, served, query);
-    },
-    async close() {
-      closed = true;
-      clearTimeout(timer);
-      await polling;
-      await Promise.allSettled([...indexing.values()].map((running) => running.done));
-    },
-  };
+/** How a reading is shown to Claude: nothing, whole documents while they fit the budget and Claude's PDF limits, else searched passages. */
+function served(snapshot: KnowledgeSnapshot, tokenBudget: number): Served {
+  // An empty text file says nothing, and Claude refuses an empty document. A PDF without text
+  // (a scan) still shows Claude its pages.
+  const files = snapshot.files.filter((file) => file.content.format === "pdf" || file.content.text.trim() !== "");
+  if (files.length === 0) return { kind: "empty", version: snapshot.version };
+  const tokens = files.reduce((sum, file) => sum + file.tokens, 0);
+  const pdfs = files.filter((file) => file.content.format === "pdf");
+  const pdfPages = pdfs.reduce((sum, file) => sum + (file.content.format === "pdf" ? file.content.pages.length : 0), 0);
+  const pdfBytes = pdfs.reduce((sum, file) => sum + file.bytes.length, 0);
+  if (tokens > tokenBudget || pdfPages > MAX_PDF_PAGES_SENT_WHOLE || pdfBytes > MAX_PDF_BYTES_SENT_WHOLE) {
+    return { kind: "passages", version: snapshot.version, snapshot: { ...snapshot, files } };
+  }
+  const documents = files.map(
+    (file): KnowledgeDocument =>
+      Object.freeze(
+        file.content.format === "pdf"
+          ? { title: file.path, mediaType: "application/pdf", base64: file.bytes.toString("base64") }
+          : { title: file.path, mediaType: "text/plain", text: file.content.text },
+      ),
+  );
+  return { kind: "documents", version: snapshot.version, documents: Object.freeze(documents) };
 }

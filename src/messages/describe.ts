@@ -91,14 +91,8 @@ export function describeInbound(message: InboundMessagePayload, settings: Descri
   switch (message.type) {
     case "text":
       return message.text?.body.trim() ? { kind: "answer", text: message.text.body } : { kind: "skip", reason: "empty text" };
-    case "interactive": {
-      const parsed = interactive.safeParse(raw.interactive);
-      if (parsed.success && parsed.data.nfm_reply) return { kind: "answer", text: formAnswers(parsed.data.nfm_reply) };
-      const choice = parsed.success ? (parsed.data.button_reply ?? parsed.data.list_reply) : undefined;
-      if (!choice) return fallback(settings, `interactive reply of type "${parsed.data?.type ?? "unknown"}"`);
-      const description = "description" in choice && choice.description ? ` — ${choice.description}` : "";
-      return { kind: "answer", text: `[Chose the option "${choice.title}"${description} (id ${choice.id})]` };
-    }
+    case "interactive":
+      return describeInteractive(raw, settings);
     case "button": {
       const parsed = button.safeParse(raw.button);
       if (!parsed.success) return fallback(settings, "template button without text");
@@ -112,21 +106,8 @@ export function describeInbound(message: InboundMessagePayload, settings: Descri
       const place = [name, address].filter(Boolean).join(", ");
       return { kind: "answer", text: `[Shared a location: ${place ? `${place}, ` : ""}latitude ${latitude}, longitude ${longitude}${url ? `, ${url}` : ""}]` };
     }
-    case "contacts": {
-      const parsed = z.array(contactCard).safeParse(raw.contacts);
-      if (!parsed.success || parsed.data.length === 0) return fallback(settings, "contacts message without cards");
-      const cards = parsed.data.map((c) =>
-        [
-          c.name?.formatted_name ?? "(no name)",
-          c.org?.company,
-          ...(c.phones ?? []).map((p) => `${p.type ? `${p.type} ` : ""}${p.phone ?? ""}`.trim()),
-          ...(c.emails ?? []).map((e) => e.email),
-        ]
-          .filter(Boolean)
-          .join(", "),
-      );
-      return { kind: "answer", text: `[Shared ${cards.length === 1 ? "a contact" : "contacts"}: ${cards.join("; ")}]` };
-    }
+    case "contacts":
+      return describeContacts(raw, settings);
     case "order": {
       const parsed = order.safeParse(raw.order);
       if (!parsed.success) return fallback(settings, "order without items");
@@ -145,16 +126,8 @@ export function describeInbound(message: InboundMessagePayload, settings: Descri
       return { kind: "skip", reason: "the customer deleted a message" };
     case "image":
     case "sticker":
-    case "document": {
-      const media = visual.safeParse(raw[message.type]);
-      const readable = readableMedia(raw as { type: string });
-      if (!media.success) return fallback(settings, `${message.type} without a media id`);
-      if (!readable) return say(settings.documentReply, `document of type ${media.data.mime_type ?? "unknown"}: the bot reads PDFs and images`);
-      // The file itself is fetched when the reply is written (Meta's URLs expire in 5 minutes).
-      const what =
-        message.type === "document" ? `a PDF${media.data.filename ? ` "${media.data.filename}"` : ""}` : message.type === "image" ? "an image" : "a sticker";
-      return { kind: "answer", text: `[Sent ${what}]${media.data.caption ? `\n${media.data.caption}` : ""}` };
-    }
+    case "document":
+      return describeVisual(message.type, raw, settings);
     case "audio": {
       const parsed = audio.safeParse(raw.audio);
       if (!settings.transcribeVoiceNotes) return say(settings.mediaReply, "audio: no transcriber is configured (TRANSCRIBE_BASE_URL)");
@@ -172,6 +145,44 @@ export function describeInbound(message: InboundMessagePayload, settings: Descri
     default:
       return fallback(settings, `message type "${message.type}"`);
   }
+}
+
+/** A tapped reply button or list option, or a Flow's answers. */
+function describeInteractive(raw: Record<string, unknown>, settings: DescribeSettings): InboundOutcome {
+  const parsed = interactive.safeParse(raw.interactive);
+  if (parsed.success && parsed.data.nfm_reply) return { kind: "answer", text: formAnswers(parsed.data.nfm_reply) };
+  const choice = parsed.success ? (parsed.data.button_reply ?? parsed.data.list_reply) : undefined;
+  if (!choice) return fallback(settings, `interactive reply of type "${parsed.data?.type ?? "unknown"}"`);
+  const description = "description" in choice && choice.description ? ` — ${choice.description}` : "";
+  return { kind: "answer", text: `[Chose the option "${choice.title}"${description} (id ${choice.id})]` };
+}
+
+/** Shared contact cards, each as one line of what it holds. */
+function describeContacts(raw: Record<string, unknown>, settings: DescribeSettings): InboundOutcome {
+  const parsed = z.array(contactCard).safeParse(raw.contacts);
+  if (!parsed.success || parsed.data.length === 0) return fallback(settings, "contacts message without cards");
+  const cards = parsed.data.map((c) =>
+    [
+      c.name?.formatted_name ?? "(no name)",
+      c.org?.company,
+      ...(c.phones ?? []).map((p) => `${p.type ? `${p.type} ` : ""}${p.phone ?? ""}`.trim()),
+      ...(c.emails ?? []).map((e) => e.email),
+    ]
+      .filter(Boolean)
+      .join(", "),
+  );
+  return { kind: "answer", text: `[Shared ${cards.length === 1 ? "a contact" : "contacts"}: ${cards.join("; ")}]` };
+}
+
+/** An image, a sticker or a document: the ones Claude reads are answered (the file is fetched when the reply is written), others get DOCUMENT_REPLY. */
+function describeVisual(type: "image" | "sticker" | "document", raw: Record<string, unknown>, settings: DescribeSettings): InboundOutcome {
+  const media = visual.safeParse(raw[type]);
+  const readable = readableMedia(raw as { type: string });
+  if (!media.success) return fallback(settings, `${type} without a media id`);
+  if (!readable) return say(settings.documentReply, `document of type ${media.data.mime_type ?? "unknown"}: the bot reads PDFs and images`);
+  // The file itself is fetched when the reply is written (Meta's URLs expire in 5 minutes).
+  const what = type === "document" ? `a PDF${media.data.filename ? ` "${media.data.filename}"` : ""}` : type === "image" ? "an image" : "a sticker";
+  return { kind: "answer", text: `[Sent ${what}]${media.data.caption ? `\n${media.data.caption}` : ""}` };
 }
 
 /** A Flow's answers as Claude reads them; the flow_token is Meta's bookkeeping, not the customer's words. */

@@ -2,6 +2,7 @@ import type { FastifyInstance, FastifyPluginAsync } from "fastify";
 import { AggregatorRegistry, Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
 import type { GeneratedReply } from "../ai/claude.ts";
 import { estimateCostUsd, NO_OVERRIDES, type PriceOverrides } from "../ai/pricing.ts";
+import type { Clock } from "../clock.ts";
 import { safeEqual } from "../crypto/safe-equal.ts";
 import type { Db } from "../db/client.ts";
 import { oldestReadySince, type Queues } from "../queue/queues.ts";
@@ -41,8 +42,12 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
   const registry = new Registry();
   if (options.defaultMetrics) collectDefaultMetrics({ register: registry });
   const registers = [registry];
+  return { registry, ...messagePathMetrics(registers), ...costMetrics(registers) };
+}
+
+/** A message's way through: the webhook, the jobs, the dead letters, the time to a reply, Meta's errors, staff told. */
+function messagePathMetrics(registers: Registry[]) {
   return {
-    registry,
     webhookItems: new Counter({
       name: "wa_webhook_items_total",
       help: "Webhook items by kind (message, status, event, ignored) and outcome (enqueued, duplicate: Meta delivered it again, ignored, failed)",
@@ -79,6 +84,12 @@ export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metri
       buckets: [0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120, 300, 900, 3600],
       registers,
     }),
+  };
+}
+
+/** What replies cost: Claude's calls and tokens, the business's tools, the messages Meta bills. */
+function costMetrics(registers: Registry[]) {
+  return {
     claudeCalls: new Counter({
       name: "wa_claude_calls_total",
       help: "Claude calls by business number, model asked for, and outcome (ok, retryable_error, permanent_error, timeout: reached Anthropic and may be billed, with no answer read)",
@@ -187,8 +198,8 @@ export function metricsRoutes(deps: {
   queues: Queues;
   db: Db;
   bearerToken?: string | undefined;
-  /** The clock the ages are measured with (default Date.now). */
-  now?: (() => number) | undefined;
+  /** The clock the queues' ages are measured with. */
+  clock: Clock;
   /** Other processes' metrics to serve beside ours (the worker child of the `all` role). */
   otherProcesses?: (() => Promise<MetricsSnapshot[]>) | undefined;
 }): FastifyPluginAsync {
@@ -220,8 +231,8 @@ export function metricsRoutes(deps: {
  * the same queue depths and open dead letters. Registered once per registry: the metrics
  * listener and the web port may serve the same one.
  */
-function registerStateGauges(deps: { metrics: Metrics; queues: Queues; db: Db; now?: (() => number) | undefined }): void {
-  const now = deps.now ?? Date.now;
+function registerStateGauges(deps: { metrics: Metrics; queues: Queues; db: Db; clock: Clock }): void {
+  const now = () => deps.clock.now().getTime();
   const { registry } = deps.metrics;
   if (registry.getSingleMetric("wa_queue_jobs")) return;
   new Gauge({

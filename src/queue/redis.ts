@@ -1,5 +1,6 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { Cluster, type ClusterOptions, Redis, type RedisOptions } from "ioredis";
+import type { Clock } from "../clock.ts";
 import type { RedisTarget, RedisTls } from "../config/redis.ts";
 
 /** A connection to Redis in any of its topologies; BullMQ and our commands take either. */
@@ -77,7 +78,8 @@ export interface RedisReadiness {
  * outage that has lasted longer is refused at once, so Meta delivers it again later. Not
  * BullMQ's wait: a queue whose connection is away waits for it without a bound.
  */
-export function watchReadiness(redis: RedisClient, graceMs: number, now: () => number = Date.now): RedisReadiness {
+export function watchReadiness(redis: RedisClient, graceMs: number, clock: Clock): RedisReadiness {
+  const now = () => clock.now().getTime();
   let lostAt = redis.status === "ready" ? undefined : now();
   // One promise for every delivery waiting on the same reconnection: one listener, not one each.
   let back: { promise: Promise<void>; resolve: () => void } | undefined;

@@ -1,5 +1,6 @@
 import calculateSlot from "cluster-key-slot";
 import { Cluster, type Redis } from "ioredis";
+import type { Clock } from "../clock.ts";
 import { isRedisUnavailable, type RedisClient } from "./redis.ts";
 
 /**
@@ -32,8 +33,8 @@ export const REREAD_MS = 1000;
 export const ROLE_EVERY_MS = 2000;
 
 /** `onReadFailed` hears a reading Redis refused (not an outage: then the last reading stands until the connection is back). */
-export function watchReplicas(client: RedisClient, onReadFailed: (error: Error) => void = () => undefined): ReplicaCount {
-  return client instanceof Cluster ? new SlotTableCount(client) : new RoleCount(client, onReadFailed);
+export function watchReplicas(client: RedisClient, clock: Clock, onReadFailed: (error: Error) => void = () => undefined): ReplicaCount {
+  return client instanceof Cluster ? new SlotTableCount(client, clock) : new RoleCount(client, clock, onReadFailed);
 }
 
 /**
@@ -46,9 +47,12 @@ export function watchReplicas(client: RedisClient, onReadFailed: (error: Error) 
  * REREAD_MS per process: a replica that joins is seen within that.
  */
 class SlotTableCount implements ReplicaCount {
-  private lastAsked = 0;
+  private lastAsked = Number.NEGATIVE_INFINITY;
 
-  constructor(private readonly cluster: Cluster) {}
+  constructor(
+    private readonly cluster: Cluster,
+    private readonly clock: Clock,
+  ) {}
 
   of(key: string, wanted: number): number | undefined {
     const nodes = this.cluster.slots[calculateSlot(key)];
@@ -68,7 +72,7 @@ class SlotTableCount implements ReplicaCount {
   close(): void {}
 
   private refresh(): void {
-    const now = Date.now();
+    const now = this.clock.monotonicMs();
     if (now - this.lastAsked < REREAD_MS) return;
     this.lastAsked = now;
     // ioredis runs one refresh at a time and reports a failed one to no one without a callback:
@@ -87,7 +91,7 @@ class SlotTableCount implements ReplicaCount {
 class RoleCount implements ReplicaCount {
   private replicas: number | undefined;
   private reading = false;
-  private lastRead = 0;
+  private lastRead = Number.NEGATIVE_INFINITY;
   private readonly timer: NodeJS.Timeout;
   private readonly onReady = () => void this.read();
   // Another server may answer after the reconnection: nothing is known of it until read.
@@ -97,6 +101,7 @@ class RoleCount implements ReplicaCount {
 
   constructor(
     private readonly redis: Redis,
+    private readonly clock: Clock,
     private readonly onReadFailed: (error: Error) => void,
   ) {
     this.timer = setInterval(() => void this.read(), ROLE_EVERY_MS);
@@ -111,7 +116,7 @@ class RoleCount implements ReplicaCount {
   }
 
   doubt(): void {
-    if (Date.now() - this.lastRead >= REREAD_MS) void this.read();
+    if (this.clock.monotonicMs() - this.lastRead >= REREAD_MS) void this.read();
   }
 
   close(): void {
@@ -123,7 +128,7 @@ class RoleCount implements ReplicaCount {
   private async read(): Promise<void> {
     if (this.reading || this.redis.status !== "ready") return;
     this.reading = true;
-    this.lastRead = Date.now();
+    this.lastRead = this.clock.monotonicMs();
     try {
       this.replicas = onlineReplicas(await this.redis.role());
     } catch (error) {

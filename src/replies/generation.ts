@@ -1,7 +1,7 @@
-import { performance } from "node:perf_hooks";
 import { type ClaudeAnswer, type ClaudeClient, citationsOf, type GeneratedReply, textOf, toolUsesOf } from "../ai/claude.ts";
 import { estimateCostUsd, type PriceOverrides } from "../ai/pricing.ts";
 import type { ChatTurn, ClaudeKnowledge, ToolResult } from "../ai/request.ts";
+import type { Clock } from "../clock.ts";
 import type { Config } from "../config/config.ts";
 import { type Db, isDatabaseUnavailable } from "../db/client.ts";
 import { FencedOut, PermanentError, Postpone, RetryableError } from "../errors.ts";
@@ -35,6 +35,7 @@ export interface KnowledgeSource {
 
 export interface GenerationDeps extends HistoryDeps {
   db: Db;
+  clock: Clock;
   claude: ClaudeClient;
   metrics: Metrics;
   numbers: Config["numbers"];
@@ -101,7 +102,7 @@ type ReplyBegun = Extract<Begun, { kind: "reply" }>;
 
 /**
  * The answer for a reply still generating. `armedAt` is when this run's bind armed the
- * reply's deadline (performance.now()); a run that did not plan the reply arms it itself.
+ * reply's deadline (the clock's monotonic reading); a run that did not plan the reply arms it itself.
  */
 export async function writeAnswer(deps: GenerationDeps, begun: ReplyBegun, armedAt: number, log: Logger, keeping: StepKeeping): Promise<Written> {
   const { conversation, reply, planned } = begun;
@@ -123,7 +124,7 @@ const resultsOf = (step: StoredStep): ToolResult[] => step.toolCalls.map((c) => 
 
 class ToolLoop {
   private readonly tools: readonly ToolDefinition[];
-  /** The deadline this run armed for its next call, and when (performance.now()): none once used. */
+  /** The deadline this run armed for its next call, and when (the clock's monotonic reading): none once used. */
   private armed: { deadline: Date | null; armedAt: number } | undefined;
   /** The deadline of the call that answered last. */
   private lastDeadline: Date | undefined;
@@ -173,13 +174,13 @@ class ToolLoop {
           const calls = uses.map((u) => ({ ...u, idempotencyKey: idempotencyKeyFor(conversation.phoneNumberId, u.id) }));
           let stored: StoredStep | undefined;
           try {
-            stored = await recordStep(this.deps.db, reply.id, steps.length, answer, calls, new Date());
+            stored = await recordStep(this.deps.db, reply.id, steps.length, answer, calls, this.deps.clock.now());
           } catch (error) {
             // Paid for: if Postgres cannot take it now, Redis keeps it until it can (law 4).
             if (isDatabaseUnavailable(error) && answer !== kept) await this.keeping.keep({ replyId: reply.id, step: steps.length, ...answer });
             throw error;
           }
-          if (!stored) throw new Postpone(Date.now(), "the reply was answered or dead-lettered meanwhile; taken again");
+          if (!stored) throw new Postpone(this.deps.clock.now().getTime(), "the reply was answered or dead-lettered meanwhile; taken again");
           steps.push(stored);
           continue;
         }
@@ -234,7 +235,7 @@ class ToolLoop {
   private bounded(steps: readonly StoredStep[]): boolean {
     const calls = steps.reduce((n, s) => n + s.toolCalls.length, 0);
     const first = steps[0]?.createdAt.getTime();
-    return calls >= this.deps.tools.maxSteps || (first !== undefined && Date.now() - first >= this.deps.tools.maxMs);
+    return calls >= this.deps.tools.maxSteps || (first !== undefined && this.deps.clock.now().getTime() - first >= this.deps.tools.maxMs);
   }
 
   /**
@@ -258,7 +259,7 @@ class ToolLoop {
         return { kind: "handoff", reason, toolUseId: call.id, cost: costOf(this.deps.modelPrices, steps) };
       }
       if (call.state !== "requested") continue;
-      const leftMs = this.deps.tools.maxMs - (Date.now() - first);
+      const leftMs = this.deps.tools.maxMs - (this.deps.clock.now().getTime() - first);
       // A call that may have gone out is repeated whatever the bounds: only its answer (to the
       // same key) says whether the business acted.
       const mayHaveGoneOut = call.attempts > 0;
@@ -270,7 +271,7 @@ class ToolLoop {
         });
         continue;
       }
-      const started = await startToolCall(this.deps.db, lease, call.id, new Date());
+      const started = await startToolCall(this.deps.db, lease, call.id, this.deps.clock.now());
       if (!started.ok) {
         if (started.refused === "fenced_out") throw new FencedOut(`conversation ${lease.conversationId} was taken over before tool call ${call.id}`);
         continue; // finished meanwhile by another run: its answer is read below
@@ -280,7 +281,7 @@ class ToolLoop {
           { event: "tool.repeated", toolCall: call.id, attempt: started.attempt },
           "a tool call that may have gone out is sent again, with the same key",
         );
-      const began = performance.now();
+      const began = this.deps.clock.monotonicMs();
       const outcome = await this.deps.actions.call(conversation.phoneNumberId, call.name, call.input, {
         idempotencyKey: call.idempotencyKey,
         // The tool's own timeoutMs bounds a repeat; a first call has the loop's time left too.
@@ -298,7 +299,7 @@ class ToolLoop {
           tool: call.name,
           status: outcome.status,
           maybeActed: outcome.maybeActed,
-          ms: Math.round(performance.now() - began),
+          ms: Math.round(this.deps.clock.monotonicMs() - began),
         },
         outcome.isError ? "a business tool answered with an error; Claude is told" : "a business tool answered",
       );
@@ -320,7 +321,7 @@ class ToolLoop {
   }
 
   private finish(id: string, outcome: Parameters<typeof finishToolCall>[2]): Promise<void> {
-    return finishToolCall(this.deps.db, id, outcome, new Date());
+    return finishToolCall(this.deps.db, id, outcome, this.deps.clock.now());
   }
 
   /**
@@ -333,18 +334,18 @@ class ToolLoop {
     let armed = this.armed;
     this.armed = undefined;
     if (!armed) {
-      const armedAt = performance.now();
-      const result = await armGeneration(this.deps.db, lease, reply.id, generationBudgetMs(this.deps.generation), new Date());
+      const armedAt = this.deps.clock.monotonicMs();
+      const result = await armGeneration(this.deps.db, lease, reply.id, generationBudgetMs(this.deps.generation), this.deps.clock.now());
       if (!result.ok) {
         if (result.refused === "fenced_out") throw new FencedOut(`conversation ${lease.conversationId} was taken over before Claude was asked`);
         if (result.refused === "in_flight") throw new Postpone(result.until.getTime(), "a Claude call for this reply may still answer");
-        throw new Postpone(Date.now(), "the reply was answered or dead-lettered meanwhile; taken again");
+        throw new Postpone(this.deps.clock.now().getTime(), "the reply was answered or dead-lettered meanwhile; taken again");
       }
       armed = { deadline: result.deadline, armedAt };
     }
     const deadline = armed.deadline!;
     this.lastDeadline = deadline;
-    if (performance.now() - armed.armedAt > this.deps.generation.startWithinMs) {
+    if (this.deps.clock.monotonicMs() - armed.armedAt > this.deps.generation.startWithinMs) {
       await releaseGeneration(this.deps.db, reply.id, deadline);
       throw new RetryableError({
         source: "internal",

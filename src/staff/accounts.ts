@@ -43,11 +43,11 @@ export async function setStaffRole(db: Db, address: string, role: StaffRole): Pr
 }
 
 /** Disabling also ends every session the person has open. */
-export async function disableStaff(db: Db, address: string): Promise<boolean> {
+export async function disableStaff(db: Db, address: string, now: Date): Promise<boolean> {
   const member = await db.staffMember.findUnique({ where: { email: address.trim().toLowerCase() } });
   if (!member) return false;
   await db.$transaction([
-    db.staffMember.update({ where: { id: member.id }, data: { disabledAt: new Date() } }),
+    db.staffMember.update({ where: { id: member.id }, data: { disabledAt: now } }),
     db.staffSession.deleteMany({ where: { staffId: member.id } }),
   ]);
   return true;
@@ -73,21 +73,20 @@ const tokenHash = (token: string) => createHash("sha256").update(token).digest("
  * nothing else would ever remove a session its owner never signed out of. The expires_at
  * index keeps that cheap however many sessions there are.
  */
-export async function createSession(db: Db, staffId: string): Promise<{ token: string; csrfToken: string; expiresAt: Date }> {
+export async function createSession(db: Db, staffId: string, now: Date): Promise<{ token: string; csrfToken: string; expiresAt: Date }> {
   const token = randomBytes(32).toString("base64url");
   const csrfToken = randomBytes(32).toString("base64url");
-  const now = Date.now();
-  const expiresAt = new Date(now + SESSION_TTL_MS);
+  const expiresAt = new Date(now.getTime() + SESSION_TTL_MS);
   await db.$transaction([
-    db.staffSession.deleteMany({ where: { expiresAt: { lte: new Date(now) } } }),
+    db.staffSession.deleteMany({ where: { expiresAt: { lte: now } } }),
     db.staffSession.create({ data: { tokenHash: tokenHash(token), staffId, csrfToken, expiresAt } }),
   ]);
   return { token, csrfToken, expiresAt };
 }
 
-export async function findSession(db: Db, token: string): Promise<{ email: string; role: StaffRole; csrfToken: string } | null> {
+export async function findSession(db: Db, token: string, now: Date): Promise<{ email: string; role: StaffRole; csrfToken: string } | null> {
   const session = await db.staffSession.findUnique({ where: { tokenHash: tokenHash(token) }, include: { staff: true } });
-  if (!session || session.expiresAt <= new Date() || session.staff.disabledAt) return null;
+  if (!session || session.expiresAt <= now || session.staff.disabledAt) return null;
   return { email: session.staff.email, role: session.staff.role, csrfToken: session.csrfToken };
 }
 

@@ -195,7 +195,7 @@ export async function answerHandedOff(
       FROM conversations WHERE id = ${letter.conversationId}::uuid FOR UPDATE`;
     if (!conversation) return NOT_FOUND;
     if (conversation.optedOut) return { ok: false, refused: "opted_out" } as const;
-    if ("text" in input && !windowOpen(conversation.lastInboundAt, now.getTime())) return { ok: false, refused: "window_closed" } as const;
+    if ("text" in input && !windowOpen(conversation.lastInboundAt, now)) return { ok: false, refused: "window_closed" } as const;
     await tx.$executeRaw`
       UPDATE conversations SET paused_until = ${PAUSED_INDEFINITELY}::timestamptz, paused_by = ${input.actor}, updated_at = ${now}::timestamptz
       WHERE id = ${letter.conversationId}::uuid`;

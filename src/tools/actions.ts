@@ -1,3 +1,4 @@
+import type { Clock } from "../clock.ts";
 import type { BusinessTool } from "./business-tool.ts";
 import { callTool, type ToolOutcome } from "./call.ts";
 import { type ToolDefinition, toolDefinitions } from "./definitions.ts";
@@ -11,7 +12,7 @@ export interface BusinessActions {
   call(phoneNumberId: string, name: string, input: unknown, options: { idempotencyKey: string; signal?: AbortSignal }): Promise<ToolOutcome>;
 }
 
-export function businessActions(tools: ReadonlyMap<string, readonly BusinessTool[]>, answerMaxBytes: number): BusinessActions {
+export function businessActions(tools: ReadonlyMap<string, readonly BusinessTool[]>, answerMaxBytes: number, clock: Clock): BusinessActions {
   const toolsOf = (phoneNumberId: string) => tools.get(phoneNumberId) ?? [];
   return {
     definitions: (phoneNumberId) => toolDefinitions(toolsOf(phoneNumberId)),
@@ -20,7 +21,7 @@ export function businessActions(tools: ReadonlyMap<string, readonly BusinessTool
       // A stored step may name a tool the configuration no longer has (a deploy in between).
       if (!tool)
         return { isError: true, text: `Not sent: this business has no tool named ${name}`, ms: 0, maybeActed: false, request: { method: "", url: "" } };
-      return callTool(tool, input, { idempotencyKey, maxAnswerBytes: answerMaxBytes, ...(signal ? { signal } : {}) });
+      return callTool(tool, input, { idempotencyKey, maxAnswerBytes: answerMaxBytes, clock, ...(signal ? { signal } : {}) });
     },
   };
 }

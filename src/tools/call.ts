@@ -2,6 +2,7 @@ import type { LookupAddress } from "node:dns";
 import { lookup } from "node:dns/promises";
 import type { LookupFunction } from "node:net";
 import { Agent, buildConnector, type Dispatcher, request } from "undici";
+import type { Clock } from "../clock.ts";
 import { isPublicAddress } from "./addresses.ts";
 import { type BusinessTool, METHODS_WITH_BODY } from "./business-tool.ts";
 import { fillTemplate } from "./url-template.ts";
@@ -40,15 +41,17 @@ export interface CallOptions {
   readonly maxAnswerBytes: number;
   /** The reply's own deadline for its tool calls (TOOL_MAX_MS); the tool's timeoutMs applies as well. */
   readonly signal?: AbortSignal;
+  /** What the call's time is measured on. */
+  readonly clock: Clock;
 }
 
 export async function callTool(tool: BusinessTool, input: unknown, options: CallOptions): Promise<ToolOutcome> {
-  const started = performance.now();
+  const started = options.clock.monotonicMs();
   const { method, timeoutMs } = tool.request;
   let url = tool.request.url;
   const outcome = (ending: Omit<ToolOutcome, "ms" | "request">): ToolOutcome => ({
     ...ending,
-    ms: Math.round(performance.now() - started),
+    ms: Math.round(options.clock.monotonicMs() - started),
     request: { method, url },
   });
   const notSent = (why: string) => outcome({ isError: true, text: `Not sent: ${why}`, maybeActed: false });

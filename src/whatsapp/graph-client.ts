@@ -2,6 +2,7 @@ import { Readable } from "node:stream";
 import { SpanKind, type Tracer } from "@opentelemetry/api";
 import { request as undiciRequest } from "undici";
 import { z } from "zod";
+import { type Clock, systemClock } from "../clock.ts";
 import { PermanentError, RetryableError } from "../errors.ts";
 import { inSpan, NO_TRACER } from "../tracing/tracing.ts";
 import { describeAnswer, maskPhoneNumbers } from "./answer-shape.ts";
@@ -49,6 +50,8 @@ export interface GraphClientOptions {
   version: string;
   accessToken: string;
   timeoutMs: number;
+  /** What a send's `startBy` is read on (the system's by default). */
+  clock?: Clock | undefined;
 }
 
 /**
@@ -84,7 +87,7 @@ export interface SendTextInput {
   bizOpaqueCallbackData: string;
   /** Quote this message (the customer's) above ours. */
   replyTo?: string | undefined;
-  /** The send must start by then (performance.now()), or not at all: see SendTooLate. */
+  /** The send must start by then (the clock's monotonic reading), or not at all: see SendTooLate. */
   startBy?: number | undefined;
 }
 
@@ -240,7 +243,7 @@ export class GraphClient {
           ...this.headers(),
           ...(json === undefined ? {} : { "content-type": "application/json", "content-length": String(Buffer.byteLength(json)) }),
         },
-        ...(json === undefined ? {} : { body: startBy === undefined ? json : Readable.from(writtenBy(json, startBy)) }),
+        ...(json === undefined ? {} : { body: startBy === undefined ? json : Readable.from(writtenBy(json, startBy, this.options.clock ?? systemClock)) }),
         signal: AbortSignal.timeout(this.options.timeoutMs),
       });
     } catch (error) {
@@ -296,8 +299,9 @@ export class GraphClient {
  * request, headers included: the moment the send starts. Later than `startBy`, nothing is
  * written and the connection is dropped.
  */
-async function* writtenBy(json: string, startBy: number): AsyncGenerator<Buffer> {
-  if (performance.now() > startBy) throw new SendTooLate(`the send's start was due ${Math.round(performance.now() - startBy)} ms ago`);
+async function* writtenBy(json: string, startBy: number, clock: Clock): AsyncGenerator<Buffer> {
+  const lateMs = clock.monotonicMs() - startBy;
+  if (lateMs > 0) throw new SendTooLate(`the send's start was due ${Math.round(lateMs)} ms ago`);
   yield Buffer.from(json);
 }
 

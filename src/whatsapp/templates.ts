@@ -1,4 +1,5 @@
 import { z } from "zod";
+import type { Clock } from "../clock.ts";
 import type { GraphClient } from "./graph-client.ts";
 
 /**
@@ -62,11 +63,11 @@ export class TemplateCatalog {
   constructor(
     private readonly graph: Pick<GraphClient, "listTemplates">,
     private readonly businessAccountId: string,
-    private readonly now: () => number = Date.now,
+    private readonly clock: Clock,
   ) {}
 
   async list(options: { refresh?: boolean } = {}): Promise<{ templates: ApprovedTemplate[]; fetchedAt: Date }> {
-    if (!options.refresh && this.cached && this.now() - this.cached.at < TEMPLATE_CACHE_MS) {
+    if (!options.refresh && this.cached && this.clock.now().getTime() - this.cached.at < TEMPLATE_CACHE_MS) {
       return { templates: this.cached.templates, fetchedAt: new Date(this.cached.at) };
     }
     // One read of Meta at a time, however many pages open at once.
@@ -77,7 +78,7 @@ export class TemplateCatalog {
         this.reading = undefined;
       });
     const templates = await this.reading;
-    this.cached = { at: this.now(), templates };
+    this.cached = { at: this.clock.now().getTime(), templates };
     return { templates, fetchedAt: new Date(this.cached.at) };
   }
 

@@ -347,13 +347,36 @@ const DONE = {
 export async function act(action) {
   const current = detail.current;
   if (!current) return undefined;
-  const resending = action === "send-edited" || action === "send-draft" || action === "regenerate" || action === "send-template";
-  // A template is what WhatsApp allows past the window: only free text asks first.
   const sendTemplate = action === "send-template" ? templateRequest(current.id) : undefined;
+  const confirmed = askFirst(action, current, sendTemplate);
+  if (!confirmed) return undefined;
+  const buttons = $$("#detail [data-action]");
+  for (const button of buttons) button.disabled = true;
+  $("#result").textContent = "Working…";
+  const { status, data } = await requestFor(action, current, confirmed.maybeSent, sendTemplate)();
+  for (const button of buttons) button.disabled = false;
+  renderActions(current);
+  if (status >= 300 || status === 0) {
+    $("#result").textContent = `Not done: ${data.error ?? `the server answered ${status}`}`;
+    if (data.code === "held_by_other") lookAgain();
+    await refreshDetail();
+    return undefined;
+  }
+  return done(action, current, data);
+}
+
+/**
+ * What must be settled before `action` goes: a template picked and filled, words written, and
+ * the person's yes where it matters (free text past the window, a paid regenerate, a reply that
+ * may already have arrived). Undefined: not now; else whether a maybe-sent resend was confirmed.
+ */
+function askFirst(action, current, sendTemplate) {
+  const resending = action === "send-edited" || action === "send-draft" || action === "regenerate" || action === "send-template";
   if (action === "send-template" && !sendTemplate) {
     $("#result").textContent = "Pick a template and fill in every value first.";
     return undefined;
   }
+  // A template is what WhatsApp allows past the window: only free text asks first.
   if (
     resending &&
     action !== "send-template" &&
@@ -368,12 +391,17 @@ export async function act(action) {
     return undefined;
   }
   // Law 5: a reply that may already have arrived is sent again only when the person says so.
-  const confirmMaybeSent =
+  const maybeSent =
     resending && current.reply?.maybeSent ? confirm("This reply may already have arrived (Meta never answered its last send). Send it again anyway?") : false;
-  if (resending && current.reply?.maybeSent && !confirmMaybeSent) return undefined;
-  const key = crypto.randomUUID(); // one key per intended action: a double click replays, never repeats
+  if (resending && current.reply?.maybeSent && !maybeSent) return undefined;
+  return { maybeSent };
+}
+
+/** The request `action` makes, with one Idempotency-Key per intended action: a double click replays, never repeats. */
+function requestFor(action, current, maybeSent, sendTemplate) {
+  const key = crypto.randomUUID();
   const id = current.id;
-  const confirmed = confirmMaybeSent ? { confirmMaybeSent: true } : {};
+  const confirmed = maybeSent ? { confirmMaybeSent: true } : {};
   const note = $("#note").value.trim();
   const requests = {
     "send-edited": () => api("POST", `/admin/dlq/${id}/retry`, { text: $("#draft").value, ...confirmed }, key),
@@ -387,18 +415,11 @@ export async function act(action) {
     pause: () => api("POST", `/admin/conversations/${current.conversation.id}/pause`, {}, key),
     resume: () => api("POST", `/admin/conversations/${current.conversation.id}/resume`, {}, key),
   };
-  const buttons = $$("#detail [data-action]");
-  for (const button of buttons) button.disabled = true;
-  $("#result").textContent = "Working…";
-  const { status, data } = await requests[action]();
-  for (const button of buttons) button.disabled = false;
-  renderActions(current);
-  if (status >= 300 || status === 0) {
-    $("#result").textContent = `Not done: ${data.error ?? `the server answered ${status}`}`;
-    if (data.code === "held_by_other") lookAgain();
-    await refreshDetail();
-    return undefined;
-  }
+  return requests[action];
+}
+
+/** What the page says once `action` went through; a sentence for the list when the item is done with. */
+async function done(action, current, data) {
   if (action === "take-over") {
     startedAnswering();
     lookAgain();
@@ -411,10 +432,10 @@ export async function act(action) {
     await refreshDetail();
     return undefined;
   }
-  unsent.delete(id);
+  unsent.delete(current.id);
   // The person keeps the conversation after writing to a waiting customer: the item stays on screen.
   if (data.state === "open") {
-    answerKeys.delete(id);
+    answerKeys.delete(current.id);
     $("#draft").value = "";
     detail.draftBaseline = "";
     $("#draft-note").hidden = true;

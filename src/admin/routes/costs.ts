@@ -1,6 +1,7 @@
 import type { FastifyInstance } from "fastify";
 import { z } from "zod";
 import type { PriceOverrides } from "../../ai/pricing.ts";
+import type { Clock } from "../../clock.ts";
 import { costsByDay, totalOf, utcDay } from "../../costs/ledger.ts";
 import type { MetaRates } from "../../costs/meta-rates.ts";
 import type { Db } from "../../db/client.ts";
@@ -15,6 +16,7 @@ import { answer, problem, requestPart, staffRoute, type ZodParts } from "../sche
 export interface CostRoutesDeps {
   db: Db;
   costs: { modelPrices: PriceOverrides; metaRates: MetaRates | undefined };
+  clock: Clock;
 }
 
 /** Seven days ending today, by default; at most a year at once. */
@@ -78,7 +80,7 @@ export function registerCostRoutes(app: FastifyInstance, deps: CostRoutesDeps): 
       }),
     },
     async (request, reply) => {
-      const to = request.query.to ?? utcDay(new Date());
+      const to = request.query.to ?? utcDay(deps.clock.now());
       const from = request.query.from ?? utcDay(new Date(Date.parse(to) - (DEFAULT_DAYS - 1) * DAY_MS));
       if (from > to) return reply.code(400).send({ error: `bad range: from (${from}) is after to (${to})` });
       if ((Date.parse(to) - Date.parse(from)) / DAY_MS + 1 > MAX_DAYS) return reply.code(400).send({ error: `bad range: at most ${MAX_DAYS} days at once` });

@@ -59,7 +59,7 @@ function registerReads(app: StaffApp, deps: StaffSendDeps): void {
         response: { 200: wire.deadLetterDetail, 404: wire.deadLetterNotFound },
       }),
     },
-    async (request, reply) => (await getDeadLetter(deps.db, request.params.id)) ?? reply.code(404).send({ error: "dead letter not found" }),
+    async (request, reply) => (await getDeadLetter(deps.db, request.params.id, deps.clock.now())) ?? reply.code(404).send({ error: "dead letter not found" }),
   );
 }
 
@@ -86,7 +86,7 @@ function registerResends(app: StaffApp, deps: StaffSendDeps): void {
       }),
     },
     async (request, reply) => {
-      const result = await resend(deps, request.params.id, { ...request.body, actor: request.actor }, new Date());
+      const result = await resend(deps, request.params.id, { ...request.body, actor: request.actor }, deps.clock.now());
       if (!result.ok) return refuse(request, reply, result);
       request.log.info({ event: "dlq.resent", deadLetter: request.params.id, edited: request.body.text !== undefined }, "dead letter resent");
       return reply.code(202).send({ ok: true, state: "resent" });
@@ -108,7 +108,7 @@ function registerResends(app: StaffApp, deps: StaffSendDeps): void {
     },
     async (request, reply) => {
       const { id } = request.params;
-      const result = await resend(deps, id, { regenerate: true, confirmMaybeSent: request.body.confirmMaybeSent, actor: request.actor }, new Date());
+      const result = await resend(deps, id, { regenerate: true, confirmMaybeSent: request.body.confirmMaybeSent, actor: request.actor }, deps.clock.now());
       if (!result.ok) return refuse(request, reply, result);
       request.log.info({ event: "dlq.regenerated", deadLetter: id }, "dead letter regenerated");
       return reply.code(202).send({ ok: true, state: "resent" });
@@ -128,7 +128,7 @@ function registerResends(app: StaffApp, deps: StaffSendDeps): void {
       }),
     },
     async (request, reply) => {
-      const { resent, skipped, spacingMs } = await bulkRetry(deps, { ...request.body, actor: request.actor }, new Date());
+      const { resent, skipped, spacingMs } = await bulkRetry(deps, { ...request.body, actor: request.actor }, deps.clock.now());
       request.log.info({ event: "dlq.bulk_resent", code: request.body.code, resent, skipped }, "dead letters resent in bulk");
       return reply.code(202).send({ ok: true, resent, skipped, spacingMs });
     },
@@ -150,7 +150,7 @@ function registerDiscard(app: StaffApp, deps: StaffSendDeps): void {
     },
     async (request, reply) => {
       const { id } = request.params;
-      const result = await discardDeadLetter(deps.db, id, { note: request.body.note, actor: request.actor }, new Date());
+      const result = await discardDeadLetter(deps.db, id, { note: request.body.note, actor: request.actor }, deps.clock.now());
       if (!result.ok) return refuse(request, reply, result);
       request.log.info({ event: "dlq.discarded", deadLetter: id }, "dead letter discarded");
       return reply.code(200).send({ ok: true, state: "discarded" });

@@ -36,7 +36,7 @@ function registerWaitingCustomer(app: StaffApp, deps: StaffSendDeps): void {
     },
     async (request, reply) => {
       const { id } = request.params;
-      const result = await answerWaiting(deps, id, { text: request.body.text, actor: request.actor }, new Date(), request.log);
+      const result = await answerWaiting(deps, id, { text: request.body.text, actor: request.actor }, deps.clock.now(), request.log);
       if (!result.ok) return refuse(request, reply, result);
       request.log.info({ event: "dlq.answered", deadLetter: id, reply: result.replyId }, "a person wrote to a waiting customer");
       return reply.code(202).send({ ok: true, state: "open" });
@@ -56,7 +56,7 @@ function registerWaitingCustomer(app: StaffApp, deps: StaffSendDeps): void {
     },
     async (request, reply) => {
       const { id } = request.params;
-      const result = await giveBackToBot(deps.db, id, request.actor, new Date());
+      const result = await giveBackToBot(deps.db, id, request.actor, deps.clock.now());
       if (!result.ok) return refuse(request, reply, result);
       request.log.info({ event: "dlq.given_back", deadLetter: id, conversation: result.conversationId }, "conversation given back to the bot");
       return reply.code(200).send({ ok: true, state: "resolved" });
@@ -79,7 +79,7 @@ function registerBotSwitch(app: StaffApp, deps: StaffSendDeps): void {
     },
     async (request, reply) => {
       const { id } = request.params;
-      const now = new Date();
+      const now = deps.clock.now();
       const until = request.body.minutes ? new Date(now.getTime() + request.body.minutes * 60_000) : PAUSED_INDEFINITELY;
       const paused = await pauseConversation(deps.db, { conversationId: id, until, actor: request.actor }, now);
       if (!paused.ok) return refuse(request, reply, paused);
@@ -101,7 +101,7 @@ function registerBotSwitch(app: StaffApp, deps: StaffSendDeps): void {
     },
     async (request, reply) => {
       const { id } = request.params;
-      const resumed = await resumeConversation(deps.db, { conversationId: id, actor: request.actor }, new Date());
+      const resumed = await resumeConversation(deps.db, { conversationId: id, actor: request.actor }, deps.clock.now());
       if (!resumed.ok) return refuse(request, reply, resumed);
       request.log.info({ event: "conversation.resumed", conversation: id }, "bot resumed");
       return { ok: true };

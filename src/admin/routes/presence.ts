@@ -1,5 +1,6 @@
 import type { FastifyInstance } from "fastify";
 import { z } from "zod";
+import type { Clock } from "../../clock.ts";
 import type { Db } from "../../db/client.ts";
 import { leaveItem, PRESENCE_BEAT_MS, sayPresence, takeOver } from "../../state/staff-actions.ts";
 import { answer, problem, requestPart, staffRoute, type ZodParts } from "../schema.ts";
@@ -29,7 +30,7 @@ const viewers = answer(
 );
 const takenOver = answer(z.object({ ok: z.literal(true), from: z.string().nullable().describe("who was answering it, if anyone") }), "it is yours");
 
-export function registerPresenceRoutes(scope: FastifyInstance, deps: { db: Db }): void {
+export function registerPresenceRoutes(scope: FastifyInstance, deps: { db: Db; clock: Clock }): void {
   const app = scope.withTypeProvider<ZodParts>();
 
   app.post(
@@ -45,7 +46,7 @@ export function registerPresenceRoutes(scope: FastifyInstance, deps: { db: Db })
       }),
     },
     async (request, reply) => {
-      const others = await sayPresence(deps.db, request.params.id, { actor: request.actor, answering: request.body.answering === true }, new Date());
+      const others = await sayPresence(deps.db, request.params.id, { actor: request.actor, answering: request.body.answering === true }, deps.clock.now());
       if (!others) return reply.code(404).send({ error: "dead letter not found" });
       return { viewers: others.map((v) => ({ actor: v.actor, seenAt: v.seenAt.toISOString(), answering: v.answering })) };
     },
@@ -80,7 +81,7 @@ export function registerPresenceRoutes(scope: FastifyInstance, deps: { db: Db })
       }),
     },
     async (request, reply) => {
-      const from = await takeOver(deps.db, request.params.id, request.actor, new Date());
+      const from = await takeOver(deps.db, request.params.id, request.actor, deps.clock.now());
       if (from === null) return reply.code(404).send({ error: "dead letter not found" });
       request.log.info({ event: "dlq.taken_over", deadLetter: request.params.id, from: from || undefined }, "item taken over");
       return { ok: true as const, from: from || null };

@@ -96,7 +96,7 @@ export function registerTemplateRoutes(scope: FastifyInstance, deps: TemplateRou
         });
       }
       const chosen = { name, language, parameters, text: fillTemplate(template.body, parameters) || `[Template "${name}" (${language})]` };
-      const result = await sendTemplate(deps, request.params.id, { template: chosen, confirmMaybeSent, actor: request.actor }, new Date(), request.log);
+      const result = await sendTemplate(deps, request.params.id, { template: chosen, confirmMaybeSent, actor: request.actor }, deps.clock.now(), request.log);
       if (!result.ok) return refuse(request, reply, result);
       request.log.info(
         { event: "dlq.template_sent", deadLetter: request.params.id, template: name, language, state: result.state },
