@@ -11,13 +11,14 @@ import { spentToday } from "./ledger.ts";
  * gets the holding reply and staff are told (once that day: src/notify/batches.ts).
  */
 export async function assertWithinBudget(
-  deps: { db: Db; numbers: Config["numbers"]; modelPrices?: PriceOverrides | undefined },
+  db: Db,
+  settings: { numbers: Config["numbers"]; modelPrices?: PriceOverrides | undefined },
   phoneNumberId: string,
   now: Date,
 ): Promise<void> {
-  const budget = deps.numbers.get(phoneNumberId)?.dailyBudget;
+  const budget = settings.numbers.get(phoneNumberId)?.dailyBudget;
   if (budget === undefined) return;
-  const spent = await spentToday(deps.db, phoneNumberId, now, deps.modelPrices);
+  const spent = await spentToday(db, phoneNumberId, now, settings.modelPrices);
   const total = spent.claudeUsd + spent.meta;
   if (total < budget) return;
   throw new PermanentError({

@@ -10,7 +10,7 @@ import type { Logger } from "../logger.ts";
 import type { Metrics } from "../metrics/metrics.ts";
 import type { ReplyJobData } from "../queue/catalog.ts";
 import { type Queues, scheduleReply } from "../queue/queues.ts";
-import { type GenerationDeps, generationBudgetMs, type ReplyCost, type Written, writeAnswer } from "../replies/generation.ts";
+import { type GenerationDeps, type GenerationSettings, generationBudgetMs, type ReplyCost, type Written, writeAnswer } from "../replies/generation.ts";
 import { templateInstead } from "../replies/template-instead.ts";
 import { hearVoiceNotes, type VoiceNoteDeps } from "../replies/voice-notes.ts";
 import { type BeginSettings, type Begun, beginReply, type ConversationView } from "../state/conversations.ts";
@@ -31,11 +31,11 @@ export interface ReplyDeps extends GenerationDeps, VoiceNoteDeps {
   claude: ClaudeClient;
   logger: Logger;
   metrics: Metrics;
-  historyMessages: number;
-  historyTokenBudget: number;
+}
+
+/** What the settings say of a reply: how a burst is waited for, what the bot says when it does not write, the send's clocks, the retries. */
+export interface ReplySettings extends GenerationSettings {
   retry: RetryDelaySettings;
-  numbers: Config["numbers"];
-  mediaMaxBytes: number;
   replyDebounceMs: number;
   conversation: Config["conversation"];
   send: SendTiming;
@@ -64,10 +64,10 @@ const VOICE_NOTE_ROUNDS = 3;
  * The reply job; what a run learns that Postgres cannot take is kept in the job's own data
  * (KeepInJob) until it can.
  */
-export function replyProcessor(deps: ReplyDeps): Processor<"reply"> {
+export function replyProcessor(deps: ReplyDeps, settings: ReplySettings): Processor<"reply"> {
   return {
     run: (job) =>
-      processReply(deps, job, async (kept) => {
+      processReply(deps, settings, job, async (kept) => {
         await job.updateData({ ...job.data, ...kept, accepted: { ...job.data.accepted, ...kept.accepted } });
       }),
   };
@@ -80,16 +80,16 @@ export function replyProcessor(deps: ReplyDeps): Processor<"reply"> {
  * (law 5). A job handles one reply; when more work is waiting it schedules the next job, so
  * every reply has its own attempts.
  */
-export async function processReply(deps: ReplyDeps, job: Job<ReplyJobData>, keep: KeepInJob): Promise<string> {
+export async function processReply(deps: ReplyDeps, config: ReplySettings, job: Job<ReplyJobData>, keep: KeepInJob): Promise<string> {
   const { conversationId } = job.data;
   const log = deps.logger.child({ conversation: conversationId, job: job.id });
   let handoffOpened = false;
   const settings = {
-    ...deps.conversation,
-    debounceMs: deps.replyDebounceMs,
-    debounceMaxMs: deps.replyDebounceMs * DEBOUNCE_MAX_WINDOWS,
-    historyMessages: deps.historyMessages,
-    generationBudgetMs: generationBudgetMs(deps.generation),
+    ...config.conversation,
+    debounceMs: config.replyDebounceMs,
+    debounceMaxMs: config.replyDebounceMs * DEBOUNCE_MAX_WINDOWS,
+    historyMessages: config.historyMessages,
+    generationBudgetMs: generationBudgetMs(config.generation),
     openHandoff: async (tx: Parameters<BeginSettings["openHandoff"]>[0], id: string, wamid: string, why: "asked" | "waiting") => {
       if (await openHandoffItem(tx, id, { key: wamid, waiting: why === "waiting" })) handoffOpened = true;
     },
@@ -100,7 +100,7 @@ export async function processReply(deps: ReplyDeps, job: Job<ReplyJobData>, keep
   // Voice notes are heard before their answer is planned; each round settles every one it was given.
   for (let round = 1; begun.kind === "transcribe"; round++) {
     if (round > VOICE_NOTE_ROUNDS) throw new Error(`conversation ${conversationId}: its voice notes kept waiting for their words`);
-    await hearVoiceNotes(deps, begun.voiceNotes, isLastAttempt(job), log);
+    await hearVoiceNotes(deps, config.conversation, begun.voiceNotes, isLastAttempt(job), log);
     armedAt = deps.clock.monotonicMs();
     begun = await beginReply(deps.db, conversationId, settings, deps.clock.now());
   }
@@ -117,10 +117,10 @@ export async function processReply(deps: ReplyDeps, job: Job<ReplyJobData>, keep
   const replyLog = log.child({ reply: begun.reply.id });
   let outcome: string;
   try {
-    await completeReply(deps, begun, armedAt, job.data, keep, replyLog);
+    await completeReply(deps, config, begun, armedAt, job.data, keep, replyLog);
     outcome = "sent";
   } catch (error) {
-    outcome = await settleFailedRun(deps, job, begun, error, replyLog);
+    outcome = await settleFailedRun(deps, config, job, begun, error, replyLog);
   }
 
   // What the take saw waiting behind this reply. A message stored since schedules its own job,
@@ -134,9 +134,16 @@ export async function processReply(deps: ReplyDeps, job: Job<ReplyJobData>, keep
  * whole queue (Meta's sender-wide limits), retries, or dead-letters the reply. Throws for all
  * but the last, which answers the run's outcome.
  */
-async function settleFailedRun(deps: ReplyDeps, job: Job<ReplyJobData>, begun: Extract<Begun, { kind: "reply" }>, error: unknown, replyLog: Logger) {
+async function settleFailedRun(
+  deps: ReplyDeps,
+  config: ReplySettings,
+  job: Job<ReplyJobData>,
+  begun: Extract<Begun, { kind: "reply" }>,
+  error: unknown,
+  replyLog: Logger,
+) {
   const { lease, reply } = begun;
-  const fate = decideFate(error, job, deps.retry, deps.clock.now().getTime());
+  const fate = decideFate(error, job, config.retry, deps.clock.now().getTime());
   switch (fate.action) {
     case "wait":
     case "stop":
@@ -144,7 +151,7 @@ async function settleFailedRun(deps: ReplyDeps, job: Job<ReplyJobData>, begun: E
     case "throttle": {
       // BullMQ's queue-wide rate limit: every worker holds off every reply, and this job goes
       // back to waiting without spending an attempt.
-      const delayMs = retryDelayMs(job.attemptsMade + 1, fate.failure, deps.retry);
+      const delayMs = retryDelayMs(job.attemptsMade + 1, fate.failure, config.retry);
       replyLog.warn({ event: "reply.throttled", code: fate.failure.code, reason: fate.failure.reason, delayMs }, "Meta limits the sender; every reply waits");
       await deps.queues.reply.rateLimit(delayMs);
       throw new RateLimitError();
@@ -166,7 +173,7 @@ async function settleFailedRun(deps: ReplyDeps, job: Job<ReplyJobData>, begun: E
           dedupKey: `reply.${reply.id}.${randomUUID()}`,
         },
         { lease },
-        deps.conversation.holdingReply,
+        config.conversation.holdingReply,
       );
       replyLog.error(
         {
@@ -186,6 +193,7 @@ async function settleFailedRun(deps: ReplyDeps, job: Job<ReplyJobData>, begun: E
 
 async function completeReply(
   deps: ReplyDeps,
+  config: ReplySettings,
   begun: Extract<Begun, { kind: "reply" }>,
   armedAt: number,
   data: ReplyJobData,
@@ -196,19 +204,20 @@ async function completeReply(
   // Sends Meta took while the database was away, recorded first: they must not go out again.
   for (const [partId, wamid] of Object.entries(data.accepted ?? {})) await markAccepted(deps.db, partId, wamid, deps.clock.now());
   // A new answer for a number past its daily budget goes to staff instead of Claude.
-  if (planned && reply.state === "generating" && reply.kind === "ai") await assertWithinBudget(deps, conversation.phoneNumberId, deps.clock.now());
+  if (planned && reply.state === "generating" && reply.kind === "ai") await assertWithinBudget(deps.db, config, conversation.phoneNumberId, deps.clock.now());
   // Read and "typing…" for what this reply answers, beside the reply path: while Claude writes,
   // never in front of it. Best effort: a failed receipt must never block the reply.
   if (planned) showTyping(deps, conversation, planned.messages.at(-1)!.wamid, log);
   const kept = data.draft;
   let outbox: Outbox | undefined;
   // Checked before Claude is paid for a reply that could not be sent anyway, and again after.
-  if (!windowOpen(conversation.lastInboundAt, deps.clock.now())) await templateInstead(deps, lease, conversation, reply.id, log, deps.clock.now());
+  if (!windowOpen(conversation.lastInboundAt, deps.clock.now()))
+    await templateInstead(deps.db, config.numbers, lease, conversation, reply.id, log, deps.clock.now());
   else if (reply.state === "generating") {
     const written: Written =
       kept?.replyId === reply.id
         ? { kind: "draft", draft: kept }
-        : await writeAnswer(deps, begun, armedAt, log, {
+        : await writeAnswer(deps, config, begun, armedAt, log, {
             kept: data.step,
             keep: async (step) => {
               await keep({ step });
@@ -223,7 +232,7 @@ async function completeReply(
               deps.db,
               lease,
               reply.id,
-              { key: written.toolUseId, reason: written.reason, reply: handoffReply(deps, written.cost) },
+              { key: written.toolUseId, reason: written.reason, reply: handoffReply(config.conversation, written.cost) },
               deps.clock.now(),
             )
           : await storeDraft(deps.db, lease, reply.id, written.draft, deps.clock.now());
@@ -245,10 +254,10 @@ async function completeReply(
     // Overtaken while Claude wrote: the answer is stored for the run that holds the conversation now, which sends it.
     if (!stored.held) throw new FencedOut(`conversation ${lease.conversationId} was taken over while Claude wrote; its answer is stored for the new holder`);
     if (!windowOpen(stored.lastInboundAt, deps.clock.now())) {
-      await templateInstead(deps, lease, { ...conversation, lastInboundAt: stored.lastInboundAt }, reply.id, log, deps.clock.now());
+      await templateInstead(deps.db, config.numbers, lease, { ...conversation, lastInboundAt: stored.lastInboundAt }, reply.id, log, deps.clock.now());
     } else outbox = stored.outbox;
   }
-  const sent = await sendParts(deps, lease, conversation, outbox ?? (await unsentParts(deps.db, reply.id)), keep, log);
+  const sent = await sendParts(deps, config, lease, conversation, outbox ?? (await unsentParts(deps.db, reply.id)), keep, log);
   if (sent || (await markReplySent(deps.db, reply.id, deps.clock.now()))) log.info({ event: "reply.sent" }, "reply sent");
 }
 
@@ -259,7 +268,7 @@ function showTyping(deps: ReplyDeps, conversation: ConversationView, wamid: stri
 }
 
 /** What a customer handed to a person hears (HANDOFF_REPLY; empty: nothing), with what Claude's calls deciding it cost. */
-const handoffReply = (deps: ReplyDeps, cost: ReplyCost): GeneratedReply => ({ text: deps.conversation.handoffReply, ...cost });
+const handoffReply = (conversation: Config["conversation"], cost: ReplyCost): GeneratedReply => ({ text: conversation.handoffReply, ...cost });
 
 /**
  * Sends the reply's unsent parts in order. A part is sent only by the run that marked it
@@ -267,15 +276,23 @@ const handoffReply = (deps: ReplyDeps, cost: ReplyCost): GeneratedReply => ({ te
  * whose outcome we never learned waits for its status webhook (until `resend_after`) before
  * it is sent again (law 5). Only Graph's error body makes it safe to send again at once.
  */
-async function sendParts(deps: ReplyDeps, lease: Lease, conversation: ConversationView, outbox: Outbox, keep: KeepInJob, log: Logger): Promise<boolean> {
+async function sendParts(
+  deps: ReplyDeps,
+  config: Pick<ReplySettings, "send" | "numbers">,
+  lease: Lease,
+  conversation: ConversationView,
+  outbox: Outbox,
+  keep: KeepInJob,
+  log: Logger,
+): Promise<boolean> {
   const { parts, firstSeq, quote } = outbox;
   if (parts.length === 0) return false;
   const to = recipientOf(conversation);
   let replySent = false;
-  const { leaseMs, timeoutMs, reconcileWaitMs } = deps.send;
+  const { leaseMs, timeoutMs, reconcileWaitMs } = config.send;
 
   for (const part of parts) {
-    const template = templateOf(deps, conversation, part);
+    const template = templateOf(config.numbers, conversation, part);
     if (part.sendState === "sending" && part.resendAfter && part.resendAfter.getTime() > deps.clock.now().getTime()) {
       throw new Postpone(part.resendAfter.getTime(), "a maybe-sent part waits for its status webhook");
     }
@@ -334,13 +351,13 @@ async function sendParts(deps: ReplyDeps, lease: Lease, conversation: Conversati
 }
 
 /** The template a part goes out as, if any: a person's choice (issue 21), or the number's windowClosedTemplate. */
-function templateOf(deps: ReplyDeps, conversation: ConversationView, part: Outbox["parts"][number]) {
+function templateOf(numbers: Config["numbers"], conversation: ConversationView, part: Outbox["parts"][number]) {
   // A template a person chose carries its own language and parameters; the number's is looked up now.
   const template = !part.template
     ? undefined
     : part.templateLanguage
       ? { name: part.template, language: part.templateLanguage, parameters: part.templateParameters ?? [] }
-      : deps.numbers.get(conversation.phoneNumberId)?.windowClosedTemplate;
+      : numbers.get(conversation.phoneNumberId)?.windowClosedTemplate;
   if (part.template && template?.name !== part.template) {
     // Never send a template's stand-in text as a free-form message.
     throw new PermanentError({ source: "window", code: "template_missing", reason: `Template "${part.template}" is no longer configured for this number` });

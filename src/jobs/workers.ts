@@ -8,24 +8,24 @@ import { forTheQueue } from "../errors.ts";
 import { startKnowledgeBase } from "../knowledge/knowledge.ts";
 import type { Logger } from "../logger.ts";
 import type { Metrics } from "../metrics/metrics.ts";
-import { staffChannels } from "../notify/channels.ts";
+import { type StaffChannels, staffChannels } from "../notify/channels.ts";
 import { JOB_NAMES, JOBS, type JobData, type JobDefinition, type JobName, readJob } from "../queue/catalog.ts";
 import { closeQueues, createQueues, type Queues } from "../queue/queues.ts";
 import type { RedisClient } from "../queue/redis.ts";
 import type { KnowledgeSource } from "../replies/generation.ts";
 import type { Settings } from "../settings.ts";
-import { businessActions } from "../tools/actions.ts";
+import { type BusinessActions, businessActions } from "../tools/actions.ts";
 import type { Tracing } from "../tracing/tracing.ts";
 import { GraphClient } from "../whatsapp/graph-client.ts";
 import { type RetryDelaySettings, retryDelayMs } from "./backoff.ts";
 import { eventsProcessor } from "./events.ts";
 import { type FetchSlots, type WorkerKind, watchFetching } from "./fetch-watchdog.ts";
 import { inboundProcessor } from "./inbound.ts";
-import { type NotifierDeps, notifyProcessor, scheduleCollect } from "./notify.ts";
+import { notifyProcessor, scheduleCollect } from "./notify.ts";
 import { decideFate } from "./policy.ts";
 import type { Processor, Processors } from "./processor.ts";
 import { reconcileProcessor } from "./reconcile.ts";
-import { type ReplyDeps, replyProcessor } from "./reply.ts";
+import { type ReplySettings, replyProcessor } from "./reply.ts";
 import { statusProcessor } from "./status.ts";
 
 /**
@@ -63,65 +63,92 @@ const generationStartWithinMs = (graphTimeoutMs: number) => 2 * graphTimeoutMs +
 /** The worker role as configured: each processor with its own dependencies, and queue handles on the workers' own connection. */
 export function startConfiguredWorkers(settings: Settings, given: WorkerShared): Workers {
   const shared = { ...given, clock: given.clock ?? systemClock };
-  const { db, logger, metrics, connection, clock } = shared;
-  const queues = createQueues(connection, { prefix: settings.queuePrefix, attempts: settings.jobs.attempts, telemetry: shared.tracing?.queues }, (error) =>
-    logger.warn({ event: "queue.error", role: "worker", err: error }, "queue connection error"),
+  const clients = workerClients(settings, shared);
+  const processors = configuredProcessors(settings, { ...shared, ...clients });
+  const retry = retryOf(settings.jobs);
+  const workers = startWorkers(
+    { ...shared, queues: clients.queues, prefix: settings.queuePrefix, lockMs: settings.jobs.lockMs, retry, jobs: settings.jobs },
+    processors,
   );
-  const retry = { baseDelayMs: settings.jobs.retryBaseDelayMs, maxDelayMs: settings.jobs.retryMaxDelayMs };
-  const knowledge = configuredKnowledge(settings, shared);
-  const notifier = staffNotifier(settings.staffNotify, { db, queue: queues.notify, logger, metrics, retry, clock });
-  const deadLetters: DeadLetterDeps = { db, queues, metrics, clock };
-  const { conversation } = settings;
-  const processors: Processors = {
-    inbound: inboundProcessor({ ...deadLetters, logger }, { replyDebounceMs: settings.jobs.replyDebounceMs, conversation }),
-    reply: replyProcessor(replyDeps(settings, { ...shared, queues, retry, knowledge })),
-    status: statusProcessor({ ...deadLetters, logger, metrics }, { metaRates: settings.costs.metaRates, holdingReply: conversation.holdingReply }),
-    events: eventsProcessor({ db, logger, clock }, { conversation }),
-    reconcile: reconcileProcessor(
-      { ...deadLetters, redis: connection, prefix: settings.queuePrefix, logger },
-      { afterMs: settings.reconcile.afterMs, holdingReply: conversation.holdingReply },
-    ),
-    notify: notifier && notifyProcessor(notifier),
-  };
-  const workers = startWorkers({ ...shared, queues, prefix: settings.queuePrefix, lockMs: settings.jobs.lockMs, retry, jobs: settings.jobs }, processors);
-  startSweeps(queues.reconcile, settings.reconcile.intervalMs, logger);
-  if (notifier)
-    scheduleCollect(notifier).catch((error: unknown) =>
-      logger.warn({ event: "notify.schedule_failed", err: error }, "could not schedule staff notifications; the next start-up will"),
-    );
+  startSweeps(clients.queues.reconcile, settings.reconcile.intervalMs, shared.logger);
   return {
     all: workers.all,
     async close(timeoutMs) {
       await workers.close(timeoutMs);
-      notifier?.channels.close();
+      await clients.close();
+    },
+  };
+}
+
+const retryOf = (jobs: Settings["jobs"]): RetryDelaySettings => ({ baseDelayMs: jobs.retryBaseDelayMs, maxDelayMs: jobs.retryMaxDelayMs });
+
+/** What the worker role talks to: its queue handles, Meta, Claude, the transcriber, the numbers' knowledge and tools, staff's channels. */
+interface WorkerClients {
+  queues: Queues;
+  graph: GraphClient;
+  claude: ClaudeClient;
+  transcriber: Transcriber | undefined;
+  knowledge: KnowledgeSource | undefined;
+  actions: BusinessActions;
+  channels: StaffChannels | undefined;
+  close(): Promise<void>;
+}
+
+/** The worker role's clients, each made from its settings, on the workers' own connection. */
+function workerClients(settings: Settings, shared: WorkerShared & { clock: Clock }): WorkerClients {
+  const { whatsapp, staffNotify } = settings;
+  const queues = createQueues(
+    shared.connection,
+    { prefix: settings.queuePrefix, attempts: settings.jobs.attempts, telemetry: shared.tracing?.queues },
+    (error) => shared.logger.warn({ event: "queue.error", role: "worker", err: error }, "queue connection error"),
+  );
+  const graph = { baseUrl: whatsapp.graphBaseUrl, version: whatsapp.graphVersion, accessToken: whatsapp.accessToken, timeoutMs: whatsapp.graphTimeoutMs };
+  const knowledge = configuredKnowledge(settings, shared);
+  const channels = staffNotify.webhookUrl || staffNotify.email ? staffChannels(staffNotify) : undefined;
+  return {
+    queues,
+    graph: new GraphClient({ ...graph, clock: shared.clock }, shared.metrics.graphErrors, shared.tracing?.tracer),
+    claude: new ClaudeClient({ ...settings.anthropic }, shared.tracing?.provider),
+    transcriber: settings.transcription && new Transcriber({ ...settings.transcription, timeoutMs: TRANSCRIBE_TIMEOUT_MS }),
+    knowledge,
+    actions: businessActions(settings.businessTools, settings.tools.answerMaxBytes, shared.clock),
+    channels,
+    async close() {
+      channels?.close();
       await Promise.all([closeQueues(queues), knowledge?.close()]);
     },
   };
 }
 
-/** What a reply run uses: its own Graph and Claude clients, the number's tools and knowledge, and its clocks. */
-function replyDeps(
-  settings: Settings,
-  shared: WorkerShared & { clock: Clock; queues: Queues; retry: RetryDelaySettings; knowledge: KnowledgeSource | undefined },
-): ReplyDeps {
-  const { whatsapp, anthropic, jobs } = settings;
-  const graphSettings = {
-    baseUrl: whatsapp.graphBaseUrl,
-    version: whatsapp.graphVersion,
-    accessToken: whatsapp.accessToken,
-    timeoutMs: whatsapp.graphTimeoutMs,
-  };
+/** Each job's processor, given the clients it talks to and the settings it reads, and nothing more. */
+function configuredProcessors(settings: Settings, infra: WorkerShared & WorkerClients & { clock: Clock }): Processors {
+  const { db, logger, metrics, clock, queues } = infra;
+  const retry = retryOf(settings.jobs);
+  const notifier = infra.channels && { db, queue: queues.notify, logger, metrics, retry, clock, channels: infra.channels, settings: settings.staffNotify };
+  if (notifier)
+    scheduleCollect(notifier).catch((error: unknown) =>
+      logger.warn({ event: "notify.schedule_failed", err: error }, "could not schedule staff notifications; the next start-up will"),
+    );
+  const deadLetters: DeadLetterDeps = { db, queues, metrics, clock };
+  const { conversation } = settings;
   return {
-    db: shared.db,
-    clock: shared.clock,
-    queues: shared.queues,
-    logger: shared.logger,
-    metrics: shared.metrics,
-    retry: shared.retry,
-    knowledge: shared.knowledge,
-    graph: new GraphClient({ ...graphSettings, clock: shared.clock }, shared.metrics.graphErrors, shared.tracing?.tracer),
-    claude: new ClaudeClient({ ...anthropic }, shared.tracing?.provider),
-    transcriber: settings.transcription && new Transcriber({ ...settings.transcription, timeoutMs: TRANSCRIBE_TIMEOUT_MS }),
+    inbound: inboundProcessor({ ...deadLetters, logger }, { replyDebounceMs: settings.jobs.replyDebounceMs, conversation }),
+    reply: replyProcessor(infra, replySettings(settings)),
+    status: statusProcessor({ ...deadLetters, logger, metrics }, { metaRates: settings.costs.metaRates, holdingReply: conversation.holdingReply }),
+    events: eventsProcessor({ db, logger, clock }, { conversation }),
+    reconcile: reconcileProcessor(
+      { ...deadLetters, redis: infra.connection, prefix: settings.queuePrefix, logger },
+      { afterMs: settings.reconcile.afterMs, holdingReply: conversation.holdingReply },
+    ),
+    notify: notifier && notifyProcessor(notifier),
+  };
+}
+
+/** What a reply run reads of the settings: the burst's wait, the history's size, the send's and Claude's clocks, the loop's bounds, prices. */
+function replySettings(settings: Settings): ReplySettings {
+  const { whatsapp, anthropic, jobs } = settings;
+  return {
+    retry: retryOf(jobs),
     historyMessages: anthropic.historyMessages,
     historyTokenBudget: anthropic.historyTokenBudget,
     numbers: settings.numbers,
@@ -130,7 +157,6 @@ function replyDeps(
     conversation: settings.conversation,
     send: { leaseMs: Math.min(SEND_LEASE_MAX_MS, jobs.lockMs / 2), timeoutMs: whatsapp.graphTimeoutMs, reconcileWaitMs: whatsapp.sendReconcileWaitMs },
     generation: { startWithinMs: generationStartWithinMs(whatsapp.graphTimeoutMs), timeoutMs: anthropic.timeoutMs },
-    actions: businessActions(settings.businessTools, settings.tools.answerMaxBytes, shared.clock),
     tools: settings.tools,
     modelPrices: settings.costs.modelPrices,
   };
@@ -152,12 +178,6 @@ function configuredKnowledge(
     forReply: async (phoneNumberId, query) => (await started).forReply(phoneNumberId, query),
     close: async () => (await started).close(),
   };
-}
-
-/** Staff notifications, when a channel is configured: this process collects and delivers them (src/notify/). */
-function staffNotifier(notify: Settings["staffNotify"], deps: Omit<NotifierDeps, "channels" | "settings">): NotifierDeps | undefined {
-  if (!notify.webhookUrl && !notify.email) return undefined;
-  return { ...deps, channels: staffChannels(notify), settings: notify };
 }
 
 /** What the workers of a process run on, beside their processors. */

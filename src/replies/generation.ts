@@ -15,7 +15,7 @@ import { finishToolCall, readSteps, recordStep, type StoredStep, startToolCall }
 import type { BusinessActions } from "../tools/actions.ts";
 import { HANDOFF_TOOL, type ToolDefinition } from "../tools/definitions.ts";
 import { idempotencyKeyFor } from "../tools/idempotency.ts";
-import { conversationTurns, type HistoryDeps } from "./history.ts";
+import { conversationTurns, type HistoryDeps, type HistorySettings } from "./history.ts";
 
 /**
  * Writing a reply's answer with Claude (law 4): one call, or, when Claude uses the business's
@@ -38,9 +38,13 @@ export interface GenerationDeps extends HistoryDeps {
   clock: Clock;
   claude: ClaudeClient;
   metrics: Metrics;
-  numbers: Config["numbers"];
   actions: BusinessActions;
   knowledge?: KnowledgeSource | undefined;
+}
+
+/** What the settings say of writing an answer: each number's prompt, the loop's bounds, the clocks, the prices. */
+export interface GenerationSettings extends HistorySettings {
+  numbers: Config["numbers"];
   generation: GenerationTiming;
   tools: Pick<Config["tools"], "maxSteps" | "maxMs">;
   /** MODEL_PRICES_FILE's prices over the built-in table: what each call is priced at as it answers. */
@@ -104,14 +108,21 @@ type ReplyBegun = Extract<Begun, { kind: "reply" }>;
  * The answer for a reply still generating. `armedAt` is when this run's bind armed the
  * reply's deadline (the clock's monotonic reading); a run that did not plan the reply arms it itself.
  */
-export async function writeAnswer(deps: GenerationDeps, begun: ReplyBegun, armedAt: number, log: Logger, keeping: StepKeeping): Promise<Written> {
+export async function writeAnswer(
+  deps: GenerationDeps,
+  settings: GenerationSettings,
+  begun: ReplyBegun,
+  armedAt: number,
+  log: Logger,
+  keeping: StepKeeping,
+): Promise<Written> {
   const { conversation, reply, planned } = begun;
   const { messages, history } = planned?.history
     ? { messages: planned.messages, history: planned.history }
-    : await readHistory(deps.db, reply, deps.historyMessages);
-  const loop = new ToolLoop(deps, begun, log, planned ? { deadline: reply.generationDeadline, armedAt } : undefined, keeping);
+    : await readHistory(deps.db, reply, settings.historyMessages);
+  const loop = new ToolLoop(deps, settings, begun, log, planned ? { deadline: reply.generationDeadline, armedAt } : undefined, keeping);
   const stored = planned ? [] : await readSteps(deps.db, reply.id);
-  const turns = await conversationTurns(deps, messages, history);
+  const turns = await conversationTurns(deps, settings, messages, history);
   if (turns.length === 0) throw new Error(`reply ${reply.id} has no messages to answer`);
   const knowledge = await deps.knowledge?.forReply(conversation.phoneNumberId, wordsOf(messages));
   return loop.run(turns, knowledge, stored);
@@ -131,6 +142,7 @@ class ToolLoop {
 
   constructor(
     private readonly deps: GenerationDeps,
+    private readonly settings: GenerationSettings,
     private readonly begun: ReplyBegun,
     private readonly log: Logger,
     armed: { deadline: Date | null; armedAt: number } | undefined,
@@ -156,7 +168,7 @@ class ToolLoop {
         kept?.replyId === reply.id && kept.step === steps.length
           ? kept
           : await this.call({
-              systemPrompt: this.deps.numbers.get(conversation.phoneNumberId)?.systemPrompt ?? this.deps.claude.systemPrompt,
+              systemPrompt: this.settings.numbers.get(conversation.phoneNumberId)?.systemPrompt ?? this.deps.claude.systemPrompt,
               knowledge,
               tools: this.tools,
               toolChoice: bounded ? "none" : "auto",
@@ -208,7 +220,7 @@ class ToolLoop {
       kind: "handoff",
       reason: "Claude declined to answer this message",
       toolUseId: `refusal.${this.begun.reply.id}.${step}`,
-      cost: costOf(this.deps.modelPrices, steps),
+      cost: costOf(this.settings.modelPrices, steps),
     };
   }
 
@@ -228,14 +240,14 @@ class ToolLoop {
     }
     if (!text) throw new PermanentError({ source: "anthropic", code: "empty", reason: `Claude returned no text to send (stop reason ${answer.stopReason})` });
     const citations = citationsOf(answer.content);
-    return { text, ...costOf(this.deps.modelPrices, steps, answer), ...(citations.length > 0 ? { citations } : {}) };
+    return { text, ...costOf(this.settings.modelPrices, steps, answer), ...(citations.length > 0 ? { citations } : {}) };
   }
 
   /** Past TOOL_MAX_STEPS tool calls or TOOL_MAX_MS since the first step: Claude answers with what it has. */
   private bounded(steps: readonly StoredStep[]): boolean {
     const calls = steps.reduce((n, s) => n + s.toolCalls.length, 0);
     const first = steps[0]?.createdAt.getTime();
-    return calls >= this.deps.tools.maxSteps || (first !== undefined && this.deps.clock.now().getTime() - first >= this.deps.tools.maxMs);
+    return calls >= this.settings.tools.maxSteps || (first !== undefined && this.deps.clock.now().getTime() - first >= this.settings.tools.maxMs);
   }
 
   /**
@@ -256,14 +268,14 @@ class ToolLoop {
             ? (call.input as { reason: string }).reason
             : "Claude handed the customer to a person";
         if (call.state === "requested") await this.finish(call.id, { state: "done", answer: "The customer was handed to a person.", isError: false });
-        return { kind: "handoff", reason, toolUseId: call.id, cost: costOf(this.deps.modelPrices, steps) };
+        return { kind: "handoff", reason, toolUseId: call.id, cost: costOf(this.settings.modelPrices, steps) };
       }
       if (call.state !== "requested") continue;
-      const leftMs = this.deps.tools.maxMs - (this.deps.clock.now().getTime() - first);
+      const leftMs = this.settings.tools.maxMs - (this.deps.clock.now().getTime() - first);
       // A call that may have gone out is repeated whatever the bounds: only its answer (to the
       // same key) says whether the business acted.
       const mayHaveGoneOut = call.attempts > 0;
-      if (!mayHaveGoneOut && (earlier + i >= this.deps.tools.maxSteps || leftMs <= 0)) {
+      if (!mayHaveGoneOut && (earlier + i >= this.settings.tools.maxSteps || leftMs <= 0)) {
         await this.finish(call.id, {
           state: "failed",
           answer: "Not run: this reply reached its limit of tool calls. Answer with what you know.",
@@ -335,7 +347,7 @@ class ToolLoop {
     this.armed = undefined;
     if (!armed) {
       const armedAt = this.deps.clock.monotonicMs();
-      const result = await armGeneration(this.deps.db, lease, reply.id, generationBudgetMs(this.deps.generation), this.deps.clock.now());
+      const result = await armGeneration(this.deps.db, lease, reply.id, generationBudgetMs(this.settings.generation), this.deps.clock.now());
       if (!result.ok) {
         if (result.refused === "fenced_out") throw new FencedOut(`conversation ${lease.conversationId} was taken over before Claude was asked`);
         if (result.refused === "in_flight") throw new Postpone(result.until.getTime(), "a Claude call for this reply may still answer");
@@ -345,12 +357,12 @@ class ToolLoop {
     }
     const deadline = armed.deadline!;
     this.lastDeadline = deadline;
-    if (this.deps.clock.monotonicMs() - armed.armedAt > this.deps.generation.startWithinMs) {
+    if (this.deps.clock.monotonicMs() - armed.armedAt > this.settings.generation.startWithinMs) {
       await releaseGeneration(this.deps.db, reply.id, deadline);
       throw new RetryableError({
         source: "internal",
         code: "slow_start",
-        reason: `Claude was not asked within ${this.deps.generation.startWithinMs} ms of the reply's start (reading its history and media took longer)`,
+        reason: `Claude was not asked within ${this.settings.generation.startWithinMs} ms of the reply's start (reading its history and media took longer)`,
       });
     }
     const asked = { phoneNumberId: conversation.phoneNumberId, model: this.deps.claude.model };
@@ -359,12 +371,12 @@ class ToolLoop {
       answer = await this.deps.claude.ask(ask);
     } catch (error) {
       const timedOut = error instanceof RetryableError && error.code === "timeout";
-      countClaudeCall(this.deps.metrics, asked, { error: { retryable: !(error instanceof PermanentError), timedOut } }, this.deps.modelPrices);
+      countClaudeCall(this.deps.metrics, asked, { error: { retryable: !(error instanceof PermanentError), timedOut } }, this.settings.modelPrices);
       if (timedOut) this.log.warn({ event: "reply.claude_timeout" }, "Claude did not answer in time; the call may be billed, and a retry is another");
       await releaseGeneration(this.deps.db, reply.id, deadline).catch(() => undefined); // at worst the retry waits for the deadline
       throw error;
     }
-    countClaudeCall(this.deps.metrics, asked, { ok: { ...answer.usage, text: "" } }, this.deps.modelPrices);
+    countClaudeCall(this.deps.metrics, asked, { ok: { ...answer.usage, text: "" } }, this.settings.modelPrices);
     this.log.info(
       {
         event: "reply.generated",

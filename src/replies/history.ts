@@ -8,14 +8,23 @@ import type { GraphClient } from "../whatsapp/graph-client.ts";
 
 export interface HistoryDeps {
   graph: GraphClient;
+}
+
+/** How much history Claude is shown, and the largest file a message may show it. */
+export interface HistorySettings {
   historyMessages: number;
   historyTokenBudget: number;
   mediaMaxBytes: number;
 }
 
 /** Recent history (our sent replies and the user's messages) followed by the messages to answer. */
-export async function conversationTurns(deps: HistoryDeps, messages: readonly QuestionMessage[], rows: HistoryRows): Promise<ChatTurn[]> {
-  const { historyMessages } = deps;
+export async function conversationTurns(
+  deps: HistoryDeps,
+  settings: HistorySettings,
+  messages: readonly QuestionMessage[],
+  rows: HistoryRows,
+): Promise<ChatTurn[]> {
+  const { historyMessages } = settings;
   const history: ChatTurn[] = withinBudget(
     [
       ...rows.earlier.map((m) => ({ at: m.at, turn: { role: "user" as const, text: m.text } })),
@@ -24,10 +33,10 @@ export async function conversationTurns(deps: HistoryDeps, messages: readonly Qu
       .sort((a, b) => a.at - b.at)
       .slice(-historyMessages)
       .map((h) => h.turn),
-    deps.historyTokenBudget,
+    settings.historyTokenBudget,
   );
   const question: ChatTurn[] = [];
-  for (const m of messages) if (m.text) question.push(await withMedia(deps, m.payload as Parameters<typeof readableMedia>[0], m.text));
+  for (const m of messages) if (m.text) question.push(await withMedia(deps, settings.mediaMaxBytes, m.payload as Parameters<typeof readableMedia>[0], m.text));
   if (question.length === 0) return [];
   const last = history.at(-1);
   if (last) history[history.length - 1] = { ...last, cacheBreakpoint: true };
@@ -39,11 +48,11 @@ export async function conversationTurns(deps: HistoryDeps, messages: readonly Qu
  * cannot be had (too large, expired) leaves a note instead, so the customer still gets an
  * answer; a passing failure retries the job before Claude is paid.
  */
-async function withMedia(deps: HistoryDeps, payload: Parameters<typeof readableMedia>[0], text: string): Promise<ChatTurn> {
+async function withMedia(deps: HistoryDeps, maxBytes: number, payload: Parameters<typeof readableMedia>[0], text: string): Promise<ChatTurn> {
   const readable = readableMedia(payload);
   if (!readable) return { role: "user", text };
   try {
-    const media = await deps.graph.downloadMedia(readable.id, deps.mediaMaxBytes);
+    const media = await deps.graph.downloadMedia(readable.id, maxBytes);
     return { role: "user", text, media: { kind: readable.kind, ...media } };
   } catch (error) {
     if (!(error instanceof PermanentError)) throw error;

@@ -15,15 +15,16 @@ import { replaceUnsentWithTemplate } from "../state/replies.ts";
  * reply (issue 21) is already what past the window allows: it is sent as it is.
  */
 export async function templateInstead(
-  deps: { db: Db; numbers: Config["numbers"] },
+  db: Db,
+  numbers: Config["numbers"],
   lease: Lease,
   conversation: ConversationView,
   replyId: string,
   log: Logger,
   now: Date,
 ): Promise<void> {
-  if (await awaitsChosenTemplate(deps.db, replyId)) return;
-  const template: NumberSettings["windowClosedTemplate"] = deps.numbers.get(conversation.phoneNumberId)?.windowClosedTemplate;
+  if (await awaitsChosenTemplate(db, replyId)) return;
+  const template: NumberSettings["windowClosedTemplate"] = numbers.get(conversation.phoneNumberId)?.windowClosedTemplate;
   if (!template) {
     throw new PermanentError({
       source: "window",
@@ -32,6 +33,6 @@ export async function templateInstead(
       detail: { lastInboundAt: conversation.lastInboundAt?.toISOString() },
     });
   }
-  await replaceUnsentWithTemplate(deps.db, lease, replyId, template, now);
+  await replaceUnsentWithTemplate(db, lease, replyId, template, now);
   log.info({ event: "reply.template_instead", template: template.name }, "window closed: sending the number's template instead");
 }

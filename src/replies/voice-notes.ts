@@ -21,11 +21,12 @@ export interface VoiceNoteDeps {
   db: Db;
   graph: GraphClient;
   transcriber: Transcriber | undefined;
-  conversation: Pick<DescribeSettings, "mediaReply">;
 }
 
+/** `reading`: what a voice note that cannot be heard is answered (MEDIA_REPLY). */
 export async function hearVoiceNotes(
   deps: VoiceNoteDeps,
+  reading: Pick<DescribeSettings, "mediaReply">,
   voiceNotes: readonly { id: string; payload: unknown }[],
   lastAttempt: boolean,
   log: Logger,
@@ -43,7 +44,7 @@ export async function hearVoiceNotes(
         }
         throw error; // passing failures retry the job; Postgres or Redis away waits (policy.ts)
       }
-      const fallback = voiceNoteFallback(deps.conversation, error.reason);
+      const fallback = voiceNoteFallback(reading, error.reason);
       const outcome = fallback.kind === "canned" ? { cannedText: fallback.text } : { skipReason: fallback.reason };
       if (await voiceNoteUnheard(deps.db, note.id, outcome)) {
         noteLog.warn(
