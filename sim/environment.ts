@@ -106,7 +106,7 @@ export function freshSecrets(): DemoSecrets {
   return { appSecret: secret(), verifyToken: secret(), accessToken: secret(), adminToken: secret(), offlineApiKey: `offline-demo-${secret()}` };
 }
 
-/** The backend's environment for the demo, to be read by loadConfig like any other. */
+/** The backend's environment for the demo, to be read by loadSettings like any other. */
 export function demoEnvironment(
   settings: DemoSettings,
   secrets: DemoSecrets,

@@ -120,7 +120,7 @@ const header = (req: IncomingMessage, name: string): string | undefined => {
 };
 
 /**
- * The shop's tools file for a number (src/config/tools-file.ts), pointing at `url`: on this
+ * The shop's tools file for a number (src/tools/tools-file.ts), pointing at `url`: on this
  * machine, so the tools allow the private network unless told otherwise.
  */
 export function shopToolsFile(

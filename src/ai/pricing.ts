@@ -3,7 +3,7 @@ import { type ClaudeModel, claudeModel } from "./models.ts";
 
 /**
  * What a Claude call costs, estimated from the usage Anthropic reports and the one model table
- * (models.ts), or the prices MODEL_PRICES_FILE gives (src/config/costs-files.ts), which add
+ * (models.ts), or the prices MODEL_PRICES_FILE gives (src/ai/prices-file.ts), which add
  * models or replace a built-in model's prices. Cache writes are priced by their TTL:
  * Anthropic's `usage.cache_creation` splits them into 5-minute and 1-hour tokens (an hour
  * costs 2× input, 5 minutes 1.25×); usage without the split (a stored reply) is costed as

@@ -58,7 +58,7 @@ export const envSchema = z.object({
   ANTHROPIC_MODEL: z.string().optional().default("claude-haiku-5-5"),
   ANTHROPIC_MAX_TOKENS: int("ANTHROPIC_MAX_TOKENS", 1024, 1, 64_000),
   ANTHROPIC_TIMEOUT_MS: int("ANTHROPIC_TIMEOUT_MS", 60_000, 100, 600_000),
-  // The cost ledger's prices (src/config/costs-files.ts): Claude's beyond src/ai/models.ts, Meta's rate card.
+  // The cost ledger's prices (src/ai/prices-file.ts, src/costs/rates-file.ts): Claude's beyond src/ai/models.ts, Meta's rate card.
   MODEL_PRICES_FILE: z.string().trim().optional(),
   META_RATES_FILE: z.string().trim().optional(),
   SYSTEM_PROMPT: z.string().optional(),

@@ -3,7 +3,7 @@ import addFormats from "ajv-formats";
 
 /**
  * One of a business's own HTTP endpoints, offered to Claude as a client tool (issue 19). Made
- * at start-up from a number's tools file (src/config/tools-file.ts), called by callTool
+ * at start-up from a number's tools file (src/tools/tools-file.ts), called by callTool
  * (src/tools/call.ts).
  *
  * Law 10: the request's headers carry the business's credentials, resolved from environment
