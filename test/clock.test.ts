@@ -1,6 +1,7 @@
-import { readdirSync, readFileSync, statSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { join, relative } from "node:path";
 import { describe, expect, it } from "vitest";
+import { sources } from "./support/sources.ts";
 
 /**
  * The clock is passed in (STYLE.md, 2): one Clock, made by the entry point, handed down. A
@@ -14,14 +15,6 @@ const ROOT = join(import.meta.dirname, "..");
 const CLOCK = "src/clock.ts";
 const BROWSER = "src/admin/page/";
 const READ = /\bDate\.now\b|\bnew Date\(\s*\)|\bperformance\.now\b/g;
-
-function sources(dir: string): string[] {
-  return readdirSync(dir).flatMap((name) => {
-    const path = join(dir, name);
-    if (statSync(path).isDirectory()) return name === "generated" ? [] : sources(path);
-    return /\.(ts|js)$/.test(name) ? [path] : [];
-  });
-}
 
 /** The wall-clock reads in a source's code, comments left out. */
 function readsIn(text: string): string[] {

@@ -1,6 +1,7 @@
-import { readdirSync, readFileSync, statSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { join, relative } from "node:path";
 import { describe, expect, it } from "vitest";
+import { sources } from "./support/sources.ts";
 
 /**
  * Law 13, read from the sources: every change to a conversation's control columns, a message's
@@ -19,14 +20,6 @@ const PRISMA_WRITE = new RegExp(
   `\\.(${MODELS.join("|")})\\.(create|createMany|createManyAndReturn|update|updateMany|updateManyAndReturn|upsert|delete|deleteMany)\\(`,
   "g",
 );
-
-function sources(dir: string): string[] {
-  return readdirSync(dir).flatMap((name) => {
-    const path = join(dir, name);
-    if (statSync(path).isDirectory()) return name === "generated" ? [] : sources(path);
-    return /\.(ts|js)$/.test(name) ? [path] : [];
-  });
-}
 
 function writesIn(text: string): string[] {
   const found = [...text.matchAll(SQL_WRITE)].map((m) => `${m[1]!.replace(/\s+/g, " ").toUpperCase()} ${m[2]}`);
