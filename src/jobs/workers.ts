@@ -71,6 +71,11 @@ export function startConfiguredWorkers(settings: Settings, given: WorkerShared):
     processors,
   );
   startSweeps(clients.queues.reconcile, settings.reconcile.intervalMs, shared.logger);
+  // Staff notifications on (a channel configured): this process collects and delivers them (src/notify/).
+  if (clients.channels)
+    scheduleCollect({ queue: clients.queues.notify, settings: settings.staffNotify }).catch((error: unknown) =>
+      shared.logger.warn({ event: "notify.schedule_failed", err: error }, "could not schedule staff notifications; the next start-up will"),
+    );
   return {
     all: workers.all,
     async close(timeoutMs) {
@@ -125,10 +130,6 @@ function configuredProcessors(settings: Settings, infra: WorkerShared & WorkerCl
   const { db, logger, metrics, clock, queues } = infra;
   const retry = retryOf(settings.jobs);
   const notifier = infra.channels && { db, queue: queues.notify, logger, metrics, retry, clock, channels: infra.channels, settings: settings.staffNotify };
-  if (notifier)
-    scheduleCollect(notifier).catch((error: unknown) =>
-      logger.warn({ event: "notify.schedule_failed", err: error }, "could not schedule staff notifications; the next start-up will"),
-    );
   const deadLetters: DeadLetterDeps = { db, queues, metrics, clock };
   const { conversation } = settings;
   return {
