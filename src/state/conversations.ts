@@ -17,9 +17,9 @@ import { AWAITING_WORDS } from "./messages.ts";
  *                  and by changes made outside the reply job (fence.ts): a run whose fence is no
  *                  longer current was overtaken and may neither bind, write nor send
  *   opted_out_at   set and cleared by the customer's control words, in message order (bindAnswer)
- *   paused_until   set by a handoff word (bindAnswer), by staff (pauseConversation,
- *   paused_by      resumeConversation) and by a person answering from the WhatsApp Business
- *                  app (pauseForPerson)
+ *   paused_until   set by a handoff word (bindAnswer), by staff (staff-actions.ts:
+ *   paused_by      pauseConversation, resumeConversation, through resumeIn here) and by a
+ *                  person answering from the WhatsApp Business app (pauseForPerson)
  *
  * and its messages' binding: waiting ─bindAnswer─▶ bound to a reply | skipped with a reason.
  */
