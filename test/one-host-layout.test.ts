@@ -2,9 +2,10 @@ import { createServer, type Server } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import { DEFAULT_METRICS_PORTS } from "../src/config/config.ts";
 import { deliverOverHttp, type EntryPoint, runEntryPoint } from "./support/entry-point.ts";
-import { eventually, type Harness, settle, startHarness } from "./support/harness.ts";
+import { eventually, type Harness, startHarness } from "./support/harness.ts";
 import { accepts, freePort, freePorts } from "./support/ports.ts";
 import { samplesOf } from "./support/prometheus-text.ts";
+import { untilQuiet } from "./support/quiet.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
 
 /**
@@ -62,7 +63,7 @@ describe("two web and two worker processes on one host, nothing set but PORT", (
 
     const everyone = customers.flat();
     await eventually(() => h!.graph.sends.length >= everyone.length, "every customer to be answered", 45_000);
-    await settle(); // room for a second answer that must not come
+    await untilQuiet(h); // every job the processes took has run: a second answer had its chance
     const answered = h.graph.sends.map((send) => String(send.body.to));
     expect(answered.sort()).toEqual([...everyone].sort());
     expect(h.claude.requests).toHaveLength(everyone.length);
