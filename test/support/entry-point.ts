@@ -3,6 +3,15 @@ import { signMetaBody } from "../../src/webhook/signature.ts";
 import { MAIN_JS } from "./build.ts";
 import { eventually, TEST_APP_SECRET } from "./harness.ts";
 
+/**
+ * How long a process of dist/main.js is given to report that it is ready, or to finish what it
+ * was handed, before a test gives up on it. npm start's worker child runs at niceness 19: on a
+ * 2-core machine at a load of 9-13 (CI beside other suites) it took more than 39 s to start.
+ * A deadline, not an expectation: an idle machine gets there in a few seconds. A test that
+ * waits on processes this way more than once has a timeout of 300 s.
+ */
+export const PROCESS_DEADLINE_MS = 120_000;
+
 /** dist/main.js as operators run it, in a process of its own, its log collected. */
 export interface EntryPoint {
   child: ChildProcess;
@@ -45,7 +54,7 @@ export function runEntryPoint(args: string[], env: Record<string, string | undef
     },
     exited,
     events,
-    event: (event, timeoutMs = 60_000) =>
+    event: (event, timeoutMs = PROCESS_DEADLINE_MS) =>
       eventually(
         () => {
           const found = events(event)[0];
@@ -68,7 +77,7 @@ export function deliverOverHttp(base: string, body: string): Promise<Response> {
 }
 
 /** Until the process at `base` answers /readyz with 200 (Redis and Postgres reachable). */
-export async function untilReady(base: string, timeoutMs = 60_000): Promise<void> {
+export async function untilReady(base: string, timeoutMs = PROCESS_DEADLINE_MS): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (
     !(await fetch(`${base}/readyz`).then(
