@@ -4,7 +4,7 @@ import { getPriority } from "node:os";
 import { afterEach, describe, expect, it } from "vitest";
 import { signMetaBody } from "../src/webhook/signature.ts";
 import { MAIN_JS } from "./support/build.ts";
-import { PROCESS_DEADLINE_MS } from "./support/entry-point.ts";
+import { PATIENT_TIMEOUTS, PROCESS_DEADLINE_MS } from "./support/entry-point.ts";
 import { eventually, type Harness, startHarness, TEST_APP_SECRET, testEnv } from "./support/harness.ts";
 import { freePort } from "./support/ports.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
@@ -48,7 +48,15 @@ afterEach(async () => {
 async function startAll(harness: Harness, attempt = 1): Promise<AllInOne> {
   const [port, metricsPort] = [await freePort(), await freePort()];
   const child = spawn(process.execPath, [MAIN_JS, "all", "--migrate"], {
-    env: { ...process.env, ...harness.env, PORT: String(port), HOST: "127.0.0.1", METRICS_PORT: String(metricsPort), LOG_LEVEL: "info" },
+    env: {
+      ...process.env,
+      ...harness.env,
+      PORT: String(port),
+      HOST: "127.0.0.1",
+      METRICS_PORT: String(metricsPort),
+      LOG_LEVEL: "info",
+      ...PATIENT_TIMEOUTS,
+    },
     stdio: ["ignore", "pipe", "pipe"],
   });
   let output = "";
@@ -177,7 +185,7 @@ describe("npm start: the web and its worker child", () => {
     expect(metrics).toContain('wa_worker_process_up{role="web"} 1');
     expect(metrics.match(/^# TYPE process_cpu_user_seconds_total /gm)).toHaveLength(1); // one family, two series
     expect(all.lines.filter((l) => l.event === "worker.child_exited")).toEqual([]); // no fight over a port
-  }, 300_000);
+  }, 900_000);
 
   it("a killed worker child is noticed, logged and counted, and a new child answers", async () => {
     h = await startHarness({ workers: 0 });
@@ -199,7 +207,7 @@ describe("npm start: the web and its worker child", () => {
     const metrics = await scrape(all.metricsUrl);
     expect(metrics).toContain('wa_worker_process_restarts_total{role="web"} 1');
     expect(metrics).toContain('wa_worker_process_up{role="web"} 1');
-  }, 300_000);
+  }, 900_000);
 
   it("on SIGTERM the web stops taking webhooks first, the child finishes its reply in flight, and the parent exits 0 after it", async () => {
     h = await startHarness({ workers: 0 });
@@ -243,7 +251,7 @@ describe("npm start: the web and its worker child", () => {
     expect(await all.event("worker.child_stopped")).toMatchObject({ code: 0 });
     expect(all.lines.filter((l) => l.event === "shutdown.deferred")).toEqual([]); // the signal went to the parent only
     await expect(fetch(all.metricsUrl)).rejects.toThrow();
-  }, 300_000);
+  }, 900_000);
 
   it("a signal to both processes at once (systemd's way) leaves the child waiting for the parent's word, and the drain keeps its order", async () => {
     h = await startHarness({ workers: 0 });
@@ -264,7 +272,7 @@ describe("npm start: the web and its worker child", () => {
     expect(await all.event("shutdown.start", (l) => l.pid === childPid)).toMatchObject({ reason: "asked by the parent" });
     expect(h.graph.sentTexts).toEqual(["Reply #1"]);
     expect(isRunning(childPid)).toBe(false);
-  }, 300_000);
+  }, 900_000);
 
   it("a worker child never outlives its parent: when the parent is killed, the child drains and exits", async () => {
     h = await startHarness({ workers: 0 });
@@ -276,7 +284,7 @@ describe("npm start: the web and its worker child", () => {
     await all.exited;
     await eventually(() => !isRunning(childPid), "the orphaned child to exit", PROCESS_DEADLINE_MS);
     expect(await all.event("shutdown.start", (l) => l.pid === childPid)).toMatchObject({ reason: "the parent is gone" });
-  }, 300_000);
+  }, 900_000);
 
   it("a bad environment stops npm start before anything starts, naming each bad variable once", () => {
     const env = { ...testEnv({ WHATSAPP_ACCESS_TOKEN: "", REPLY_CONCURRENCY: "0" }), PATH: process.env.PATH ?? "", LOG_LEVEL: "info" };

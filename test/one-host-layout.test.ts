@@ -99,7 +99,7 @@ describe("two web and two worker processes on one host, nothing set but PORT", (
 
     for (const p of running) p.child.kill("SIGTERM");
     expect(await Promise.all(running.map((p) => p.exited))).toEqual([0, 0, 0, 0]);
-  }, 300_000);
+  }, 900_000);
 
   it("a METRICS_PORT that is taken stops the start, naming METRICS_PORT", async () => {
     h = await startHarness({ workers: 0 });
@@ -111,5 +111,5 @@ describe("two web and two worker processes on one host, nothing set but PORT", (
     expect(await worker.exited).toBe(1);
     expect(worker.output).toContain(`METRICS_PORT=${port}: cannot listen on 127.0.0.1:${port} (the port is taken)`);
     expect(worker.events("worker.started")).toEqual([]); // it stopped before taking a job
-  }, 300_000);
+  }, 900_000);
 });

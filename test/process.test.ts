@@ -1,6 +1,6 @@
 import type { ChildProcess } from "node:child_process";
 import { afterEach, describe, expect, it } from "vitest";
-import { deliverOverHttp, PROCESS_DEADLINE_MS, runEntryPoint, untilReady } from "./support/entry-point.ts";
+import { deliverOverHttp, PATIENT_TIMEOUTS, PROCESS_DEADLINE_MS, runEntryPoint, untilReady } from "./support/entry-point.ts";
 import { eventually, type Harness, startHarness } from "./support/harness.ts";
 import { freePort } from "./support/ports.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
@@ -18,7 +18,14 @@ describe("the process", () => {
   it("serves webhooks and replies, and on SIGTERM finishes the reply in flight, closes and exits 0", async () => {
     h = await startHarness({ workers: 0 });
     const [port, metricsPort] = [await freePort(), await freePort()];
-    const main = runEntryPoint(["all", "--migrate"], { ...h.env, PORT: String(port), HOST: "127.0.0.1", METRICS_PORT: String(metricsPort), LOG_LEVEL: "info" });
+    const main = runEntryPoint(["all", "--migrate"], {
+      ...h.env,
+      PORT: String(port),
+      HOST: "127.0.0.1",
+      METRICS_PORT: String(metricsPort),
+      LOG_LEVEL: "info",
+      ...PATIENT_TIMEOUTS,
+    });
     child = main.child;
 
     const base = `http://127.0.0.1:${port}`;
@@ -43,13 +50,13 @@ describe("the process", () => {
     expect(main.output).toContain('"event":"shutdown.done"');
     await expect(fetch(`${base}/healthz`)).rejects.toThrow(); // no longer listening
     await expect(fetch(`http://127.0.0.1:${metricsPort}/metrics`)).rejects.toThrow();
-  }, 300_000);
+  }, 900_000);
 
   it("a worker-only process serves its own job counters on METRICS_PORT, to METRICS_TOKEN's bearer", async () => {
     h = await startHarness({ workers: 0 });
     const metricsPort = await freePort();
     const token = "metrics-token-0123456789";
-    const worker = runEntryPoint(["worker"], { ...h.env, METRICS_PORT: String(metricsPort), METRICS_TOKEN: token, LOG_LEVEL: "info" });
+    const worker = runEntryPoint(["worker"], { ...h.env, ...PATIENT_TIMEOUTS, METRICS_PORT: String(metricsPort), METRICS_TOKEN: token, LOG_LEVEL: "info" });
     child = worker.child;
     const scrape = () =>
       fetch(`http://127.0.0.1:${metricsPort}/metrics`, { headers: { authorization: `Bearer ${token}` } }).then(
@@ -65,5 +72,5 @@ describe("the process", () => {
     await eventually(async () => (await scrape()).includes('wa_jobs_total{queue="reply",outcome="sent"} 1'), "its reply to be counted", PROCESS_DEADLINE_MS);
     child.kill("SIGTERM");
     expect(await worker.exited).toBe(0);
-  }, 300_000);
+  }, 900_000);
 });
