@@ -119,7 +119,7 @@ class Customers {
       if (Date.now() > deadline) throw new Error(`not every ${what} was answered within ${this.timeoutMs} ms`);
       await new Promise((r) => setTimeout(r, 20));
     }
-    await untilQuiet(this.h.queues, this.timeoutMs);
+    await untilQuiet(this.h, { timeoutMs: this.timeoutMs });
   }
 
   /**
@@ -142,7 +142,7 @@ class Customers {
         delivered++;
       }
     }
-    await untilQuiet(this.h.queues, this.timeoutMs);
+    await untilQuiet(this.h, { timeoutMs: this.timeoutMs });
     return delivered;
   }
 }

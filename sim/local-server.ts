@@ -8,6 +8,11 @@ import type { AddressInfo } from "node:net";
 export class LocalServer {
   private server: Server | undefined;
   url = "";
+  /**
+   * Requests that arrived and are not answered yet (nor given up by their client): part of what
+   * "the system has gone quiet" means to whoever waits for it (test/support/quiet.ts).
+   */
+  requestsInFlight = 0;
 
   /**
    * `onError` hears a handler that threw, which then answers 500: a long-running simulator
@@ -17,6 +22,9 @@ export class LocalServer {
 
   async start(handler: (req: IncomingMessage, body: Buffer, res: ServerResponse) => Promise<void> | void): Promise<void> {
     this.server = createServer((req, res) => {
+      this.requestsInFlight++;
+      // "close" follows the answer's last byte, or the connection's end when no answer came.
+      res.once("close", () => this.requestsInFlight--);
       const chunks: Buffer[] = [];
       req.on("data", (chunk: Buffer) => chunks.push(chunk));
       // A client that hangs up mid-request (a timeout) is normal here, not a crash.
@@ -67,6 +75,11 @@ export abstract class LocalService {
 
   get url(): string {
     return this.server.url;
+  }
+
+  /** A request is in flight: it arrived and has not been answered (or abandoned by its client) yet. */
+  get busy(): boolean {
+    return this.server.requestsInFlight > 0;
   }
 
   async start(): Promise<this> {

@@ -98,6 +98,11 @@ export class Sandbox {
     return this.graph.url;
   }
 
+  /** Meta has work in hand: a request to answer, or a webhook (a message, a status) still to deliver. */
+  get busy(): boolean {
+    return this.graph.busy || this.deliverer.busy;
+  }
+
   async start(): Promise<this> {
     await this.graph.start();
     return this;

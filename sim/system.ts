@@ -10,7 +10,7 @@ import { migrate } from "../src/db/migrate.ts";
 import { startConfiguredWorkers } from "../src/jobs/workers.ts";
 import { createLogger, type Logger } from "../src/logger.ts";
 import { createMetrics } from "../src/metrics/metrics.ts";
-import { closeQueues, createQueues } from "../src/queue/queues.ts";
+import { closeQueues, createQueues, type Queues } from "../src/queue/queues.ts";
 import type { RedisClient } from "../src/queue/redis.ts";
 import { createFailFastRedis, createWorkerRedis } from "../src/queue/redis.ts";
 import { loadSettings, type Settings } from "../src/settings.ts";
@@ -43,6 +43,10 @@ export interface DemoSystem {
   config: Settings;
   sandbox: Sandbox;
   db: Db;
+  /** The system's queues, for whoever waits for it to go quiet (the tests). */
+  queues: Queues;
+  /** A simulator has work in hand: Meta (a request, a webhook to deliver), the offline responder, transcriber or shop (a request). */
+  readonly busy: boolean;
   close(): Promise<void>;
 }
 
@@ -145,7 +149,19 @@ export async function startDemo(options: DemoOptions): Promise<DemoSystem> {
     cleanups.push(() => app.close()); // closed first: no webhook is taken while the workers stop
     const url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
     sandbox.deliverTo(`${url}/webhook`);
-    return { url, staff: { email: STAFF_EMAIL, password }, claude, config, sandbox, db, close };
+    return {
+      url,
+      staff: { email: STAFF_EMAIL, password },
+      claude,
+      config,
+      sandbox,
+      db,
+      queues,
+      get busy() {
+        return sandbox.busy || shop.busy || (offline?.busy ?? false) || (transcriber?.busy ?? false);
+      },
+      close,
+    };
   } catch (error) {
     await close();
     throw error;

@@ -1,7 +1,8 @@
 import { randomUUID } from "node:crypto";
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { graphError } from "./support/fake-graph.ts";
-import { eventually, type Harness, settle, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
+import { eventually, type Harness, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
+import { untilQuiet } from "./support/quiet.ts";
 import { statusWebhook, textWebhook } from "./support/webhook-bodies.ts";
 
 /** How long to wait for the system to get somewhere: generous, for loaded CI machines (a bound, not a timing assertion). */
@@ -121,7 +122,7 @@ describe("staff API authentication", () => {
     expect(res.body).not.toContain(letter.from);
     expect(res.body).not.toContain("It ships tomorrow.");
 
-    await settle(100);
+    await untilQuiet(h);
     const row = await h.db.deadLetter.findUniqueOrThrow({ where: { id: letter.id } });
     expect(row.state).toBe("open");
     expect(row.actedBy).toBeNull();
@@ -186,7 +187,7 @@ describe("staff API over the dead-letter queue", () => {
 
     await eventually(() => h.graph.sends.length > sendsBefore, "the edited reply to be sent", WAIT);
     await eventually(async () => (await replyState(h, letter.replyId)) === "sent", "the reply to be marked sent", WAIT);
-    await settle();
+    await untilQuiet(h);
     const newSends = h.graph.sends.slice(sendsBefore);
     expect(newSends).toHaveLength(1);
     expect((newSends[0]!.body.text as { body: string }).body).toBe(edited);
@@ -211,7 +212,7 @@ describe("staff API over the dead-letter queue", () => {
     expect(res.statusCode).toBe(202);
 
     await eventually(async () => (await replyState(h, letter.replyId)) === "sent", "the draft to be sent", WAIT);
-    await settle();
+    await untilQuiet(h);
     const newSends = h.graph.sends.slice(sendsBefore);
     expect(newSends.map((s) => (s.body.text as { body: string }).body)).toEqual(["The blue one is in stock."]);
     expect(h.claude.requests).toHaveLength(1);
@@ -228,7 +229,7 @@ describe("staff API over the dead-letter queue", () => {
     expect(res.statusCode).toBe(202);
 
     await eventually(async () => (await replyState(h, letter.replyId)) === "sent", "the regenerated reply to be sent", WAIT);
-    await settle();
+    await untilQuiet(h);
     expect(h.claude.requests).toHaveLength(2);
     expect(h.claude.userText(1)).toContain("What are your hours?");
     expect(textsTo(h, letter.from)).toEqual(["We are open 9 to 5, Monday to Friday."]);
@@ -243,7 +244,7 @@ describe("staff API over the dead-letter queue", () => {
     expect([a.statusCode, b.statusCode].sort()).toEqual([202, 409]);
 
     await eventually(async () => (await replyState(h, letter.replyId)) === "sent", "the reply to be sent", WAIT);
-    await settle();
+    await untilQuiet(h);
     const newSends = h.graph.sends.slice(sendsBefore);
     expect(newSends.map((s) => (s.body.text as { body: string }).body)).toEqual(["Done: order cancelled."]);
     expect(h.claude.requests).toHaveLength(1);
@@ -268,7 +269,7 @@ describe("staff API over the dead-letter queue", () => {
     expect(res.statusCode).toBe(202);
 
     await eventually(async () => (await replyState(h, letter.replyId)) === "sent", "the staff reply to be sent", WAIT);
-    await settle();
+    await untilQuiet(h);
     expect(textsTo(h, letter.from)).toEqual(["Yes! How can we help?"]);
     expect(h.claude.requests).toHaveLength(1);
   });
@@ -295,7 +296,7 @@ describe("staff API over the dead-letter queue", () => {
 
     expect((await retry(h, letter.id)).statusCode).toBe(202);
     await eventually(async () => (await replyState(h, part.replyId)) === "sent", "the reply to be resent", WAIT);
-    await settle();
+    await untilQuiet(h);
     expect(textsTo(h, from)).toEqual(["Your table is booked.", "Your table is booked."]);
     expect(h.claude.requests).toHaveLength(1);
     expect((await list(h)).map((i) => i.id)).not.toContain(letter.id);
@@ -329,7 +330,7 @@ describe("staff API over the dead-letter queue", () => {
     const discarded = await discard(h, letter.id, { note: "too late" });
     expect(discarded.statusCode).toBe(409);
 
-    await settle();
+    await untilQuiet(h);
     expect(h.graph.sends.length).toBe(sendsAfterFirst);
     const row = await h.db.deadLetter.findUniqueOrThrow({ where: { id: letter.id } });
     expect(row.state).toBe("resent");
@@ -345,7 +346,7 @@ describe("staff API over the dead-letter queue", () => {
     expect((await retry(h, letter.id, { text: "Sorry for the wait" })).statusCode).toBe(409);
     expect((await discard(h, letter.id, { note: "twice" })).statusCode).toBe(409);
 
-    await settle();
+    await untilQuiet(h);
     expect(h.graph.sends.length).toBe(sendsBefore);
     const row = await h.db.deadLetter.findUniqueOrThrow({ where: { id: letter.id } });
     expect(row.state).toBe("discarded");
@@ -394,7 +395,7 @@ describe("staff API over the dead-letter queue", () => {
     });
     expect(malformed.statusCode).toBe(400);
 
-    await settle();
+    await untilQuiet(h);
     expect(h.graph.sends.length).toBe(sendsBefore);
     const row = await h.db.deadLetter.findUniqueOrThrow({ where: { id: letter.id } });
     expect(row.state).toBe("open");
@@ -409,14 +410,14 @@ describe("staff API over the dead-letter queue", () => {
     const tooLong = await retry(h, letter.id, { text: "a".repeat(40_961) });
     expect(tooLong.statusCode).toBe(400);
     expect(tooLong.json()).toEqual({ error: "text must be at most 40960 characters (ten WhatsApp messages)" });
-    await settle();
+    await untilQuiet(h);
     expect(h.graph.sends.length).toBe(sendsBefore);
     expect((await h.db.deadLetter.findUniqueOrThrow({ where: { id: letter.id } })).state).toBe("open");
 
     const longest = `${"a".repeat(40_960)}\n`; // trimmed first
     expect((await retry(h, letter.id, { text: longest })).statusCode).toBe(202);
     await eventually(async () => (await replyState(h, letter.replyId)) === "sent", "the ten parts to be sent", WAIT);
-    await settle();
+    await untilQuiet(h);
     expect(h.graph.sentTexts.slice(sendsBefore)).toEqual(Array.from({ length: 10 }, () => "a".repeat(4096)));
   });
 
@@ -434,7 +435,7 @@ describe("staff API over the dead-letter queue", () => {
     expect(row.actedAt).toBeInstanceOf(Date);
     expect((await list(h)).map((i) => i.id)).not.toContain(letter.id);
 
-    await settle();
+    await untilQuiet(h);
     expect(h.graph.sends.length).toBe(sendsBefore);
     expect(h.claude.requests).toHaveLength(1);
     expect(await replyState(h, letter.replyId)).toBe("dead");
@@ -476,7 +477,7 @@ describe("staff API over the dead-letter queue", () => {
     expect(item!.reply?.draft).toBe("Yes, we are still here.");
     expect(item!.messages.map((m) => m.wamid)).toEqual([letter.wamid]);
 
-    await settle();
+    await untilQuiet(h);
     expect(textsTo(h, letter.from)).toEqual(["Yes, we are here.", "Yes, we are still here."]);
     expect(h.claude.requests).toHaveLength(1);
     expect(await replyState(h, letter.replyId)).toBe("dead");
@@ -501,7 +502,7 @@ describe("staff API over the dead-letter queue", () => {
     const sendsBefore = h.graph.sends.length;
     expect((await retry(h, again.id)).statusCode).toBe(202);
     await eventually(async () => (await replyState(h, letter.replyId)) === "sent", "the third attempt to be sent", WAIT);
-    await settle();
+    await untilQuiet(h);
     expect(h.graph.sends.slice(sendsBefore).map((s) => (s.body.text as { body: string }).body)).toEqual(["Hi!"]);
     expect(h.claude.requests).toHaveLength(1);
   });

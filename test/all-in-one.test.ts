@@ -4,6 +4,7 @@ import { getPriority } from "node:os";
 import { afterEach, describe, expect, it } from "vitest";
 import { signMetaBody } from "../src/webhook/signature.ts";
 import { MAIN_JS } from "./support/build.ts";
+import { PATIENT_TIMEOUTS, PROCESS_DEADLINE_MS } from "./support/entry-point.ts";
 import { eventually, type Harness, startHarness, TEST_APP_SECRET, testEnv } from "./support/harness.ts";
 import { freePort } from "./support/ports.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
@@ -47,7 +48,15 @@ afterEach(async () => {
 async function startAll(harness: Harness, attempt = 1): Promise<AllInOne> {
   const [port, metricsPort] = [await freePort(), await freePort()];
   const child = spawn(process.execPath, [MAIN_JS, "all", "--migrate"], {
-    env: { ...process.env, ...harness.env, PORT: String(port), HOST: "127.0.0.1", METRICS_PORT: String(metricsPort), LOG_LEVEL: "info" },
+    env: {
+      ...process.env,
+      ...harness.env,
+      PORT: String(port),
+      HOST: "127.0.0.1",
+      METRICS_PORT: String(metricsPort),
+      LOG_LEVEL: "info",
+      ...PATIENT_TIMEOUTS,
+    },
     stdio: ["ignore", "pipe", "pipe"],
   });
   let output = "";
@@ -71,7 +80,7 @@ async function startAll(harness: Harness, attempt = 1): Promise<AllInOne> {
     lines,
     output: () => output,
     exited,
-    event: (event, where = () => true, timeoutMs = 30_000) =>
+    event: (event, where = () => true, timeoutMs = PROCESS_DEADLINE_MS) =>
       eventually(() => lines.find((line) => line.event === event && where(line)), `the log line ${event}`, timeoutMs),
   };
   started = all;
@@ -85,8 +94,10 @@ async function startAll(harness: Harness, attempt = 1): Promise<AllInOne> {
         () => false,
       ),
     "the web to be ready",
-    60_000,
+    PROCESS_DEADLINE_MS,
   );
+  // The worker child (niceness 19) says it has started its workers: what a test waits for next is their work.
+  await eventually(() => gone !== undefined || lines.some((line) => line.event === "worker.child_started"), "the worker child to start", PROCESS_DEADLINE_MS);
   if (gone === undefined) return all;
   // Another test took a port between freePort() and our listen: try again on new ones.
   if (/EADDRINUSE/.test(gone) && attempt < 3) return startAll(harness, attempt + 1);
@@ -156,7 +167,7 @@ describe("npm start: the web and its worker child", () => {
       expect(autogroupOf(webPid)).toBe(autogroupOf("self"));
     }
     expect(await post(all.base, "who answers?")).toBe(200);
-    await eventually(() => h!.graph.sentTexts.length === 1, "the reply to be sent", 30_000);
+    await eventually(() => h!.graph.sentTexts.length === 1, "the reply to be sent", PROCESS_DEADLINE_MS);
 
     // The honest observable: each log line carries the pid of the process that wrote it.
     expect((await all.event("webhook.enqueued")).pid).toBe(webPid);
@@ -174,7 +185,7 @@ describe("npm start: the web and its worker child", () => {
     expect(metrics).toContain('wa_worker_process_up{role="web"} 1');
     expect(metrics.match(/^# TYPE process_cpu_user_seconds_total /gm)).toHaveLength(1); // one family, two series
     expect(all.lines.filter((l) => l.event === "worker.child_exited")).toEqual([]); // no fight over a port
-  }, 90_000);
+  }, 900_000);
 
   it("a killed worker child is noticed, logged and counted, and a new child answers", async () => {
     h = await startHarness({ workers: 0 });
@@ -191,12 +202,12 @@ describe("npm start: the web and its worker child", () => {
     expect(parentOf(second)).toBe(all.process.pid);
 
     expect(await post(all.base, "are you back?")).toBe(200);
-    await eventually(() => h!.graph.sentTexts.length === 1, "the new child to reply", 30_000);
+    await eventually(() => h!.graph.sentTexts.length === 1, "the new child to reply", PROCESS_DEADLINE_MS);
     expect((await all.event("reply.sent")).pid).toBe(second);
     const metrics = await scrape(all.metricsUrl);
     expect(metrics).toContain('wa_worker_process_restarts_total{role="web"} 1');
     expect(metrics).toContain('wa_worker_process_up{role="web"} 1');
-  }, 90_000);
+  }, 900_000);
 
   it("on SIGTERM the web stops taking webhooks first, the child finishes its reply in flight, and the parent exits 0 after it", async () => {
     h = await startHarness({ workers: 0 });
@@ -207,7 +218,7 @@ describe("npm start: the web and its worker child", () => {
 
     h.claude.latencyMs = 3000; // Claude is still writing when the signal arrives
     expect(await post(all.base, "still there?")).toBe(200);
-    await eventually(() => h!.claude.inFlight === 1, "the reply to be in Claude's hands", 30_000);
+    await eventually(() => h!.claude.inFlight === 1, "the reply to be in Claude's hands", PROCESS_DEADLINE_MS);
 
     all.process.kill("SIGTERM");
     // The web's port is closed while the child is still draining its reply.
@@ -240,7 +251,7 @@ describe("npm start: the web and its worker child", () => {
     expect(await all.event("worker.child_stopped")).toMatchObject({ code: 0 });
     expect(all.lines.filter((l) => l.event === "shutdown.deferred")).toEqual([]); // the signal went to the parent only
     await expect(fetch(all.metricsUrl)).rejects.toThrow();
-  }, 90_000);
+  }, 900_000);
 
   it("a signal to both processes at once (systemd's way) leaves the child waiting for the parent's word, and the drain keeps its order", async () => {
     h = await startHarness({ workers: 0 });
@@ -250,7 +261,7 @@ describe("npm start: the web and its worker child", () => {
     pidsToKill.add(childPid);
     h.claude.latencyMs = 1500;
     expect(await post(all.base, "are you closing?")).toBe(200);
-    await eventually(() => h!.claude.inFlight === 1, "the reply to be in Claude's hands", 30_000);
+    await eventually(() => h!.claude.inFlight === 1, "the reply to be in Claude's hands", PROCESS_DEADLINE_MS);
 
     // systemd signals every process of the service's cgroup. (A terminal's Ctrl-C signals its
     // foreground process group, which the child, leading a session of its own, is not in.)
@@ -261,7 +272,7 @@ describe("npm start: the web and its worker child", () => {
     expect(await all.event("shutdown.start", (l) => l.pid === childPid)).toMatchObject({ reason: "asked by the parent" });
     expect(h.graph.sentTexts).toEqual(["Reply #1"]);
     expect(isRunning(childPid)).toBe(false);
-  }, 90_000);
+  }, 900_000);
 
   it("a worker child never outlives its parent: when the parent is killed, the child drains and exits", async () => {
     h = await startHarness({ workers: 0 });
@@ -271,13 +282,13 @@ describe("npm start: the web and its worker child", () => {
 
     all.process.kill("SIGKILL");
     await all.exited;
-    await eventually(() => !isRunning(childPid), "the orphaned child to exit", 20_000);
+    await eventually(() => !isRunning(childPid), "the orphaned child to exit", PROCESS_DEADLINE_MS);
     expect(await all.event("shutdown.start", (l) => l.pid === childPid)).toMatchObject({ reason: "the parent is gone" });
-  }, 90_000);
+  }, 900_000);
 
   it("a bad environment stops npm start before anything starts, naming each bad variable once", () => {
     const env = { ...testEnv({ WHATSAPP_ACCESS_TOKEN: "", REPLY_CONCURRENCY: "0" }), PATH: process.env.PATH ?? "", LOG_LEVEL: "info" };
-    const result = spawnSync(process.execPath, [MAIN_JS, "all", "--migrate"], { env, encoding: "utf8", timeout: 30_000 });
+    const result = spawnSync(process.execPath, [MAIN_JS, "all", "--migrate"], { env, encoding: "utf8", timeout: PROCESS_DEADLINE_MS });
     expect(result.status).toBe(1);
     expect(result.stderr.split("WHATSAPP_ACCESS_TOKEN is required")).toHaveLength(2);
     expect(result.stderr.split("REPLY_CONCURRENCY must be an integer")).toHaveLength(2);

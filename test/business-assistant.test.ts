@@ -9,7 +9,8 @@ import { isPublicAddress } from "../src/tools/addresses.ts";
 import { idempotencyKeyFor } from "../src/tools/idempotency.ts";
 import { MAIN_JS } from "./support/build.ts";
 import type { AnswerBlock, ClaudeRequest } from "./support/fake-anthropic.ts";
-import { eventually, type Harness, settle, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
+import { eventually, type Harness, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
+import { untilQuiet } from "./support/quiet.ts";
 import { PHONE_NUMBER_ID, textWebhook } from "./support/webhook-bodies.ts";
 
 /**
@@ -344,7 +345,7 @@ describe("handoff that Claude can choose", () => {
     expect(shop.requests).toEqual([]);
 
     await say("hello?");
-    await settle();
+    await untilQuiet(h!, { also: [shop] });
     expect(h!.claude.requests).toHaveLength(1); // paused: stored, not answered
     expect(h!.graph.sends).toHaveLength(1);
   });

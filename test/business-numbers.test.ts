@@ -8,8 +8,9 @@ import { createLogger } from "../src/logger.ts";
 import { loadSettings } from "../src/settings.ts";
 import { GraphClient } from "../src/whatsapp/graph-client.ts";
 import { FakeGraph } from "./support/fake-graph.ts";
-import { eventually, type Harness, settle, startHarness, testEnv } from "./support/harness.ts";
+import { eventually, type Harness, startHarness, testEnv } from "./support/harness.ts";
 import { logLines } from "./support/log-lines.ts";
+import { untilQuiet } from "./support/quiet.ts";
 import { echoChange, envelope, messagesChange, metaWire, statusChange, textMessage, textWebhook } from "./support/webhook-bodies.ts";
 
 /** Issue 3: several business numbers on one deployment, and the 24-hour window's template. */
@@ -100,7 +101,7 @@ describe("a business number that is not ours (PHONE_NUMBERS_FILE lists the numbe
     expect((await h.deliver(more)).statusCode).toBe(200);
     const third = metaWire(envelope([messagesChange([textMessage({ from: "34600000009", text: "hi" })], ANOTHER_STRANGER)]));
     expect((await h.deliver(third)).statusCode).toBe(200);
-    await settle(); // room for anything that must not happen
+    await untilQuiet(h); // everything the deliveries started has run: what must not happen had its chance
 
     expect(h.claude.requests).toHaveLength(1);
     expect(h.claude.userText(0)).toContain("size 42");
@@ -132,7 +133,7 @@ describe("metadata.phone_number_id that is not digits", () => {
     );
     expect((await h.deliver(batch)).statusCode).toBe(200);
     await eventually(async () => (await h.db.reply.count({ where: { state: "sent" } })) === 1, "the well-formed number's reply");
-    await settle();
+    await untilQuiet(h);
 
     expect(h.graph.requests.map((r) => r.path).filter((path) => !path.startsWith(`/v24.0/${STRANGER}/`))).toEqual([]);
     expect(h.claude.requests).toHaveLength(1);

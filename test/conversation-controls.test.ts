@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it } from "vitest";
-import { eventually, type Harness, settle, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
+import { eventually, type Harness, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
+import { untilQuiet } from "./support/quiet.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
 
 /** Issue 3, people in the loop: opt-out / opt-in keywords and human handoff. */
@@ -32,7 +33,7 @@ describe("opt-out", () => {
 
     await say("hello?");
     await say("STOP");
-    await settle();
+    await untilQuiet(h);
     expect(h.graph.sentTexts).toEqual([OPT_OUT_REPLY]); // no second confirmation, no answer
     expect(h.claude.requests).toHaveLength(0);
     expect((await h.db.inboundMessage.findMany({ orderBy: { createdAt: "asc" } })).map((m) => m.skipReason)).toEqual([
@@ -74,7 +75,7 @@ describe("human handoff", () => {
     expect(items[0]!.reason).toMatch(/asked for a person/);
 
     await say("is anyone there?");
-    await settle();
+    await untilQuiet(h);
     expect(h.graph.sends).toHaveLength(1);
     expect(h.claude.requests).toHaveLength(0);
 
@@ -97,7 +98,7 @@ describe("human handoff", () => {
     expect(until.getTime() - Date.now()).toBeGreaterThan(29 * 60_000);
 
     await say("second question");
-    await settle();
+    await untilQuiet(h);
     expect(h.graph.sends).toHaveLength(1);
     expect((await h.db.inboundMessage.findFirstOrThrow({ where: { text: "second question" } })).skipReason).toBe("bot paused for a person");
 

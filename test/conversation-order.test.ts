@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { eventually, type Harness, settle } from "./support/harness.ts";
+import { eventually, type Harness } from "./support/harness.ts";
 import { harnessPerTest } from "./support/per-test.ts";
+import { untilQuiet } from "./support/quiet.ts";
 import { envelope, messagesChange, metaWire, PHONE_NUMBER_ID, textMessage, uniqueWamid } from "./support/webhook-bodies.ts";
 
 /**
@@ -47,7 +48,7 @@ describe("a burst gets one answer, whatever kind", () => {
     const h = await harness({ env });
     expect((await h.deliver(burst([voiceNote(), voiceNote(), voiceNote()]))).statusCode).toBe(200);
     await eventually(() => h.graph.sends.length === 1, "the answer");
-    await settle(600);
+    await untilQuiet(h);
     expect(h.graph.sentTexts).toEqual([MEDIA_REPLY]);
     expect(h.claude.requests).toHaveLength(0);
     const [reply] = await replies(h);
@@ -60,7 +61,7 @@ describe("a burst gets one answer, whatever kind", () => {
     for (const id of ["st1", "st2", "st3"]) h.graph.media.set(id, { mimeType: "image/webp", bytes: Buffer.from(`webp-${id}`) });
     await h.deliver(burst(["st1", "st2", "st3"].map(sticker)));
     await eventually(() => h.graph.sends.length === 1, "the answer");
-    await settle(600);
+    await untilQuiet(h);
     expect(h.graph.sends).toHaveLength(1);
     expect(h.claude.requests).toHaveLength(1);
     expect(h.claude.userText(0).match(/\[Sent a sticker\]/g)).toHaveLength(3);
@@ -88,7 +89,7 @@ describe("answers leave in the order the customer wrote", () => {
     const h = await harness({ env });
     await h.deliver(burst([text("STOP"), text("hi")]));
     await eventually(() => h.graph.sends.length === 1, "the confirmation");
-    await settle(800);
+    await untilQuiet(h);
     expect(h.graph.sentTexts).toEqual([OPT_OUT_REPLY]);
     expect(h.claude.requests).toHaveLength(0);
     const hi = await h.db.inboundMessage.findFirstOrThrow({ where: { text: "hi" } });

@@ -3,15 +3,17 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { Receiver } from "./support/chat-receiver.ts";
-import { eventually, settle } from "./support/harness.ts";
+import { eventually } from "./support/harness.ts";
 import { harnessPerTest } from "./support/per-test.ts";
 import { freePort } from "./support/ports.ts";
+import { untilQuiet } from "./support/quiet.ts";
 import { PHONE_NUMBER_ID, textWebhook } from "./support/webhook-bodies.ts";
 
 /** Issue 20, point 4: a number's daily budget stops new answers; the customer hears the holding reply, staff are told once that day. */
 
 const HOLDING = "Thanks for your message. A person from our team will get back to you here shortly.";
 const harness = harnessPerTest();
+const BATCH_MS = 300;
 let receiver: Receiver | undefined;
 afterEach(async () => {
   await receiver?.stop();
@@ -35,7 +37,7 @@ describe("a daily budget", () => {
         HOLDING_REPLY: HOLDING,
         STAFF_NOTIFY_WEBHOOK_URL: receiver.url,
         PUBLIC_BASE_URL: "https://staff.example.com",
-        STAFF_NOTIFY_BATCH_MS: "300",
+        STAFF_NOTIFY_BATCH_MS: String(BATCH_MS),
       },
     });
     await h.deliver(textWebhook({ from: "4477000000001", text: "are you open today?" }).body);
@@ -46,7 +48,16 @@ describe("a daily budget", () => {
     await eventually(() => receiver!.delivered.length === 1, "staff to be told");
     await h.deliver(textWebhook({ from: "4477000000003", text: "hello?" }).body);
     await eventually(async () => (await h.db.reply.count({ where: { kind: "holding", state: "sent" } })) === 2, "both customers told a person will answer");
-    await settle(1500); // several batch windows: a second notification would have gone by now
+    // A collect that ran a whole batch window after the last item and the first notification
+    // would have told staff of the item, were it to be told: one has run, and all it started is done.
+    const notified = await h.db.staffNotification.findFirstOrThrow({ orderBy: { createdAt: "desc" } });
+    const lastItem = await h.db.deadLetter.findFirstOrThrow({ orderBy: { createdAt: "desc" } });
+    const due = Math.max(notified.createdAt.getTime(), lastItem.createdAt.getTime()) + BATCH_MS;
+    await eventually(
+      async () => (await h.queues.notify.getJobs(["completed"])).some((job) => job.name === "collect" && (job.processedOn ?? 0) >= due),
+      "a collect a batch window after the last item",
+    );
+    await untilQuiet(h);
 
     expect(h.claude.requests).toHaveLength(1);
     const items = await h.db.deadLetter.findMany({ where: { state: "open" }, orderBy: { createdAt: "asc" } });

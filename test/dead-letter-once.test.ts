@@ -3,8 +3,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { graphError } from "./support/fake-graph.ts";
-import { eventually, type Harness, settle, TEST_ADMIN_TOKEN } from "./support/harness.ts";
+import { eventually, type Harness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
 import { harnessPerTest } from "./support/per-test.ts";
+import { untilQuiet } from "./support/quiet.ts";
 import { PHONE_NUMBER_ID, statusWebhook, textWebhook } from "./support/webhook-bodies.ts";
 
 /**
@@ -90,7 +91,7 @@ describe("a maybe-sent reply in the staff queue", () => {
     await h.deliver(statusWebhook({ id: "wamid.FIRST", status: "delivered", biz_opaque_callback_data: part.id }));
     await eventually(async () => (await h.db.outboundMessage.findUniqueOrThrow({ where: { id: part.id } })).status === "delivered", "the late status");
     expect(await h.db.outboundMessage.findUniqueOrThrow({ where: { id: part.id } })).toMatchObject({ sendState: "accepted", wamid: "wamid.FIRST" });
-    await settle();
+    await untilQuiet(h);
     expect(h.graph.sends).toHaveLength(2);
   });
 
@@ -106,7 +107,7 @@ describe("a maybe-sent reply in the staff queue", () => {
       expect(res.statusCode).toBe(409);
       expect(res.json()).toMatchObject({ code: "already_delivered" });
     }
-    await settle();
+    await untilQuiet(h);
     expect(h.graph.sends).toHaveLength(1);
   });
 
@@ -120,7 +121,7 @@ describe("a maybe-sent reply in the staff queue", () => {
     expect((await post(h, "/admin/dlq/bulk-retry", { code: "timeout", spacingMs: 0 })).json()).toMatchObject({ resent: 0, skipped: 2 });
     expect((await post(h, "/admin/dlq/bulk-retry", { code: "timeout", spacingMs: 0, confirmMaybeSent: true })).json()).toMatchObject({ resent: 2, skipped: 0 });
     await eventually(async () => (await h.db.reply.count({ where: { state: "sent" } })) === 2, "both resends");
-    await settle();
+    await untilQuiet(h);
     expect(h.graph.sends.map((s) => s.body.to).sort()).toEqual(["3361000000021", "3361000000021", "3361000000022", "3361000000022"]);
   });
 });

@@ -1,7 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { graphError } from "./support/fake-graph.ts";
-import { eventually, settle, TEST_ADMIN_TOKEN } from "./support/harness.ts";
+import { eventually, TEST_ADMIN_TOKEN } from "./support/harness.ts";
 import { harnessPerTest } from "./support/per-test.ts";
+import { untilQuiet } from "./support/quiet.ts";
 import { statusWebhook, textWebhook } from "./support/webhook-bodies.ts";
 
 /**
@@ -35,13 +36,13 @@ describe("a reply dead-lettered by a failed status while its run is still sendin
     // Part 2's answer comes back to the run, which must not go on to part 3.
     await eventually(async () => (await h.db.outboundMessage.findFirstOrThrow({ where: { seq: 1 } })).sendState === "accepted", "part 2 to be recorded");
     await eventually(async () => (await h.queues.reply.getJobCounts("active", "waiting", "delayed")).active === 0, "the run to end");
-    await settle();
+    await untilQuiet(h);
     expect(h.graph.sentTexts.map(partWord)).toEqual(["alpha", "bravo"]);
 
     const resend = await h.app.inject({ method: "POST", url: `/admin/dlq/${letter.id}/retry`, headers: { authorization: `Bearer ${TEST_ADMIN_TOKEN}` } });
     expect(resend.statusCode).toBe(202);
     await eventually(async () => (await h.db.reply.findFirstOrThrow()).state === "sent", "the resent reply to go out");
-    await settle();
+    await untilQuiet(h);
 
     const sent = h.graph.sentTexts.map(partWord);
     expect(sent.filter((w) => w === "charlie")).toHaveLength(1);

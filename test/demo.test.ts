@@ -6,7 +6,8 @@ import { LocalServer } from "../sim/local-server.ts";
 import { type DemoSystem, startDemo } from "../sim/system.ts";
 import { verifyMetaSignature } from "../src/webhook/signature.ts";
 import { demoTestEnv, removeDemoData } from "./support/demo.ts";
-import { eventually, settle, startHarness } from "./support/harness.ts";
+import { eventually, startHarness } from "./support/harness.ts";
+import { untilQuiet } from "./support/quiet.ts";
 
 /**
  * Issue 9, `npm run demo`, through its JSON API: the whole system in one process, the
@@ -114,7 +115,7 @@ describe("npm run demo's sandbox, through its JSON API", () => {
     await eventually(async () => (await replies(from)).length > 0, "the reply");
     const deliveries = () => demo.sandbox.log.since(0).filter((e) => e.text.includes(`${wamid} (copy`) && e.text.includes("→ 200"));
     await eventually(() => deliveries().length === 5, "all five copies acknowledged");
-    await settle(800);
+    await untilQuiet({ queues: demo.queues }, { also: [demo] });
     expect(await replies(from)).toHaveLength(1);
     expect(demo.sandbox.graph.taken.filter((s) => s.to === from)).toHaveLength(1);
     expect(await demo.db.inboundMessage.count({ where: { wamid } })).toBe(1);
@@ -140,7 +141,7 @@ describe("npm run demo's sandbox, through its JSON API", () => {
     expect(resent.status).toBeLessThan(300);
     const reply = await firstReply(from, "the resent reply");
     expect(reply.text).toContain("Where is my order #4417?");
-    await settle(800);
+    await untilQuiet({ queues: demo.queues }, { also: [demo] });
     expect(await replies(from)).toHaveLength(1);
     expect((await chat(from)).openDeadLetters).toBe(0);
   });
@@ -169,7 +170,7 @@ describe("npm run demo's sandbox, through its JSON API", () => {
         demo.db.outboundMessage.findFirst({ where: { template: "order_update", sendState: "accepted", reply: { conversation: { contact: { waId: from } } } } }),
       "the template taken by the simulated Meta",
     );
-    await settle(800);
+    await untilQuiet({ queues: demo.queues }, { also: [demo] });
     expect(await replies(from)).toHaveLength(1);
   });
 
@@ -210,7 +211,7 @@ describe("npm run demo's sandbox, through its JSON API", () => {
     const id = await eventually(async () => (await replies(from))[0]?.id, "the reply");
     const sentStatus = () => demo.sandbox.log.since(0).some((e) => e.text.startsWith(`Status "sent" of ${id}`) && e.text.includes("→ 200"));
     await eventually(sentStatus, "the late 'sent' status, last of the three");
-    await settle(300);
+    await untilQuiet({ queues: demo.queues }, { also: [demo] });
     expect((await replies(from))[0]!.status).toBe("read");
   });
 

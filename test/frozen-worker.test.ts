@@ -1,8 +1,9 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { afterEach, describe, expect, it } from "vitest";
 import { MAIN_JS } from "./support/build.ts";
-import { delayedUntil, eventually, type Harness, settle } from "./support/harness.ts";
+import { delayedUntil, eventually, type Harness } from "./support/harness.ts";
 import { harnessPerTest } from "./support/per-test.ts";
+import { untilQuiet } from "./support/quiet.ts";
 import { statusWebhook, textWebhook } from "./support/webhook-bodies.ts";
 
 /**
@@ -103,7 +104,7 @@ describe("a worker frozen past its lock", () => {
     child.kill("SIGCONT"); // the frozen worker wakes to Claude's answer: stored, not sent (it no longer holds the conversation)
     await eventually(async () => (await h.db.reply.findFirstOrThrow()).state === "ready", "the woken worker to store the answer it was paid for");
     await eventually(() => h.graph.sends.length === 1, "the holder to send it", 30_000);
-    await settle(1000);
+    await untilQuiet(h);
     expect(h.graph.sentTexts).toEqual(["Reply #1"]);
     expect(h.claude.requests).toHaveLength(1);
     expect(await h.db.reply.findFirstOrThrow()).toMatchObject({ state: "sent", text: "Reply #1" });
@@ -122,7 +123,7 @@ describe("a worker frozen past its lock", () => {
 
     h.startWorkers();
     await eventually(() => h.graph.sends.length === 1, "the takeover's answer", 45_000);
-    await settle(1000);
+    await untilQuiet(h);
     expect(asked).toHaveLength(2);
     expect(asked[1]).toBeGreaterThanOrEqual(generationDeadline!.getTime());
     expect(h.graph.sentTexts).toEqual(["Reply #2"]);

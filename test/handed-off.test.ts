@@ -1,7 +1,8 @@
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { graphError } from "./support/fake-graph.ts";
-import { eventually, type Harness, settle, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
+import { eventually, type Harness, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
+import { untilQuiet } from "./support/quiet.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
 
 /**
@@ -42,7 +43,7 @@ async function openItemOf(from: string): Promise<{ id: string; conversationId: s
     () => h.db.deadLetter.findFirst({ where: { state: "open", conversation: { contact: { waId: from } } } }),
     `an item for ${from}`,
   );
-  await settle();
+  await untilQuiet(h);
   return letter;
 }
 
@@ -61,7 +62,7 @@ describe("a customer handed to a person", () => {
     const replayed = await post(`/admin/dlq/${letter.id}/answer`, { text: "  Hi Ada, this is Sam. Your parcel leaves today.  " }, key);
     expect(replayed.statusCode).toBe(202);
     await eventually(() => sentTo(from).length === 2, "the person's message");
-    await settle();
+    await untilQuiet(h);
     expect(sentTo(from)).toEqual([HANDOFF_REPLY, "Hi Ada, this is Sam. Your parcel leaves today."]);
 
     // The business's side of the conversation, attributed; the item stays with the person.
@@ -74,7 +75,7 @@ describe("a customer handed to a person", () => {
 
     // The customer answers the person: the bot keeps out.
     await say(from, "thanks, what time?");
-    await settle();
+    await untilQuiet(h);
     expect(sentTo(from)).toHaveLength(2);
     const asked = h.claude.requests.length;
 
@@ -105,7 +106,7 @@ describe("a customer handed to a person", () => {
     const letter = await openItemOf(from);
     expect(letter).toMatchObject({ code: "paused", replyId: null });
     await say(from, "still there?");
-    await settle();
+    await untilQuiet(h);
     expect(await h.db.deadLetter.count({ where: { conversationId: conversation.id } })).toBe(1);
     expect(sentTo(from)).toHaveLength(1);
     expect((await item(letter.id)).explanation.title).toBe("The customer wrote to a paused bot");
@@ -132,7 +133,7 @@ describe("a customer handed to a person", () => {
     expect(sent.json()).toEqual({ ok: true, state: "open" });
     expect((await post(`/admin/dlq/${letter.id}/template`, body, key)).statusCode).toBe(202);
     await eventually(() => h.graph.templateSends.filter((r) => r.body.to === from).length === 1, "the template");
-    await settle();
+    await untilQuiet(h);
     expect(h.graph.templateSends.filter((r) => r.body.to === from)).toHaveLength(1);
     expect((await h.db.reply.findFirstOrThrow({ where: { conversationId: letter.conversationId, kind: "staff" } })).text).toBe(
       "Hello Ada, your order A-17 is on its way.",

@@ -3,7 +3,8 @@ import { type Browser, chromium, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { addStaff } from "../src/staff/accounts.ts";
 import { axeViolations, CHROMIUM, chromiumAvailable, readmeScreenshot } from "./support/chromium.ts";
-import { eventually, type Harness, settle, startHarness } from "./support/harness.ts";
+import { eventually, type Harness, startHarness } from "./support/harness.ts";
+import { untilQuiet } from "./support/quiet.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
 
 /**
@@ -65,7 +66,7 @@ describe.runIf(chromiumAvailable("handoff-browser.test.ts"))("answering a handed
       await say("human");
       await eventually(() => textsSent().includes(HANDOFF_REPLY), "the handoff reply");
       const letter = await eventually(() => h.db.deadLetter.findFirst({ where: { state: "open", source: "handoff" } }), "the handoff item");
-      await settle();
+      await untilQuiet(h);
       const sentBefore = textsSent().length;
 
       await page.goto(`${base}/admin`);
@@ -93,7 +94,7 @@ describe.runIf(chromiumAvailable("handoff-browser.test.ts"))("answering a handed
       });
       await page.getByText("Sent: the customer will read it on WhatsApp.").waitFor();
       await eventually(() => textsSent().includes(ANSWER), "the person's message to reach Meta");
-      await settle();
+      await untilQuiet(h);
       expect(textsSent().slice(sentBefore)).toEqual([ANSWER]);
       expect(await box.inputValue()).toBe("");
       // The item stays with the person; the conversation shows their message (the live queue refreshes it).
@@ -104,7 +105,7 @@ describe.runIf(chromiumAvailable("handoff-browser.test.ts"))("answering a handed
 
       // The customer answers the person: the bot stays silent.
       await say("thanks! what time will it arrive?");
-      await settle();
+      await untilQuiet(h);
       expect(textsSent().slice(sentBefore)).toEqual([ANSWER]);
       const asked = h.claude.requests.length;
 
@@ -134,7 +135,7 @@ describe.runIf(chromiumAvailable("handoff-browser.test.ts"))("answering a handed
       () => h.db.deadLetter.findFirst({ where: { state: "open", source: "handoff", conversation: { contact: { waId: other } } } }),
       "the second customer's item",
     );
-    await settle();
+    await untilQuiet(h);
     await addStaff(h.db, "kim@example.com", PASSWORD);
     const kimContext = await browser.newContext({ viewport: { width: 1200, height: 900 }, locale: "en-GB", timezoneId: "Europe/London" });
     const kim = await kimContext.newPage();
@@ -159,7 +160,7 @@ describe.runIf(chromiumAvailable("handoff-browser.test.ts"))("answering a handed
       await kim.getByLabel("Your message to the customer").fill("Kim here, how can I help?");
       await kim.getByRole("button", { name: "Send to the customer" }).click();
       await expect.poll(() => kim.locator("#result").textContent()).toMatch(/^Not done: sam@example\.com is answering this customer right now\./);
-      await settle();
+      await untilQuiet(h);
       expect(textsSent().length).toBe(sentBefore);
       expect(await axeViolations(kim)).toEqual([]);
       await readmeScreenshot(kim, "staff-two-people.png");
@@ -173,7 +174,7 @@ describe.runIf(chromiumAvailable("handoff-browser.test.ts"))("answering a handed
       await expect.poll(() => page.locator("#presence-note").textContent(), { timeout: 15_000 }).toContain("kim@example.com is answering this customer.");
       await page.getByRole("button", { name: "Send to the customer" }).click();
       await expect.poll(() => page.locator("#result").textContent()).toMatch(/^Not done: kim@example\.com is answering/);
-      await settle();
+      await untilQuiet(h);
       expect(textsSent().slice(sentBefore)).toEqual(["Kim here, how can I help?"]);
 
       await kim.getByText("History of this item").click();

@@ -3,8 +3,9 @@ import { describe, expect, it } from "vitest";
 import { MAIN_JS } from "./support/build.ts";
 import { anthropicError } from "./support/fake-anthropic.ts";
 import { graphError } from "./support/fake-graph.ts";
-import { eventually, type Harness, settle } from "./support/harness.ts";
+import { eventually, type Harness } from "./support/harness.ts";
 import { harnessPerTest } from "./support/per-test.ts";
+import { untilQuiet } from "./support/quiet.ts";
 import { statusWebhook, textWebhook } from "./support/webhook-bodies.ts";
 
 /** Law 14: a customer whose reply is dead-lettered hears that a person will answer, once, when WhatsApp allows it. */
@@ -22,7 +23,7 @@ describe("the holding reply", () => {
     h.claude.answer({ status: 400, body: anthropicError(400) });
     await h.deliver(textWebhook({ text: "where is my parcel?" }).body);
     await eventually(async () => (await h.db.reply.count({ where: { kind: "holding", state: "sent" } })) === 1, "the holding reply to be sent");
-    await settle();
+    await untilQuiet(h);
 
     expect(h.graph.sentTexts).toEqual([HOLDING]);
     expect(h.claude.requests).toHaveLength(1);
@@ -41,7 +42,7 @@ describe("the holding reply", () => {
     const { wamid } = await h.db.outboundMessage.findFirstOrThrow();
     for (let i = 0; i < 3; i++) expect((await h.deliver(failed(wamid!, 131000))).statusCode).toBe(200);
     await eventually(async () => (await h.db.reply.count({ where: { kind: "holding", state: "sent" } })) === 1, "the holding reply to be sent");
-    await settle();
+    await untilQuiet(h);
 
     expect(h.graph.sentTexts).toEqual(["Reply #1", HOLDING]);
     expect(await openItems(h)).toHaveLength(1);
@@ -71,7 +72,7 @@ describe("the holding reply", () => {
     await h.deliver(failed(await wamidTo("4915110000002"), 131026));
     await h.deliver(failed(await wamidTo("4915110000003"), 131000));
     await eventually(async () => (await h.db.deadLetter.count()) === 4, "four items");
-    await settle();
+    await untilQuiet(h);
 
     expect(await h.db.reply.count({ where: { kind: "holding" } })).toBe(0);
     expect(h.graph.sends).toHaveLength(3);
@@ -84,7 +85,7 @@ describe("the holding reply", () => {
     h.graph.answerSends({ status: 400, body: graphError(131026, "Message undeliverable") });
     await h.deliver(textWebhook({ text: "hello" }).body);
     await eventually(async () => (await h.db.reply.count({ where: { kind: "holding", state: "dead" } })) === 1, "the holding reply to fail");
-    await settle();
+    await untilQuiet(h);
 
     const items = await openItems(h);
     expect(items).toHaveLength(1);
@@ -118,7 +119,7 @@ describe("the holding reply", () => {
       "the holding reply to be recorded sent",
       30_000,
     );
-    await settle();
+    await untilQuiet(h);
     expect(h.graph.sentTexts).toEqual([HOLDING]);
     expect(h.claude.requests).toHaveLength(1);
   }, 90_000);

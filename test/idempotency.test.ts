@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { graphError } from "./support/fake-graph.ts";
-import { eventually, type Harness, settle, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
+import { eventually, type Harness, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
+import { untilQuiet } from "./support/quiet.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
 
 /** Issue 4: double clicks never act twice — Idempotency-Key on every mutating /admin route, Stripe's semantics. */
@@ -40,7 +41,7 @@ describe("Idempotency-Key on /admin", () => {
     expect(second.headers["idempotent-replayed"]).toBe("true");
     expect(second.body).toBe(first.body);
     await eventually(() => h.graph.sends.length === sends + 1, "the resend");
-    await settle();
+    await untilQuiet(h);
     expect(h.graph.sentTexts.filter((t) => t === "Sorry for the wait!")).toHaveLength(1);
   });
 

@@ -1,7 +1,8 @@
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { eventually, type Harness, settle } from "./support/harness.ts";
+import { eventually, type Harness } from "./support/harness.ts";
 import { harnessPerTest } from "./support/per-test.ts";
+import { untilQuiet } from "./support/quiet.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
 
 /** Issue 3: every inbound type Meta sends gets a deliberate outcome (law 6), from fixtures in Meta's wire format. */
@@ -132,7 +133,7 @@ describe("answered honestly without Claude", () => {
     const h = await harness({ env });
     await h.deliver(fixture("unsupported"));
     await eventually(() => h.graph.sends.length === 1, "the fallback reply");
-    await settle();
+    await untilQuiet(h);
     expect(h.graph.sentTexts).toEqual([FALLBACK_REPLY]);
     expect(h.claude.requests).toHaveLength(0);
     expect(await h.queues.inbound.getJobCounts("failed")).toEqual({ failed: 0 });
@@ -143,7 +144,7 @@ describe("answered honestly without Claude", () => {
     await h.deliver(fixture("unsupported"));
     const stored = await eventually(() => h.db.inboundMessage.findUnique({ where: { wamid: "wamid.FIXTURE.UNSUP" } }), "the message to be stored");
     expect(stored).toMatchObject({ type: "unsupported", replyId: null, skipReason: 'message type "unsupported" is not supported' });
-    await settle();
+    await untilQuiet(h);
     expect(h.graph.sends).toHaveLength(0);
   });
 });
@@ -158,7 +159,7 @@ describe("not answered, with a logged reason", () => {
     const wamid = JSON.parse(fixture(name)).entry[0].changes[0].value.messages[0].id as string;
     const stored = await eventually(() => h.db.inboundMessage.findUnique({ where: { wamid } }), "the message to be stored");
     expect(stored.skipReason).toBe(reason);
-    await settle();
+    await untilQuiet(h);
     expect(h.graph.sends).toHaveLength(0);
     expect(h.graph.readReceipts).toHaveLength(0); // no typing indicator for a message we will not answer
     expect(h.claude.requests).toHaveLength(0);
@@ -187,7 +188,7 @@ describe("the 24-hour customer-service window", () => {
     const letter = await eventually(() => h.db.deadLetter.findFirst({ where: { state: "open" } }), "a dead letter");
     expect(letter).toMatchObject({ source: "window", code: "window_closed" });
     expect(letter.reason).toMatch(/24-hour customer-service window closed/);
-    await settle();
+    await untilQuiet(h);
     expect(h.graph.sends).toHaveLength(0);
     expect(h.claude.requests).toHaveLength(0);
   });

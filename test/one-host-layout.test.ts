@@ -1,10 +1,11 @@
 import { createServer, type Server } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import { DEFAULT_METRICS_PORTS } from "../src/config/config.ts";
-import { deliverOverHttp, type EntryPoint, runEntryPoint } from "./support/entry-point.ts";
-import { eventually, type Harness, settle, startHarness } from "./support/harness.ts";
+import { deliverOverHttp, type EntryPoint, PROCESS_DEADLINE_MS, runEntryPoint } from "./support/entry-point.ts";
+import { eventually, type Harness, startHarness } from "./support/harness.ts";
 import { accepts, freePort, freePorts } from "./support/ports.ts";
 import { samplesOf } from "./support/prometheus-text.ts";
+import { untilQuiet } from "./support/quiet.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
 
 /**
@@ -61,8 +62,9 @@ describe("two web and two worker processes on one host, nothing set but PORT", (
     expect(rest.map((res) => res.status)).toEqual(rest.map(() => 200));
 
     const everyone = customers.flat();
-    await eventually(() => h!.graph.sends.length >= everyone.length, "every customer to be answered", 45_000);
-    await settle(); // room for a second answer that must not come
+    await Promise.all(workers.map((worker) => worker.event("worker.started")));
+    await eventually(() => h!.graph.sends.length >= everyone.length, "every customer to be answered", PROCESS_DEADLINE_MS);
+    await untilQuiet(h, { timeoutMs: PROCESS_DEADLINE_MS }); // every job the processes took has run: a second answer had its chance
     const answered = h.graph.sends.map((send) => String(send.body.to));
     expect(answered.sort()).toEqual([...everyone].sort());
     expect(h.claude.requests).toHaveLength(everyone.length);
@@ -92,11 +94,12 @@ describe("two web and two worker processes on one host, nothing set but PORT", (
     await eventually(
       async () => total(await Promise.all(ports.map(scrape)), "wa_jobs_total", { queue: "reply", outcome: "sent" }) === everyone.length,
       "the workers' metrics to count every reply",
+      PROCESS_DEADLINE_MS,
     );
 
     for (const p of running) p.child.kill("SIGTERM");
     expect(await Promise.all(running.map((p) => p.exited))).toEqual([0, 0, 0, 0]);
-  }, 120_000);
+  }, 900_000);
 
   it("a METRICS_PORT that is taken stops the start, naming METRICS_PORT", async () => {
     h = await startHarness({ workers: 0 });
@@ -108,5 +111,5 @@ describe("two web and two worker processes on one host, nothing set but PORT", (
     expect(await worker.exited).toBe(1);
     expect(worker.output).toContain(`METRICS_PORT=${port}: cannot listen on 127.0.0.1:${port} (the port is taken)`);
     expect(worker.events("worker.started")).toEqual([]); // it stopped before taking a job
-  }, 60_000);
+  }, 900_000);
 });

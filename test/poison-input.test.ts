@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { eventually, type Harness, settle } from "./support/harness.ts";
+import { eventually, type Harness } from "./support/harness.ts";
 import { harnessPerTest } from "./support/per-test.ts";
+import { untilQuiet } from "./support/quiet.ts";
 import { DISPLAY_NUMBER, envelope, metaWire, PHONE_NUMBER_ID, textWebhook, uniqueWamid } from "./support/webhook-bodies.ts";
 
 /**
@@ -129,7 +130,7 @@ describe("a delivery of hostile items beside good ones", () => {
     const after = textWebhook({ text: "one more thing", from: "34699999999" });
     await h.deliver(after.body);
     await eventually(() => repliesTo(h, "34699999999") === 1, "the answer to a message written afterwards", 30_000);
-    await settle();
+    await untilQuiet(h);
     expect(await failedJobs(h)).toBe(0);
   }, 120_000);
 });

@@ -4,8 +4,9 @@ import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { DemoShop, shopToolsFile } from "../sim/business/shop.ts";
 import { isDatabaseUnavailable } from "../src/db/client.ts";
-import { eventually, type Harness, settle, startHarness } from "./support/harness.ts";
+import { eventually, type Harness, startHarness } from "./support/harness.ts";
 import { PrivatePostgres } from "./support/private-postgres.ts";
+import { untilQuiet } from "./support/quiet.ts";
 import { PHONE_NUMBER_ID, textWebhook } from "./support/webhook-bodies.ts";
 
 /**
@@ -29,6 +30,8 @@ afterAll(async () => pg?.destroy());
 
 /** Two attempts, each retry within 300 ms: an outage of seconds outlasts the whole budget. */
 const SMALL_BUDGET = { JOB_ATTEMPTS: "2", RETRY_BASE_DELAY_MS: "50", RETRY_MAX_DELAY_MS: "300", REPLY_DEBOUNCE_MS: "0" };
+/** Twice the budget: a job started this often has outlived it, so a worker that spent attempts on the outage would have failed it for good. */
+const STARTS_PAST_THE_BUDGET = 2 * Number(SMALL_BUDGET.JOB_ATTEMPTS);
 
 async function failedJobs(h: Harness): Promise<number> {
   const counts = await Promise.all([h.queues.inbound, h.queues.reply, h.queues.status].map((q) => q.getJobCounts("failed")));
@@ -41,13 +44,16 @@ describe("Postgres away for longer than the retry budget", () => {
     await pg.crash();
     const customers = ["491510000001", "491510000002", "491510000003", "491510000004", "491510000005"];
     for (const from of customers) expect((await h.deliver(textWebhook({ text: `hi from ${from}`, from }).body)).statusCode).toBe(200);
-    // Ten times the whole retry budget: on a budget-spending worker every job would have failed for good by now.
-    await settle(3000);
+    // Every job tried past its whole retry budget (or failed for good, as on a budget-spending worker).
+    await eventually(async () => {
+      const [failed, waiting] = await Promise.all([h!.queues.inbound.getJobs(["failed"]), h!.queues.inbound.getJobs(["delayed", "waiting", "active"])]);
+      return failed.length + waiting.length === customers.length && waiting.every((j) => j.attemptsStarted >= STARTS_PAST_THE_BUDGET);
+    }, "every message's job to be tried past its retry budget while Postgres is away");
     expect(await failedJobs(h)).toBe(0);
 
     await pg.resume();
     await eventually(() => h!.graph.sends.length === customers.length, "every customer to be answered", 30_000);
-    await settle();
+    await untilQuiet(h);
     expect(h.graph.sends.map((s) => s.body.to).sort()).toEqual(customers);
     expect(h.claude.requests).toHaveLength(customers.length);
     expect(await h.db.deadLetter.count()).toBe(0);
@@ -71,11 +77,17 @@ describe("Postgres away for longer than the retry budget", () => {
       return jobs.find((j) => j.data.draft)?.data.draft;
     }, "the answer to be kept in the reply job's data (Redis)");
     expect(kept.text).toBe("Reply #1");
-    await settle(1000); // the job keeps waiting for the database, spending no attempt
+    const keeping = async () => (await h!.queues.reply.getJobs(["delayed", "waiting", "active"])).find((j) => j.data.draft);
+    const { attemptsStarted, attemptsMade } = (await keeping())!;
+    // The job keeps waiting for the database, spending no attempt: tried twice more, and more than its budget in all.
+    await eventually(async () => {
+      const job = await keeping();
+      return job && job.attemptsStarted >= Math.max(attemptsStarted + 2, STARTS_PAST_THE_BUDGET) && job.attemptsMade === attemptsMade;
+    }, "the reply job to wait on for the database, spending no attempt");
 
     await pg.resume();
     await eventually(() => h!.graph.sends.length === 1, "the kept answer to be sent", 30_000);
-    await settle();
+    await untilQuiet(h);
     expect(h.graph.sentTexts).toEqual(["Reply #1"]);
     expect(h.claude.requests).toHaveLength(1);
     expect(await h.db.reply.findFirstOrThrow()).toMatchObject({ state: "sent", text: "Reply #1", claudeCostUsd: kept.costUsd });
@@ -140,7 +152,7 @@ describe("a refusal while Postgres is away", () => {
 
     await pg.resume();
     await eventually(() => h!.graph.sends.length === 1, "the handoff reply to be sent", 30_000);
-    await settle();
+    await untilQuiet(h);
     expect(h.graph.sentTexts).toEqual(["A person will answer you here."]);
     expect(h.claude.requests).toHaveLength(1);
     expect((await h.db.deadLetter.findFirstOrThrow()).reason).toContain("Claude declined");

@@ -2,7 +2,8 @@ import type { LightMyRequestResponse } from "fastify";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { addStaff } from "../src/staff/accounts.ts";
 import { graphError } from "./support/fake-graph.ts";
-import { eventually, type Harness, settle, startHarness } from "./support/harness.ts";
+import { eventually, type Harness, startHarness } from "./support/harness.ts";
+import { untilQuiet } from "./support/quiet.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
 
 /**
@@ -47,7 +48,7 @@ async function waitingCustomer(): Promise<{ id: string; from: string }> {
   const from = `1555${Math.floor(Math.random() * 1e7)}`;
   await h.deliver(textWebhook({ text: "human", from }).body);
   const letter = await eventually(() => h.db.deadLetter.findFirst({ where: { state: "open", conversation: { contact: { waId: from } } } }), "the item");
-  await settle();
+  await untilQuiet(h);
   return { id: letter.id, from };
 }
 
@@ -74,7 +75,7 @@ describe("two people, one item", () => {
         error: expect.stringMatching(/^ann@example\.com is answering this customer right now\. Take the item over/),
       });
     }
-    await settle();
+    await untilQuiet(h);
     expect(sentTo(from)).toEqual(["A person will answer you here."]);
 
     // Ann's own send goes out.
@@ -90,7 +91,7 @@ describe("two people, one item", () => {
     const annRefused = await ann.post(`/admin/dlq/${id}/answer`, { text: "Ann again" });
     expect(annRefused.json()).toMatchObject({ code: "held_by_other", error: expect.stringMatching(/^bob@example\.com is answering/) });
     await eventually(() => sentTo(from).length === 3, "both people's messages");
-    await settle();
+    await untilQuiet(h);
     expect(sentTo(from)).toEqual(["A person will answer you here.", "Ann here", "Bob here"]);
 
     // Bob leaves: Ann may act again. The history says who did what.
@@ -109,7 +110,7 @@ describe("two people, one item", () => {
     ]);
     expect([first.statusCode, second.statusCode].sort()).toEqual([202, 409]);
     await eventually(() => sentTo(from).length === 2, "the one message");
-    await settle();
+    await untilQuiet(h);
     expect(sentTo(from)).toHaveLength(2);
   });
 
@@ -127,7 +128,7 @@ describe("two people, one item", () => {
     const resume = await bob.post(`/admin/conversations/${item.conversationId}/resume`);
     expect(resume.statusCode).toBe(409);
     expect(resume.json()).toEqual({ code: "held_by_other", error: expect.stringMatching(/^ann@example\.com is answering this customer right now/) });
-    await settle();
+    await untilQuiet(h);
     expect(h.graph.sends.length).toBe(sends);
     expect((await h.db.deadLetter.findUniqueOrThrow({ where: { id: item.id } })).state).toBe("open");
 

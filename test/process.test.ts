@@ -1,7 +1,6 @@
-import { type ChildProcess, spawn } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import { afterEach, describe, expect, it } from "vitest";
-import { MAIN_JS } from "./support/build.ts";
-import { deliverOverHttp, runEntryPoint, untilReady } from "./support/entry-point.ts";
+import { deliverOverHttp, PATIENT_TIMEOUTS, PROCESS_DEADLINE_MS, runEntryPoint, untilReady } from "./support/entry-point.ts";
 import { eventually, type Harness, startHarness } from "./support/harness.ts";
 import { freePort } from "./support/ports.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
@@ -19,11 +18,19 @@ describe("the process", () => {
   it("serves webhooks and replies, and on SIGTERM finishes the reply in flight, closes and exits 0", async () => {
     h = await startHarness({ workers: 0 });
     const [port, metricsPort] = [await freePort(), await freePort()];
-    const main = runEntryPoint(["all", "--migrate"], { ...h.env, PORT: String(port), HOST: "127.0.0.1", METRICS_PORT: String(metricsPort), LOG_LEVEL: "info" });
+    const main = runEntryPoint(["all", "--migrate"], {
+      ...h.env,
+      PORT: String(port),
+      HOST: "127.0.0.1",
+      METRICS_PORT: String(metricsPort),
+      LOG_LEVEL: "info",
+      ...PATIENT_TIMEOUTS,
+    });
     child = main.child;
 
     const base = `http://127.0.0.1:${port}`;
     await untilReady(base);
+    await main.event("worker.child_started"); // the worker child (niceness 19) has started its workers
     expect(main.output).toContain('"event":"db.migrated"');
     expect(main.output).toContain('"event":"webhook.serving_every_number"'); // no PHONE_NUMBERS_FILE: it says so
     const scrape = await fetch(`http://127.0.0.1:${metricsPort}/metrics`);
@@ -34,7 +41,7 @@ describe("the process", () => {
     h.claude.latencyMs = 1500; // Claude is still writing when the signal arrives
     const { body } = textWebhook({ text: "still there?" });
     expect((await deliverOverHttp(base, body)).status).toBe(200);
-    await eventually(() => h!.claude.inFlight === 1, "the reply to be in Claude's hands", 20_000);
+    await eventually(() => h!.claude.inFlight === 1, "the reply to be in Claude's hands", PROCESS_DEADLINE_MS);
 
     child.kill("SIGTERM");
     expect(await main.exited).toBe(0);
@@ -43,29 +50,27 @@ describe("the process", () => {
     expect(main.output).toContain('"event":"shutdown.done"');
     await expect(fetch(`${base}/healthz`)).rejects.toThrow(); // no longer listening
     await expect(fetch(`http://127.0.0.1:${metricsPort}/metrics`)).rejects.toThrow();
-  }, 90_000);
+  }, 900_000);
 
   it("a worker-only process serves its own job counters on METRICS_PORT, to METRICS_TOKEN's bearer", async () => {
     h = await startHarness({ workers: 0 });
     const metricsPort = await freePort();
     const token = "metrics-token-0123456789";
-    child = spawn(process.execPath, [MAIN_JS, "worker"], {
-      env: { ...process.env, ...h.env, METRICS_PORT: String(metricsPort), METRICS_TOKEN: token },
-      stdio: "ignore",
-    });
-    const exited = new Promise<number | null>((resolve) => child!.once("exit", (code) => resolve(code)));
+    const worker = runEntryPoint(["worker"], { ...h.env, ...PATIENT_TIMEOUTS, METRICS_PORT: String(metricsPort), METRICS_TOKEN: token, LOG_LEVEL: "info" });
+    child = worker.child;
     const scrape = () =>
       fetch(`http://127.0.0.1:${metricsPort}/metrics`, { headers: { authorization: `Bearer ${token}` } }).then(
         (r) => (r.ok ? r.text() : ""),
         () => "",
       );
-    await eventually(scrape, "the worker's metrics listener", 60_000);
+    await worker.event("worker.started");
+    await eventually(scrape, "the worker's metrics listener", PROCESS_DEADLINE_MS);
     expect((await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).status).toBe(401);
 
     expect((await h.deliver(textWebhook({ text: "hello worker" }).body)).statusCode).toBe(200);
-    await eventually(() => h!.graph.sentTexts.length === 1, "the worker process to reply", 20_000);
-    await eventually(async () => (await scrape()).includes('wa_jobs_total{queue="reply",outcome="sent"} 1'), "its reply to be counted");
+    await eventually(() => h!.graph.sentTexts.length === 1, "the worker process to reply", PROCESS_DEADLINE_MS);
+    await eventually(async () => (await scrape()).includes('wa_jobs_total{queue="reply",outcome="sent"} 1'), "its reply to be counted", PROCESS_DEADLINE_MS);
     child.kill("SIGTERM");
-    expect(await exited).toBe(0);
-  }, 90_000);
+    expect(await worker.exited).toBe(0);
+  }, 900_000);
 });

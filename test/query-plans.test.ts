@@ -76,7 +76,7 @@ async function answerTheHotPath(h: Harness, seeded: SeededHistory): Promise<void
 
   await deliver(textWebhook({ from: NEW_CUSTOMER, text: "And on Sunday?" }).body);
   await eventually(() => sends(NEW_CUSTOMER) === 2, "the reply to the second message", REPLY_WAIT_MS);
-  await untilQuiet(h.queues, REPLY_WAIT_MS);
+  await untilQuiet(h, { timeoutMs: REPLY_WAIT_MS });
 
   // Our fake Graph API accepts the n-th text send as wamid.OUT<n>; Meta echoes our part id in
   // biz_opaque_callback_data.
@@ -95,13 +95,13 @@ async function answerTheHotPath(h: Harness, seeded: SeededHistory): Promise<void
       errors: [{ code: 131047, title: "Re-engagement message", message: "Re-engagement message" }],
     }),
   );
-  await untilQuiet(h.queues, REPLY_WAIT_MS);
+  await untilQuiet(h, { timeoutMs: REPLY_WAIT_MS });
 
   await deliver(first.body); // Meta delivers again: the Redis claim stops it
   const job = (await h.queues.inbound.getCompleted()).find((j) => JSON.stringify(j.data).includes(first.wamids[0]!));
   if (!job) throw new Error("the first message's inbound job is not among the completed ones");
   await h.queues.inbound.add(job.name, job.data, { jobId: `${job.id}-past-redis` });
-  await untilQuiet(h.queues, REPLY_WAIT_MS);
+  await untilQuiet(h, { timeoutMs: REPLY_WAIT_MS });
   expect(sends(NEW_CUSTOMER)).toBe(2);
 }
 

@@ -4,8 +4,9 @@ import pino from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { systemClock } from "../src/clock.ts";
 import { reconcile } from "../src/jobs/reconcile.ts";
-import { eventually, type Harness, settle, TEST_REDIS_URL } from "./support/harness.ts";
+import { eventually, type Harness, TEST_REDIS_URL } from "./support/harness.ts";
 import { harnessPerTest } from "./support/per-test.ts";
+import { untilQuiet } from "./support/quiet.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
 
 /**
@@ -84,7 +85,7 @@ describe("the reconciler", () => {
 
     h.startWorkers(); // a worker starts: its first sweep finds the failed job
     await eventually(() => h.graph.sends.length === 1, "the answer", 15_000);
-    await settle();
+    await untilQuiet(h);
     expect(h.graph.sends).toHaveLength(1);
     expect(h.claude.requests).toHaveLength(1);
     expect(await failedCount(h.queues.reply)).toBe(0);

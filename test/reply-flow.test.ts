@@ -1,11 +1,13 @@
 import { spawn } from "node:child_process";
+import { setTimeout as sleep } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
 import { inboundJobId } from "../src/queue/catalog.ts";
 import { MAIN_JS } from "./support/build.ts";
 import { anthropicError } from "./support/fake-anthropic.ts";
 import { graphError } from "./support/fake-graph.ts";
-import { delayedUntil, eventually, type Harness, settle } from "./support/harness.ts";
+import { delayedUntil, eventually, type Harness } from "./support/harness.ts";
 import { harnessPerTest } from "./support/per-test.ts";
+import { untilQuiet } from "./support/quiet.ts";
 import { PHONE_NUMBER_ID, statusWebhook, textWebhook } from "./support/webhook-bodies.ts";
 
 /** The worker side of DESIGN.md §2 end to end: laws 4, 5, 6, 7 and 8. */
@@ -76,7 +78,7 @@ describe("one AI call per answer (law 4) and one send per reply (law 5)", () => 
     const answers = await Promise.all(Array.from({ length: 5 }, () => h.deliver(body)));
     expect(answers.map((a) => a.statusCode)).toEqual([200, 200, 200, 200, 200]);
     await eventually(() => h.graph.sends.length === 1, "the reply");
-    await settle();
+    await untilQuiet(h);
     expect(h.claude.requests).toHaveLength(1);
     expect(h.graph.sends).toHaveLength(1);
     expect(await h.db.inboundMessage.count()).toBe(1);
@@ -93,7 +95,7 @@ describe("one AI call per answer (law 4) and one send per reply (law 5)", () => 
     await h.queues.inbound.clean(0, 1000, "completed");
     expect((await h.deliver(body)).statusCode).toBe(200);
     await eventually(async () => (await h.queues.inbound.getJobCounts("completed")).completed === 1, "the redelivery to be processed");
-    await settle();
+    await untilQuiet(h);
     expect(h.claude.requests).toHaveLength(1);
     expect(h.graph.sends).toHaveLength(1);
   });
@@ -166,7 +168,7 @@ describe("errors decide their fate (law 7)", () => {
     expect(letter).toMatchObject({ source: "graph", code: "131047", attempts: 1 });
     expect(letter!.reason).toMatch(/24 hours/);
     expect(letter!.detail).toMatchObject({ details: "24 hours have passed", fbtraceId: "AbCdEfGh123", httpStatus: 400 });
-    await settle();
+    await untilQuiet(h);
     expect(h.graph.sends).toHaveLength(1);
     expect(h.claude.requests).toHaveLength(1);
     expect(await h.db.reply.findFirstOrThrow()).toMatchObject({ state: "dead", text: "Reply #1" });
@@ -228,7 +230,7 @@ describe("errors decide their fate (law 7)", () => {
     h.claude.answer({ status: 529 }, { status: 529 });
     await h.deliver(textWebhook({ text: "hello" }).body);
     await eventually(() => h.graph.sends.length === 1, "the reply");
-    await settle();
+    await untilQuiet(h);
     expect(h.claude.requests).toHaveLength(3);
     expect(h.graph.sentTexts).toEqual(["Reply #3"]);
     expect(await openDeadLetters(h)).toHaveLength(0);
@@ -244,7 +246,7 @@ describe("errors decide their fate (law 7)", () => {
     }, "a dead letter");
     expect(letter).toMatchObject({ source: "anthropic", code: "400" });
     expect(letter!.reason).toMatch(/invalid_request_error/);
-    await settle();
+    await untilQuiet(h);
     expect(h.claude.requests).toHaveLength(1);
     expect(h.graph.sends).toHaveLength(0);
     expect(await h.db.reply.findFirstOrThrow()).toMatchObject({ state: "dead", text: null });
@@ -258,7 +260,7 @@ describe("one conversation, one voice at a time (law 8)", () => {
       expect((await h.deliver(textWebhook({ text }).body)).statusCode).toBe(200);
     }
     await eventually(() => h.graph.sends.length === 1, "the reply");
-    await settle(800);
+    await untilQuiet(h);
     expect(h.claude.requests).toHaveLength(1);
     expect(h.graph.sends).toHaveLength(1);
     const seen = h.claude.userText(0);
@@ -270,7 +272,7 @@ describe("one conversation, one voice at a time (law 8)", () => {
     h.claude.latencyMs = 300;
     for (let i = 0; i < 6; i++) {
       await h.deliver(textWebhook({ text: `message ${i}` }).body);
-      await settle(60);
+      await sleep(60); // pacing, not waiting for anything: the next message comes while Claude writes the last one's answer
     }
     await eventually(async () => (await h.db.inboundMessage.count({ where: { replyId: null } })) === 0 && h.claude.inFlight === 0, "every message answered");
     await eventually(async () => (await h.db.reply.count({ where: { state: { not: "sent" } } })) === 0, "every reply sent");
@@ -316,7 +318,7 @@ describe("hostile ids stay apart", () => {
     expect(new Set(ids.map(inboundJobId)).size).toBe(3);
     for (const id of ids) expect(await h.queues.inbound.getJob(inboundJobId(id)), id).toBeDefined();
     await eventually(() => h.graph.sends.length === 3, "three answers");
-    await settle();
+    await untilQuiet(h);
     expect(h.graph.sends.map((s) => s.body.to).sort()).toEqual(["44770000000", "44770000001", "44770000002"]);
     expect(await h.db.inboundMessage.count()).toBe(3);
   });

@@ -2,7 +2,8 @@ import { randomUUID } from "node:crypto";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { statusJobId } from "../src/queue/catalog.ts";
 import { scheduleReply } from "../src/queue/queues.ts";
-import { eventually, type Harness, settle, startHarness } from "./support/harness.ts";
+import { eventually, type Harness, startHarness } from "./support/harness.ts";
+import { untilQuiet } from "./support/quiet.ts";
 import { statusWebhook, textWebhook, uniqueWamid } from "./support/webhook-bodies.ts";
 
 /** How long to wait for the system to get somewhere: generous, for loaded CI machines (a bound, not a timing assertion). */
@@ -112,7 +113,7 @@ describe("status webhooks", () => {
     expect(answers.map((a) => a.statusCode)).toEqual([200, 200, 200]);
 
     await eventually(async () => (await part(sent.part.id)).status === "read", "the status to reach read", WAIT);
-    await settle();
+    await untilQuiet(h);
     expect((await part(sent.part.id)).status).toBe("read");
   });
 
@@ -146,7 +147,7 @@ describe("status webhooks", () => {
     expect(second.statusCode).toBe(200);
 
     await eventually(() => h.db.deadLetter.findFirst({ where: { replyId: sent.replyId } }), "the dead letter", WAIT);
-    await settle();
+    await untilQuiet(h);
     expect(await h.db.deadLetter.count({ where: { replyId: sent.replyId } })).toBe(1);
   });
 
@@ -160,7 +161,7 @@ describe("status webhooks", () => {
     await (await h.queues.status.getJob(statusJobId(sent.wamid, "failed")))?.remove();
 
     await deliverStatus(failedStatus(sent.wamid));
-    await settle();
+    await untilQuiet(h);
     expect(await h.db.deadLetter.count({ where: { replyId: sent.replyId } })).toBe(1);
   });
 
@@ -216,7 +217,7 @@ describe("status webhooks", () => {
     const conversationId = (await h.db.reply.findUniqueOrThrow({ where: { id: sent.replyId } })).conversationId;
     await scheduleReply(h.queues, conversationId, 0);
     await eventually(async () => (await h.db.reply.findUniqueOrThrow({ where: { id: sent.replyId } })).state === "sent", "the resumed reply to finish", WAIT);
-    await settle();
+    await untilQuiet(h);
     expect(h.graph.sends.length).toBe(sendsBefore);
     expect(h.claude.requests).toHaveLength(1);
     const row = await part(sent.part.id);

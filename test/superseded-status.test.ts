@@ -1,7 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { graphError } from "./support/fake-graph.ts";
-import { eventually, settle } from "./support/harness.ts";
+import { eventually } from "./support/harness.ts";
 import { harnessPerTest } from "./support/per-test.ts";
+import { untilQuiet } from "./support/quiet.ts";
 import { statusWebhook, textWebhook } from "./support/webhook-bodies.ts";
 
 /**
@@ -29,7 +30,7 @@ describe("a late status of a copy that was sent again", () => {
       statusWebhook({ id: "wamid.OUT1", status: "failed", biz_opaque_callback_data: part.id, errors: [graphError(131026, "Message undeliverable").error] }),
     );
     await eventually(async () => (await h.queues.status.getJobCounts("completed")).completed === 1, "the status to be processed");
-    await settle();
+    await untilQuiet(h);
 
     expect(await h.db.deadLetter.count()).toBe(0);
     expect(await h.db.reply.findFirstOrThrow()).toMatchObject({ state: "sent" });

@@ -3,7 +3,7 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
 import { inboundJobId } from "../src/queue/catalog.ts";
-import { deliverOverHttp, runEntryPoint, untilReady } from "./support/entry-point.ts";
+import { deliverOverHttp, PATIENT_TIMEOUTS, PROCESS_DEADLINE_MS, runEntryPoint, untilReady } from "./support/entry-point.ts";
 import { eventually, type Harness, startHarness } from "./support/harness.ts";
 import { freePort } from "./support/ports.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
@@ -98,14 +98,15 @@ afterEach(async () => {
 async function answerOneMessage(env: Record<string, string>): Promise<{ output: string; wamid: string }> {
   h = await startHarness({ workers: 0 });
   const port = await freePort();
-  const main = runEntryPoint(["all"], { ...h.env, PORT: String(port), HOST: "127.0.0.1", LOG_LEVEL: "info", ...env });
+  const main = runEntryPoint(["all"], { ...h.env, ...PATIENT_TIMEOUTS, PORT: String(port), HOST: "127.0.0.1", LOG_LEVEL: "info", ...env });
   child = main.child;
 
   const base = `http://127.0.0.1:${port}`;
   await untilReady(base);
+  await main.event("worker.child_started"); // the worker child (niceness 19) has started its workers
   const { body, wamids } = textWebhook({ text: "is my order on its way?" });
   expect((await deliverOverHttp(base, body)).status).toBe(200);
-  await eventually(async () => (await h!.db.reply.count({ where: { state: "sent" } })) === 1, "the reply to be sent", 30_000);
+  await eventually(async () => (await h!.db.reply.count({ where: { state: "sent" } })) === 1, "the reply to be sent", PROCESS_DEADLINE_MS);
   child.kill("SIGTERM"); // the shutdown exports what is still buffered
   expect(await main.exited).toBe(0);
   expect(h.graph.sentTexts).toEqual(["Reply #1"]);
@@ -164,7 +165,7 @@ describe("traces", () => {
     expect(JSON.stringify(spans)).not.toContain("Reply #1");
     // Log lines written inside a span name its trace.
     expect(output).toContain(`"trace_id":"${webhook!.traceId}"`);
-  }, 120_000);
+  }, 900_000);
 
   it("off by default: no exporter starts, nothing is sent anywhere and jobs carry no trace", async () => {
     // Where an SDK would send by default (localhost:4318), something listens and counts.
@@ -176,5 +177,5 @@ describe("traces", () => {
     expect(output).not.toContain("trace_id");
     const job = await h!.queues.inbound.getJob(inboundJobId(wamid));
     expect(job?.opts.telemetry).toBeUndefined();
-  }, 120_000);
+  }, 900_000);
 });

@@ -1,7 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { graphError } from "./support/fake-graph.ts";
-import { eventually, type Harness, settle, TEST_ADMIN_TOKEN } from "./support/harness.ts";
+import { eventually, type Harness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
 import { harnessPerTest } from "./support/per-test.ts";
+import { untilQuiet } from "./support/quiet.ts";
 import { DISPLAY_NUMBER, envelope, metaWire, PHONE_NUMBER_ID, uniqueWamid } from "./support/webhook-bodies.ts";
 
 /**
@@ -62,7 +63,7 @@ describe("a customer known only by a BSUID (a username, phone withheld)", () => 
     const answers = await Promise.all(Array.from({ length: 5 }, () => h.deliver(body)));
     expect(answers.map((a) => a.statusCode)).toEqual([200, 200, 200, 200, 200]);
     await answered(h, 1);
-    await settle();
+    await untilQuiet(h);
     expect(h.claude.requests).toHaveLength(1);
     expect(h.graph.sends).toHaveLength(1);
   });

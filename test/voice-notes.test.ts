@@ -2,8 +2,9 @@ import { readFileSync } from "node:fs";
 import pino from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { FakeTranscriber, openAiError } from "./support/fake-transcriber.ts";
-import { eventually, type Harness, settle, TEST_ADMIN_TOKEN } from "./support/harness.ts";
+import { eventually, type Harness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
 import { harnessPerTest } from "./support/per-test.ts";
+import { untilQuiet } from "./support/quiet.ts";
 import { envelope, messagesChange, metaWire, type textMessage, textWebhook, uniqueWamid } from "./support/webhook-bodies.ts";
 
 /**
@@ -110,7 +111,7 @@ describe("a voice note, heard", () => {
     transcriber.answer({ text: "the first words" }, { status: 503 }, { text: "the second words" });
     await h.deliver(metaWire(envelope([messagesChange(notes as unknown as ReturnType<typeof textMessage>[])])));
     await eventually(() => h.graph.sends.length === 1, "one reply to both");
-    await settle();
+    await untilQuiet(h, { also: [transcriber] });
     expect(transcriber.requests.map((r) => r.file?.bytes.at(-1))).toEqual([0, 1, 1]);
     expect(h.claude.requests).toHaveLength(1);
     expect(h.claude.userText(0)).toMatch(/\[Voice note\] the first words[\s\S]*\[Voice note\] the second words/);
@@ -134,7 +135,7 @@ describe("a voice note the transcriber cannot hear", () => {
     transcriber.answer({ status: 400, body: openAiError("Invalid file format.", "invalid_request_error") });
     await h.deliver(voiceNote());
     await eventually(() => h.graph.sends.length === 1, "the media reply");
-    await settle();
+    await untilQuiet(h, { also: [transcriber] });
     expect(h.graph.sentTexts).toEqual([MEDIA_REPLY]);
     expect(h.claude.requests).toHaveLength(0);
     expect(transcriber.requests).toHaveLength(1);
@@ -151,7 +152,7 @@ describe("a voice note the transcriber cannot hear", () => {
     transcriber.answer({ status: 503 });
     await h.deliver(voiceNote());
     await eventually(() => h.graph.sends.length === 1, "the reply");
-    await settle();
+    await untilQuiet(h, { also: [transcriber] });
     expect(transcriber.requests).toHaveLength(2);
     expect(h.claude.requests).toHaveLength(1);
     expect(h.claude.userText(0)).toContain(transcriber.words);

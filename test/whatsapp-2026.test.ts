@@ -1,7 +1,8 @@
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { eventually, type Harness, settle } from "./support/harness.ts";
+import { eventually, type Harness } from "./support/harness.ts";
 import { harnessPerTest } from "./support/per-test.ts";
+import { untilQuiet } from "./support/quiet.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
 
 /**
@@ -137,7 +138,7 @@ describe("deletions and edits", () => {
     await h.deliver(earlier());
     await stored(h, "wamid.FIXTURE.EARLIER");
     await h.deliver(fixture("messages/revoke"));
-    await settle(2500);
+    await untilQuiet(h);
     expect(h.claude.requests).toHaveLength(0);
     expect(h.graph.sends).toHaveLength(0);
     expect(await h.db.inboundMessage.findUniqueOrThrow({ where: { wamid: "wamid.FIXTURE.EARLIER" } })).toMatchObject({
@@ -154,7 +155,7 @@ describe("deletions and edits", () => {
     await stored(h, "wamid.FIXTURE.REVOKE");
     await h.deliver(earlier());
     await stored(h, "wamid.FIXTURE.EARLIER");
-    await settle(800);
+    await untilQuiet(h);
     expect(h.claude.requests).toHaveLength(0);
     expect(await h.db.inboundMessage.findUniqueOrThrow({ where: { wamid: "wamid.FIXTURE.EARLIER" } })).toMatchObject({
       text: null,
@@ -168,7 +169,7 @@ describe("deletions and edits", () => {
     await answered(h, 1);
     await h.deliver(fixture("messages/revoke"));
     await eventually(async () => (await h.db.inboundMessage.findUniqueOrThrow({ where: { wamid: "wamid.FIXTURE.EARLIER" } })).deletedAt, "the erasure");
-    await settle();
+    await untilQuiet(h);
     expect(h.graph.sends).toHaveLength(1);
     expect((await h.db.inboundMessage.findUniqueOrThrow({ where: { wamid: "wamid.FIXTURE.EARLIER" } })).text).toBeNull();
   });
@@ -179,7 +180,7 @@ describe("deletions and edits", () => {
     await stored(h, "wamid.FIXTURE.EARLIER");
     await h.deliver(fixture("messages/edit"));
     await answered(h, 1);
-    await settle();
+    await untilQuiet(h);
     expect(h.claude.requests).toHaveLength(1);
     expect(h.claude.userText(0)).toContain("somos 5 personas, no 4");
     expect(h.claude.userText(0)).not.toContain("Somos 4 personas para las 20:30");
@@ -192,7 +193,7 @@ describe("deletions and edits", () => {
     await answered(h, 1);
     await h.deliver(fixture("messages/edit"));
     await answered(h, 2);
-    await settle();
+    await untilQuiet(h);
     expect(h.graph.sends).toHaveLength(2);
     expect(h.claude.userText(1)).toContain('[Edited their earlier message "Somos 4 personas para las 20:30". It now says:]');
     expect(h.claude.userText(1)).toContain("somos 5 personas, no 4");
@@ -203,7 +204,7 @@ describe("deletions and edits", () => {
     await h.deliver(fixture("messages/unsupported-edit"));
     const message = await eventually(async () => (await h.db.inboundMessage.findFirst())?.skipReason, "the skip");
     expect(message).toMatch(/edit without its new text/);
-    await settle();
+    await untilQuiet(h);
     expect(h.graph.sends).toHaveLength(0);
   });
 });
@@ -265,7 +266,7 @@ describe("every other field a WhatsApp Business Account can subscribe to", () =>
   ])("%s: 200, a deliberate outcome, nothing answered", async (name) => {
     const h = await harness();
     expect((await h.deliver(fixture(name))).statusCode).toBe(200);
-    await settle(300);
+    await untilQuiet(h);
     expect(await h.queues.inbound.count()).toBe(0);
     expect(await h.db.inboundMessage.count()).toBe(0);
     expect(h.graph.sends).toHaveLength(0);

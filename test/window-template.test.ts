@@ -3,8 +3,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { graphError } from "./support/fake-graph.ts";
-import { eventually, type Harness, settle, TEST_ADMIN_TOKEN } from "./support/harness.ts";
+import { eventually, type Harness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
 import { harnessPerTest } from "./support/per-test.ts";
+import { untilQuiet } from "./support/quiet.ts";
 import { PHONE_NUMBER_ID, textWebhook } from "./support/webhook-bodies.ts";
 
 /**
@@ -50,7 +51,7 @@ describe("the window closes before the reply is out: the template replaces what 
     const resend = await h.app.inject({ method: "POST", url: `/admin/dlq/${letter.id}/retry`, headers: { authorization: `Bearer ${TEST_ADMIN_TOKEN}` } });
     expect(resend.statusCode).toBe(202);
     await eventually(async () => (await h.db.reply.count({ where: { state: "sent" } })) === 1, "the template to go out");
-    await settle();
+    await untilQuiet(h);
 
     expect(templateSends(h).map((r) => r.body.template)).toEqual([{ name: TEMPLATE.name, language: { code: TEMPLATE.language } }]);
     expect(h.graph.sends).toHaveLength(1); // the refused first attempt only: no free-form text past the window
@@ -63,7 +64,7 @@ describe("the window closes before the reply is out: the template replaces what 
     h.claude.latencyMs = 2500;
     await h.deliver(textWebhook({ text: "is the sale still on?", timestamp: closingIn(1500) }).body);
     await eventually(async () => (await h.db.reply.count({ where: { state: "sent" } })) === 1, "the template to go out");
-    await settle();
+    await untilQuiet(h);
 
     expect(h.claude.requests).toHaveLength(1);
     expect(templateSends(h)).toHaveLength(1);

@@ -98,6 +98,11 @@ export class FakeGraph {
     return this.server.url;
   }
 
+  /** A request is in flight: it arrived and has not been answered (or abandoned by its client) yet. */
+  get busy(): boolean {
+    return this.server.requestsInFlight > 0;
+  }
+
   async start(): Promise<this> {
     await this.server.start((req, body, res) => this.handle(req, body, res));
     return this;

@@ -229,6 +229,3 @@ export async function delayedUntil(redis: Redis, queue: Queue, jobId: string): P
   const score = await redis.zscore(queue.toKey("delayed"), jobId);
   return score === null ? undefined : Math.floor(Number(score) / 0x1000);
 }
-
-/** Gives the system time to do something it must not do (a second send), then returns. */
-export const settle = (ms = 400) => new Promise((r) => setTimeout(r, ms));

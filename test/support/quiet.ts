@@ -1,24 +1,91 @@
 import type { Queue } from "bullmq";
 import type { Queues } from "../../src/queue/queues.ts";
+import type { RedisClient } from "../../src/queue/redis.ts";
 
 /**
- * Resolves once no job of the system is waiting, running or delayed: the work a run started
- * has finished, follow-up jobs included (a reply job schedules the next one; a debounced one
- * waits in the delayed set). The reconciler's queue always holds its next scheduled sweep,
- * delayed, so only its running and waiting jobs count.
+ * Anything that works for the system outside its queues: a fake service with a request in
+ * flight (sim/local-server.ts counts them), the simulated Meta with a webhook still to deliver.
  */
-export async function untilQuiet(queues: Queues, timeoutMs = 30_000): Promise<void> {
+export interface Busy {
+  readonly busy: boolean;
+}
+
+/** What untilQuiet watches: the system's queues, and the harness's fakes when it has them. */
+export interface QuietSystem {
+  queues: Queues;
+  graph?: Busy;
+  claude?: Busy;
+}
+
+export interface QuietOptions {
+  /** More that must be idle: a fake the test started itself (a transcriber, the shop), the demo's simulators. */
+  also?: readonly Busy[];
+  /**
+   * Delayed jobs due later than this (ms from now) do not count: work the test leaves parked on
+   * purpose, which must not run before it ends (a maybe-sent part waiting SEND_RECONCILE_WAIT_MS
+   * for its status, a retry's backoff). Default: every delayed job counts.
+   */
+  ignoreDelayedBeyondMs?: number;
+  /** How long the system may take to go quiet; past it the test fails, saying what was still busy. */
+  timeoutMs?: number;
+}
+
+/** How often to look. */
+const POLL_MS = 25;
+/**
+ * Quiet must still hold this long after it was first seen: a request a job fired without
+ * waiting for it (a read receipt) is on its way to its fake for a moment after the job ends.
+ */
+const STAYS_QUIET_MS = 50;
+
+/**
+ * Resolves once the system has nothing left to do: no job of any queue active, waiting or
+ * delayed (follow-ups included: a reply job schedules the next one; a debounced one waits in
+ * the delayed set), and no fake with a request in flight. What a test then finds is all the
+ * system will ever do, so a second send or call that must not come has had every chance to
+ * come; a fixed sleep would only have given it a moment, which a loaded machine may not fill.
+ *
+ * A job scheduler's next run (the reconciler's sweep, the staff notifications' collect) is
+ * always delayed; it does not count, though a run of it does while it runs or waits.
+ */
+export async function untilQuiet(system: QuietSystem, options: QuietOptions = {}): Promise<void> {
+  const timeoutMs = options.timeoutMs ?? 20_000;
   const deadline = Date.now() + timeoutMs;
+  const fakes = [system.graph, system.claude, ...(options.also ?? [])].filter((fake): fake is Busy => fake !== undefined);
+  let quietSince: number | undefined;
   for (;;) {
-    const busy = await Promise.all(
-      (Object.entries(queues) as [string, Queue][]).map(async ([name, queue]) => {
-        const counts = await queue.getJobCounts("active", "wait", "prioritized", "waiting-children", "delayed");
-        if (name === "reconcile") counts.delayed = 0;
-        return Object.values(counts).reduce((a, b) => a + b, 0);
-      }),
-    );
-    if (busy.every((n) => n === 0)) return;
-    if (Date.now() > deadline) throw new Error(`the system did not go quiet within ${timeoutMs} ms (${busy.join(", ")} jobs busy by queue)`);
-    await new Promise((r) => setTimeout(r, 20));
+    const busy = await busyWork(system.queues, fakes, options.ignoreDelayedBeyondMs);
+    const now = Date.now();
+    if (busy.length > 0) quietSince = undefined;
+    else if (quietSince === undefined) quietSince = now;
+    else if (now - quietSince >= STAYS_QUIET_MS) return;
+    if (now > deadline) throw new Error(`the system did not go quiet within ${timeoutMs} ms: ${busy.join("; ")}`);
+    await new Promise((r) => setTimeout(r, POLL_MS));
   }
+}
+
+/** What is still busy, in words (empty: nothing). */
+async function busyWork(queues: Queues, fakes: readonly Busy[], ignoreDelayedBeyondMs: number | undefined): Promise<string[]> {
+  const dueBy = ignoreDelayedBeyondMs === undefined ? Number.POSITIVE_INFINITY : Date.now() + ignoreDelayedBeyondMs;
+  const byQueue = await Promise.all(
+    (Object.values(queues) as Queue[]).map(async (queue) => {
+      const counts = await queue.getJobCounts("active", "wait", "prioritized", "waiting-children");
+      counts.delayed = await delayedDue(queue, dueBy);
+      const jobs = Object.entries(counts).filter(([, n]) => n > 0);
+      return jobs.length > 0 ? `${queue.name}: ${jobs.map(([state, n]) => `${n} ${state}`).join(", ")}` : undefined;
+    }),
+  );
+  const busyFakes = fakes.filter((fake) => fake.busy).map((fake) => `${fake.constructor.name} is busy`);
+  return [...byQueue.filter((line): line is string => line !== undefined), ...busyFakes];
+}
+
+/** Delayed jobs due by `dueBy` (epoch ms), a scheduler's next run aside. */
+async function delayedDue(queue: Queue, dueBy: number): Promise<number> {
+  // The connection the system's queues were made with (src/queue/redis.ts): ioredis's.
+  const client = (await queue.getBackend().client) as unknown as RedisClient;
+  // A delayed job's score is when it is due × 0x1000 plus a tie-breaker (BullMQ's getDelayedScore).
+  const upTo = Number.isFinite(dueBy) ? String(dueBy * 0x1000 + 0xfff) : "+inf";
+  const due = await client.zrangebyscore(queue.toKey("delayed"), "-inf", upTo);
+  // A job scheduler's next run: BullMQ names it repeat:<scheduler>:<when>.
+  return due.filter((id) => !id.startsWith("repeat:")).length;
 }
