@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { PROXY_502_PAGE } from "../../sim/meta/graph.ts";
 import { graphError } from "../../sim/meta/wire.ts";
-import { sendJson as json, LocalServer } from "./local-server.ts";
+import { sendJson as json, LocalService } from "./local-server.ts";
 
 // Shared with the simulated Meta (sim/meta/): one error body, one edge-proxy page.
 export { graphError, PROXY_502_PAGE };
@@ -80,10 +80,9 @@ export const FAKE_TEMPLATES: readonly ListedTemplate[] = [
   { name: "summer_sale", language: "en_US", category: "MARKETING", status: "PENDING", components: [{ type: "BODY", text: "Everything half price, {{1}}!" }] },
 ];
 
-export class FakeGraph {
+export class FakeGraph extends LocalService {
   readonly requests: RecordedRequest[] = [];
   private readonly script: ScriptedAnswer[] = [];
-  private readonly server = new LocalServer();
   private counter = 0;
   /** Read receipts answer 500 while set: they are best effort and must never block a reply. */
   failReadReceipts = false;
@@ -93,24 +92,6 @@ export class FakeGraph {
   readonly media = new Map<string, { mimeType: string; bytes: Buffer; slowly?: SlowMedia }>();
   /** How each download of media served `slowly` went. */
   readonly slowDownloads: SlowDownload[] = [];
-
-  get url(): string {
-    return this.server.url;
-  }
-
-  /** A request is in flight: it arrived and has not been answered (or abandoned by its client) yet. */
-  get busy(): boolean {
-    return this.server.requestsInFlight > 0;
-  }
-
-  async start(): Promise<this> {
-    await this.server.start((req, body, res) => this.handle(req, body, res));
-    return this;
-  }
-
-  stop(): Promise<void> {
-    return this.server.stop();
-  }
 
   /** Queue answers for the next text sends, in order; afterwards sends succeed again. */
   answerSends(...answers: ScriptedAnswer[]): void {
@@ -218,7 +199,7 @@ export class FakeGraph {
     });
   }
 
-  private async handle(req: IncomingMessage, raw: Buffer, res: ServerResponse): Promise<void> {
+  protected async handle(req: IncomingMessage, raw: Buffer, res: ServerResponse): Promise<void> {
     const url = new URL(req.url ?? "/", "http://fake");
     if (req.method === "GET" && /^\/v\d+\.\d+\/\d+\/message_templates$/.test(url.pathname)) return this.serveTemplates(req, res, url);
     if (req.method === "GET") return this.serveMedia(req, res);

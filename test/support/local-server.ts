@@ -1,2 +1,2 @@
 // The loopback server lives with the simulators the demo ships (sim/); the fakes use the same one.
-export { LocalServer, sendJson } from "../../sim/local-server.ts";
+export { LocalServer, LocalService, sendJson } from "../../sim/local-server.ts";
