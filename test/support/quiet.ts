@@ -20,12 +20,6 @@ export interface QuietSystem {
 export interface QuietOptions {
   /** More that must be idle: a fake the test started itself (a transcriber, the shop), the demo's simulators. */
   also?: readonly Busy[];
-  /**
-   * Delayed jobs due later than this (ms from now) do not count: work the test leaves parked on
-   * purpose, which must not run before it ends (a maybe-sent part waiting SEND_RECONCILE_WAIT_MS
-   * for its status, a retry's backoff). Default: every delayed job counts.
-   */
-  ignoreDelayedBeyondMs?: number;
   /** How long the system may take to go quiet; past it the test fails, saying what was still busy. */
   timeoutMs?: number;
 }
@@ -46,7 +40,9 @@ const STAYS_QUIET_MS = 50;
  * come; a fixed sleep would only have given it a moment, which a loaded machine may not fill.
  *
  * A job scheduler's next run (the reconciler's sweep, the staff notifications' collect) is
- * always delayed; it does not count, though a run of it does while it runs or waits.
+ * always delayed; it does not count, though a run of it does while it runs or waits. Every
+ * other delayed job counts, however far off: a test that parks one (a maybe-sent part waiting
+ * SEND_RECONCILE_WAIT_MS for its status) waits for what it is about with `eventually` instead.
  */
 export async function untilQuiet(system: QuietSystem, options: QuietOptions = {}): Promise<void> {
   const timeoutMs = options.timeoutMs ?? 20_000;
@@ -54,7 +50,7 @@ export async function untilQuiet(system: QuietSystem, options: QuietOptions = {}
   const fakes = [system.graph, system.claude, ...(options.also ?? [])].filter((fake): fake is Busy => fake !== undefined);
   let quietSince: number | undefined;
   for (;;) {
-    const busy = await busyWork(system.queues, fakes, options.ignoreDelayedBeyondMs);
+    const busy = await busyWork(system.queues, fakes);
     const now = Date.now();
     if (busy.length > 0) quietSince = undefined;
     else if (quietSince === undefined) quietSince = now;
@@ -65,12 +61,11 @@ export async function untilQuiet(system: QuietSystem, options: QuietOptions = {}
 }
 
 /** What is still busy, in words (empty: nothing). */
-async function busyWork(queues: Queues, fakes: readonly Busy[], ignoreDelayedBeyondMs: number | undefined): Promise<string[]> {
-  const dueBy = ignoreDelayedBeyondMs === undefined ? Number.POSITIVE_INFINITY : Date.now() + ignoreDelayedBeyondMs;
+async function busyWork(queues: Queues, fakes: readonly Busy[]): Promise<string[]> {
   const byQueue = await Promise.all(
     (Object.values(queues) as Queue[]).map(async (queue) => {
       const counts = await queue.getJobCounts("active", "wait", "prioritized", "waiting-children");
-      counts.delayed = await delayedDue(queue, dueBy);
+      counts.delayed = await delayedWork(queue);
       const jobs = Object.entries(counts).filter(([, n]) => n > 0);
       return jobs.length > 0 ? `${queue.name}: ${jobs.map(([state, n]) => `${n} ${state}`).join(", ")}` : undefined;
     }),
@@ -79,13 +74,11 @@ async function busyWork(queues: Queues, fakes: readonly Busy[], ignoreDelayedBey
   return [...byQueue.filter((line): line is string => line !== undefined), ...busyFakes];
 }
 
-/** Delayed jobs due by `dueBy` (epoch ms), a scheduler's next run aside. */
-async function delayedDue(queue: Queue, dueBy: number): Promise<number> {
+/** Delayed jobs, a job scheduler's next run aside. */
+async function delayedWork(queue: Queue): Promise<number> {
   // The connection the system's queues were made with (src/queue/redis.ts): ioredis's.
   const client = (await queue.getBackend().client) as unknown as RedisClient;
-  // A delayed job's score is when it is due × 0x1000 plus a tie-breaker (BullMQ's getDelayedScore).
-  const upTo = Number.isFinite(dueBy) ? String(dueBy * 0x1000 + 0xfff) : "+inf";
-  const due = await client.zrangebyscore(queue.toKey("delayed"), "-inf", upTo);
+  const delayed = await client.zrange(queue.toKey("delayed"), 0, "-1");
   // A job scheduler's next run: BullMQ names it repeat:<scheduler>:<when>.
-  return due.filter((id) => !id.startsWith("repeat:")).length;
+  return delayed.filter((id) => !id.startsWith("repeat:")).length;
 }
