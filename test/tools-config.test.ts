@@ -137,6 +137,20 @@ describe("a number's toolsFile", () => {
     expect(tools[0]?.inputSchema).toEqual({ type: "object", properties: { orderId: { type: "string" } }, required: ["orderId"] });
   });
 
+  it("a tool with no request.headers (a public endpoint) is a tool, offered and called with none (issue 32.13)", async () => {
+    const { headers: _none, ...request } = lookupOrder().request as Record<string, unknown>;
+    const config = loadSettings(await withTools({ tools: [{ ...lookupOrder(), request }] }));
+    const tools = config.businessTools.get(SHOP) ?? [];
+    expect(tools.map((t) => t.name)).toEqual(["lookup_order"]);
+    expect(tools[0]?.headersToSend()).toEqual({});
+  });
+
+  it("headers that are not an object are named, never skipped without a word", async () => {
+    expect(problemsOf(await withTools({ tools: [lookupOrder({}, { headers: "Bearer x" })] }))).toEqual([
+      `${WHERE}: tool "lookup_order" request.headers: Invalid input: expected record, received string`,
+    ]);
+  });
+
   it("that is not JSON, or not { tools: [...] }, is named", async () => {
     expect(problemsOf(await withTools("{ tools: "))[0]).toMatch(new RegExp(`^${escapeRegExp(WHERE)} cannot be read as JSON: `));
     expect(problemsOf(await withTools([lookupOrder()]))).toEqual([`${WHERE}: the file: Invalid input: expected object, received array`]);

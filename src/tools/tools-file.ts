@@ -146,7 +146,8 @@ function checkTool(
     }
   }
 
-  const headers = isRecord(request.headers) ? resolveHeaders(request.headers, env, report) : undefined;
+  // No headers at all is a public endpoint: a tool like any other. Headers of another shape are named by the shape's check.
+  const headers = request.headers === undefined ? {} : isRecord(request.headers) ? resolveHeaders(request.headers, env, report) : undefined;
 
   if (!shape.success || !validSchema || headers === undefined) return undefined;
   const tool = shape.data;
