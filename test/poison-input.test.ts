@@ -67,6 +67,22 @@ describe("data Postgres could not store as it came is cleaned, and answered", ()
     expect(stored.conversation.lastInboundAt!.getTime()).toBe(stored.sentAt.getTime());
     expect(await failedJobs(h)).toBe(0);
   });
+
+  it("a timestamp that is no time at all (negative, a word, a number) is read as the time received too: each message answered, none ignored at the webhook (issue 32.5)", async () => {
+    const h = await harness({ env });
+    const stamps: unknown[] = ["-5", "soon", 1.5, Number(now())];
+    const phones = stamps.map((_, i) => `3460000001${i}`);
+    const messages = stamps.map((timestamp, i) => text(phones[i]!, `hello ${i}`, { timestamp }));
+    const before = Date.now();
+    expect((await h.deliver(rawBatch(messages))).statusCode).toBe(200);
+    for (const phone of phones) await eventually(() => repliesTo(h, phone) === 1, `the answer to ${phone}`);
+    for (const message of messages) {
+      const stored = await h.db.inboundMessage.findUniqueOrThrow({ where: { wamid: message.id } });
+      expect(stored.sentAt.getTime()).toBeGreaterThanOrEqual(Math.floor(before / 1000) * 1000 - 1000);
+      expect(stored.sentAt.getTime()).toBeLessThanOrEqual(Date.now());
+    }
+    expect(await failedJobs(h)).toBe(0);
+  });
 });
 
 describe("a job whose data can never succeed is settled at once", () => {

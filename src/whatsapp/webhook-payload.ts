@@ -19,6 +19,14 @@ export const metaErrorSchema = z
 export type MetaError = z.infer<typeof metaErrorSchema>;
 
 /**
+ * Meta's `timestamp` (seconds since the epoch, as a string), taken whatever it says: one no
+ * clock could have written ("-5", "99999999999999", a number) is read as the time the webhook
+ * received it when its job is taken (src/queue/catalog.ts, readJob), never a reason to drop
+ * the message (issue 32.5).
+ */
+const metaTimestamp = z.union([z.string(), z.number()]).transform(String);
+
+/**
  * Since 31 March 2026 a customer may be known by a business-scoped user id (BSUID) only:
  * `from` (the phone) comes only when it may be shared, `from_user_id` always (WHATSAPP.md §9).
  */
@@ -28,7 +36,7 @@ export const inboundMessageSchema = z
     from: z.string().min(1).optional(),
     from_user_id: z.string().min(1).optional(),
     from_parent_user_id: z.string().min(1).optional(),
-    timestamp: z.string().regex(/^\d+$/),
+    timestamp: metaTimestamp,
     type: z.string().min(1),
     text: z.object({ body: z.string() }).optional(),
   })
@@ -40,7 +48,7 @@ export const statusSchema = z
   .object({
     id: z.string().min(1),
     status: z.enum(["sent", "delivered", "read", "failed", "played"]),
-    timestamp: z.string().regex(/^\d+$/),
+    timestamp: metaTimestamp,
     recipient_id: z.string().optional(),
     recipient_user_id: z.string().optional(),
     biz_opaque_callback_data: z.string().optional(),
@@ -94,7 +102,7 @@ export const echoSchema = z
     id: z.string().min(1),
     to: z.string().min(1).optional(),
     to_user_id: z.string().min(1).optional(),
-    timestamp: z.string().regex(/^\d+$/),
+    timestamp: metaTimestamp,
     type: z.string().min(1),
     text: z.object({ body: z.string() }).optional(),
   })
