@@ -47,6 +47,15 @@ describe("logs", () => {
     expect(lines.filter((l) => l.includes("passport"))).toEqual([]);
     expect(lines.filter((l) => l.includes("Reply #1"))).toEqual([]);
   });
+
+  it("never contain why Claude handed a customer to a person: that stays in Postgres and on the staff page (issue 32.9)", async () => {
+    const reason = "The customer wants a refund over the limit for their divorce lawyer's invoice.";
+    h.claude.answer({ content: [{ type: "tool_use", id: "toolu_01logs", name: "handoff_to_human", input: { reason } }] });
+    await h.deliver(textWebhook({ text: "can I have my money back?", from: "34600000999" }).body);
+    await eventually(() => lines.some((l) => l.includes('"reply.handed_off"')), "the reply.handed_off log line");
+    expect((await h.db.deadLetter.findFirstOrThrow({ where: { source: "handoff", code: "claude" } })).reason).toContain("divorce lawyer");
+    expect(lines.filter((l) => l.includes("divorce"))).toEqual([]);
+  });
 });
 
 describe("an error's properties", () => {

@@ -249,7 +249,8 @@ async function completeReply(
     if (kept?.replyId === reply.id) log.info({ event: "reply.draft_recovered" }, "stored the answer the job kept while the database was away");
     if (written.kind === "handoff" && stored.outbox) {
       countHandoff(deps);
-      log.info({ event: "reply.handed_off", reason: written.reason }, "Claude handed the customer to a person; the bot pauses for them");
+      // Claude's reason is the customer's business (law 10): it is in the item, for staff, never in a log line.
+      log.info({ event: "reply.handed_off", toolUse: written.toolUseId }, "Claude handed the customer to a person; the bot pauses for them");
     }
     // Overtaken while Claude wrote: the answer is stored for the run that holds the conversation now, which sends it.
     if (!stored.held) throw new FencedOut(`conversation ${lease.conversationId} was taken over while Claude wrote; its answer is stored for the new holder`);
