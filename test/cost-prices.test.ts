@@ -91,12 +91,16 @@ describe("META_RATES_FILE", () => {
       ],
       ["marketing", new Map([["1242", 0.07]])],
     ]);
-    expect(marketOf(rates, "447700900123")).toBe("44");
-    expect(marketOf(rates, "12425550123")).toBe("1242"); // the Bahamas, not the US and Canada
-    expect(marketOf(rates, "16505550123")).toBe("1");
-    expect(marketOf(rates, "33612345678")).toBe("unknown");
-    expect(marketOf(rates, undefined)).toBe("unknown");
-    expect(marketOf(undefined, "447700900123")).toBe("unknown");
+    expect(marketOf(rates, "service", "447700900123")).toBe("44");
+    expect(marketOf(rates, "marketing", "12425550123")).toBe("1242"); // the Bahamas, not the US and Canada
+    // Within the message's category (issue 32.8): service prices +1, so +1 242 is priced as 1 there.
+    expect(marketOf(rates, "service", "12425550123")).toBe("1");
+    expect(metaAmount(rates, { billable: true, category: "service" }, marketOf(rates, "service", "12425550123"))).toBe(0.02);
+    expect(marketOf(rates, "service", "16505550123")).toBe("1");
+    expect(marketOf(rates, "service", "33612345678")).toBe("unknown");
+    expect(marketOf(rates, "utility", "447700900123")).toBe("unknown");
+    expect(marketOf(rates, "service", undefined)).toBe("unknown");
+    expect(marketOf(undefined, "service", "447700900123")).toBe("unknown");
     // The card's price; `*` for a market it does not list; nothing for a free message.
     expect(metaAmount(rates, { billable: true, category: "service" }, "44")).toBe(0.01);
     expect(metaAmount(rates, { billable: true, category: "service" }, "unknown")).toBe(0.03);

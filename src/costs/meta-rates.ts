@@ -2,7 +2,7 @@
  * What a message Meta bills costs, by Meta's rate card (META_RATES_FILE): a price per pricing
  * category and recipient market. Meta sends no amount in its status webhooks, only the
  * category (WHATSAPP.md §12); the market is the recipient's country, read from their phone
- * number by its longest calling-code prefix among those the card lists. A recipient known by a
+ * number by its longest calling-code prefix among those the card lists for that category. A recipient known by a
  * BSUID alone has no number: their market is unknown, priced only by the card's `*`.
  */
 
@@ -11,14 +11,17 @@ export type MetaRates = ReadonlyMap<string, ReadonlyMap<string, number>>;
 
 export const UNKNOWN_MARKET = "unknown";
 
-/** The recipient's market: the longest calling code of the card that starts their number, else unknown. */
-export function marketOf(rates: MetaRates | undefined, recipientPhone: string | undefined): string {
+/**
+ * The recipient's market for a message of `category`: the longest calling code the card lists
+ * for that category that starts their number, else unknown. Within the category: a card that
+ * prices `1` for service and `1242` for marketing prices a service message to +1 242 as `1`.
+ */
+export function marketOf(rates: MetaRates | undefined, category: string, recipientPhone: string | undefined): string {
   const digits = recipientPhone?.replace(/\D/g, "");
-  if (!rates || !digits) return UNKNOWN_MARKET;
+  const markets = rates?.get(category);
+  if (!markets || !digits) return UNKNOWN_MARKET;
   let best: string | undefined;
-  for (const markets of rates.values()) {
-    for (const code of markets.keys()) if (code !== "*" && digits.startsWith(code) && code.length > (best?.length ?? 0)) best = code;
-  }
+  for (const code of markets.keys()) if (code !== "*" && digits.startsWith(code) && code.length > (best?.length ?? 0)) best = code;
   return best ?? UNKNOWN_MARKET;
 }
 

@@ -96,7 +96,7 @@ async function recordPricing(deps: StatusDeps, rates: MetaRates | undefined, sta
   }
   const pricing = parsed.data;
   const billable = isBillable(pricing);
-  const market = marketOf(rates, status.recipient_id);
+  const market = marketOf(rates, pricing.category, status.recipient_id);
   const amount = metaAmount(rates, { billable, category: pricing.category }, market);
   const priced = await recordPartPricing(
     deps.db,
