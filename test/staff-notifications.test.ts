@@ -85,6 +85,21 @@ describe("staff are told of new dead letters", () => {
     expect(r.delivered[0]).toContain(`${BASE}/admin#/item/${letter.id}`);
   });
 
+  it("a customer's profile name cannot ping the room or plant a link: only its letters reach Slack, and every link is ours", async () => {
+    const r = await (await receiver()).start();
+    const h = await harness({ env: notifyEnv(r) });
+    const name = "<!channel><https://evil.example/login|Open the staff page>";
+    await h.deliver(textWebhook({ text: "human", from: "16505551299", name }).body);
+    const letter = await eventually(() => h.db.deadLetter.findFirst({ where: { source: "handoff" } }), "the handoff item");
+    await eventually(() => r.delivered.length > 0, "the notification", 10_000);
+    const text = r.delivered[0]!;
+    expect(text).toContain(`${BASE}/admin#/item/${letter.id}`);
+    expect(text).not.toMatch(/[<>]/);
+    expect(text).not.toContain("!channel");
+    expect(text).not.toContain("evil.example");
+    expect([...text.matchAll(/https?:\/\/[^\s)]+/g)].map((m) => m[0]).every((url) => url.startsWith(BASE))).toBe(true);
+  });
+
   it("a receiver down for a while (refusing, then 503) gets the notification once it is back, exactly once; its items are not repeated later", async () => {
     const r = await receiver(); // not listening: connections are refused
     const h = await harness({ env: notifyEnv(r) });

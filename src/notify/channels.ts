@@ -46,6 +46,12 @@ export function staffChannels(settings: StaffNotifySettings): StaffChannels {
   };
 }
 
+/**
+ * Slack's and Teams' mrkdwn read `<…>` as a ping or a link and `&` as the start of an entity,
+ * so the three are escaped as Slack documents; our own links are bare URLs, which both link.
+ */
+const escapeMrkdwn = (text: string) => text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+
 /** Slack, Google Chat and Microsoft Teams incoming webhooks all take `{"text": …}`; any 2xx is taken. */
 async function postToWebhook(url: string, message: StaffMessage): Promise<void> {
   let response: Response;
@@ -53,7 +59,7 @@ async function postToWebhook(url: string, message: StaffMessage): Promise<void> 
     response = await fetch(url, {
       method: "POST",
       headers: { "content-type": "application/json; charset=utf-8" },
-      body: JSON.stringify({ text: message.text }),
+      body: JSON.stringify({ text: escapeMrkdwn(message.text) }),
       signal: AbortSignal.timeout(DELIVERY_TIMEOUT_MS),
     });
   } catch (error) {

@@ -15,9 +15,20 @@ export interface StaffMessage {
 
 export const itemLink = (publicBaseUrl: string, id: string) => `${publicBaseUrl}/admin#/item/${id}`;
 
+/**
+ * A profile name is the customer's to write, so only its letters reach a chat room: no `<`,
+ * `|` or `:` that Slack or Teams would read as a ping or a link, no `.` that would make a
+ * domain. "José", "Anne-Marie", "O'Brien" survive; `<!channel><https://evil.example|…>` does not.
+ */
+const nameWord = (name: string | null | undefined) => (name?.trim().split(/\s+/)[0] ?? "").replace(/[^\p{L}\p{M}\p{N}'-]/gu, "").slice(0, 32);
+
+/** Meta's usernames are letters, digits, `.` and `_`; `.` goes for the same reason as above. */
+const usernameWord = (username: string | null | undefined) => (username ?? "").replace(/[^\p{L}\p{N}_]/gu, "").slice(0, 32);
+
 /** "José (…1234)", "@ana", "…1234", or "a customer". */
 export function customerLabel(contact: BatchItem["contact"]): string {
-  const name = contact.name?.trim().split(/\s+/)[0] || (contact.username ? `@${contact.username.replace(/^@/, "")}` : "");
+  const username = usernameWord(contact.username);
+  const name = nameWord(contact.name) || (username ? `@${username}` : "");
   const digits = contact.waId ? `…${contact.waId.slice(-4)}` : "";
   if (name && digits) return `${name} (${digits})`;
   return name || digits || "a customer";

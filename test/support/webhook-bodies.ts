@@ -19,6 +19,7 @@ export interface TextMessage {
   id?: string;
   text: string;
   timestamp?: number;
+  /** The sender's profile name as Meta sends it in `contacts` (default "José Müller"). */
   name?: string;
 }
 
@@ -32,14 +33,14 @@ export function textMessage(m: TextMessage) {
   };
 }
 
-export function messagesChange(messages: ReturnType<typeof textMessage>[], phoneNumberId = PHONE_NUMBER_ID) {
+export function messagesChange(messages: ReturnType<typeof textMessage>[], phoneNumberId = PHONE_NUMBER_ID, names: Record<string, string> = {}) {
   const senders = [...new Set(messages.map((m) => m.from))];
   return {
     field: "messages",
     value: {
       messaging_product: "whatsapp",
       metadata: { display_phone_number: DISPLAY_NUMBER, phone_number_id: phoneNumberId },
-      contacts: senders.map((wa_id) => ({ profile: { name: "José Müller" }, wa_id })),
+      contacts: senders.map((wa_id) => ({ profile: { name: names[wa_id] ?? "José Müller" }, wa_id })),
       messages,
     },
   };
@@ -80,7 +81,8 @@ export function echoChange(echo: { to: string; text: string; id?: string }, phon
 /** One webhook POST body carrying the given text messages, as Meta sends it. */
 export function textWebhook(...messages: TextMessage[]): { body: string; wamids: string[] } {
   const built = messages.map(textMessage);
-  return { body: metaWire(envelope([messagesChange(built)])), wamids: built.map((m) => m.id) };
+  const names = Object.fromEntries(messages.flatMap((m, i) => (m.name ? [[built[i]!.from, m.name]] : [])));
+  return { body: metaWire(envelope([messagesChange(built, PHONE_NUMBER_ID, names)])), wamids: built.map((m) => m.id) };
 }
 
 export function statusWebhook(status: {
