@@ -5,7 +5,7 @@
  * worker owns the conversation now: stop without a trace).
  */
 
-export type FailureSource = "graph" | "anthropic" | "transcriber" | "status" | "window" | "budget" | "internal";
+export type FailureSource = "graph" | "anthropic" | "transcriber" | "status" | "window" | "budget" | "tool" | "internal";
 
 interface FailureInit {
   source: FailureSource;

@@ -214,43 +214,146 @@ describe("tools: the business's actions, exactly once", () => {
     expect(reply.outputTokens).toBe(40); // both calls' tokens are the reply's cost
   });
 
-  it("a proxy's 502 page, an input that does not fit the schema and a timeout go back to Claude as errors it can explain, not as dead letters", async () => {
+  it("a proxy's 502 page is asked again with the same key, and the business's answer when it comes is what Claude reads", async () => {
     await assistant();
-    shop.fault = (request) =>
-      request.path === "/orders/A1002"
-        ? { status: 502, body: "<html><body>502 Bad Gateway</body></html>" }
-        : request.path === "/bookings"
-          ? { hang: true }
-          : undefined;
+    let pages = 2;
+    shop.fault = () => (pages-- > 0 ? { status: 502, body: "<html><body>502 Bad Gateway</body></html>" } : undefined);
+    h!.claude.answer({ content: [toolUse("toolu_01look", "lookup_order", { orderId: "A1002" })] }, { text: "A1002 is being prepared." });
+    await say("where is A1002?");
+    await replySent();
+
+    const key = idempotencyKeyFor(PHONE_NUMBER_ID, "toolu_01look");
+    expect(shop.requests.map((r) => [r.path, r.idempotencyKey])).toEqual(Array(3).fill(["/orders/A1002", key]));
+    const [result] = toolResults(h!.claude.requests[1]!);
+    expect(result).toMatchObject({ tool_use_id: "toolu_01look", is_error: false });
+    expect(JSON.stringify(result!.content)).toContain("processing");
+    expect(await h!.db.toolCall.findUniqueOrThrow({ where: { id: "toolu_01look" } })).toMatchObject({ state: "done", attempts: 3, status: 200 });
+  });
+
+  it("a read still unanswered at TOOL_MAX_MS and an input that does not fit the schema go back to Claude as errors it can explain, not as items", async () => {
+    await assistant({ TOOL_MAX_MS: "1500" });
+    shop.fault = (request) => (request.path === "/orders/A1002" ? { status: 504, body: "Gateway Timeout" } : undefined);
     h!.claude.answer(
-      {
-        content: [
-          toolUse("toolu_01bad", "lookup_order", { orderId: "A1002" }),
-          toolUse("toolu_01schema", "lookup_order", { orderId: "not an id!" }),
-          toolUse("toolu_01slow", "book_fitting", { name: "Ana", date: "2026-12-12", time: "10:00", people: 1 }),
-        ],
-      },
+      { content: [toolUse("toolu_01bad", "lookup_order", { orderId: "A1002" }), toolUse("toolu_01schema", "lookup_order", { orderId: "not an id!" })] },
       { text: "Sorry, I could not reach our order system just now." },
     );
-    await say("check A1002 and book me a fitting");
+    await say("check A1002");
     await replySent();
 
     const results = toolResults(h!.claude.requests[1]!);
     expect(results.map((r) => [r.tool_use_id, r.is_error])).toEqual([
       ["toolu_01bad", true],
       ["toolu_01schema", true],
-      ["toolu_01slow", true],
     ]);
-    const texts = results.map((r) => JSON.stringify(r.content));
-    expect(texts[0]).toContain("HTTP 502");
-    expect(texts[1]).toContain("Not sent");
-    expect(texts[2]).toMatch(/did not answer within 1000 ms.*may have done it anyway/);
-    expect(shop.requests.map((r) => r.path)).toEqual(["/orders/A1002", "/bookings"]); // the bad input never left
+    expect(JSON.stringify(results[0]!.content)).toContain("HTTP 504");
+    expect(JSON.stringify(results[1]!.content)).toContain("Not sent");
+    // Asked again with its key until the time ran out; the bad input never left.
+    expect(shop.requests.length).toBeGreaterThan(1);
+    expect(new Set(shop.requests.map((r) => `${r.path} ${r.idempotencyKey}`))).toEqual(
+      new Set([`/orders/A1002 ${idempotencyKeyFor(PHONE_NUMBER_ID, "toolu_01bad")}`]),
+    );
     const counted = await h!.metrics.registry.getSingleMetricAsString("wa_tool_calls_total");
-    expect(counted).toContain(`wa_tool_calls_total{phone_number_id="${PHONE_NUMBER_ID}",tool="lookup_order",outcome="error"} 2`);
-    expect(counted).toContain(`wa_tool_calls_total{phone_number_id="${PHONE_NUMBER_ID}",tool="book_fitting",outcome="no_answer"} 1`);
+    expect(counted).toContain(`wa_tool_calls_total{phone_number_id="${PHONE_NUMBER_ID}",tool="lookup_order",outcome="error"} 1`);
+    expect(counted).toContain(`wa_tool_calls_total{phone_number_id="${PHONE_NUMBER_ID}",tool="lookup_order",outcome="no_answer"} ${shop.requests.length}`);
     expect(h!.graph.sentTexts).toEqual(["Sorry, I could not reach our order system just now."]);
     expect(await h!.db.deadLetter.count()).toBe(0);
+  });
+
+  it("the business acts and its answer is lost: the call is repeated with the same key, and Claude asking again for the same booking gets that answer, not a second booking", async () => {
+    await assistant();
+    const booking = { name: "Ana", date: "2026-12-12", time: "10:00", people: 2 };
+    let lost = 1;
+    shop.fault = (request) => (request.path === "/bookings" && lost-- > 0 ? { actThenHang: true } : undefined);
+    h!.claude.answer(
+      { content: [toolUse("toolu_01lost", "book_fitting", booking)] },
+      // The model asks again under a new id, its input's keys in another order: the same action.
+      { content: [toolUse("toolu_02lost", "book_fitting", { people: 2, time: "10:00", date: "2026-12-12", name: "Ana" })] },
+      { text: "Booked: Saturday 12 December at 10:00 for two." },
+    );
+    await say("book a fitting for two on 12 December at 10");
+    await replySent();
+
+    const key = idempotencyKeyFor(PHONE_NUMBER_ID, "toolu_01lost");
+    expect(shop.requests.map((r) => [r.path, r.idempotencyKey])).toEqual([
+      ["/bookings", key],
+      ["/bookings", key],
+    ]);
+    expect(shop.bookings).toHaveLength(1);
+    const calls = await h!.db.toolCall.findMany({ orderBy: { requestedAt: "asc" } });
+    expect(calls.map((c) => [c.id, c.state, c.idempotencyKey, c.attempts])).toEqual([
+      ["toolu_01lost", "done", key, 2],
+      ["toolu_02lost", "done", key, 0],
+    ]);
+    const [again] = toolResults(h!.claude.requests[2]!);
+    expect(again).toMatchObject({ tool_use_id: "toolu_02lost", is_error: false });
+    expect(JSON.stringify(again!.content)).toContain("B1001");
+    expect(await h!.db.deadLetter.count()).toBe(0);
+  });
+
+  it("an action never answered for sure by TOOL_MAX_MS is left unknown: Claude is told not to try again, asking again sends nothing, and a person gets an item to check", async () => {
+    await assistant({ TOOL_MAX_MS: "2000" });
+    const booking = { name: "Ana", date: "2026-12-12", time: "10:00", people: 2 };
+    shop.fault = (request) => (request.path === "/bookings" ? { hang: true } : undefined);
+    h!.claude.answer(
+      { content: [toolUse("toolu_01unsure", "book_fitting", booking)] },
+      { content: [toolUse("toolu_02unsure", "book_fitting", booking)] },
+      { text: "I could not confirm the booking; a colleague will check and write to you." },
+    );
+    await say("book a fitting for two on 12 December at 10");
+    await replySent();
+
+    const key = idempotencyKeyFor(PHONE_NUMBER_ID, "toolu_01unsure");
+    expect(shop.requests.length).toBeGreaterThan(1);
+    expect(new Set(shop.requests.map((r) => r.idempotencyKey))).toEqual(new Set([key]));
+    const [told] = toolResults(h!.claude.requests[1]!);
+    expect(told).toMatchObject({ tool_use_id: "toolu_01unsure", is_error: true });
+    expect(JSON.stringify(told!.content)).toMatch(/Outcome unknown.*Do not call this tool again.*a person will check/);
+    const requestsThen = shop.requests.length;
+    expect(toolResults(h!.claude.requests[2]!)[0]!.content).toEqual(told!.content);
+    expect(shop.requests).toHaveLength(requestsThen);
+
+    expect(await h!.db.toolCall.findUniqueOrThrow({ where: { id: "toolu_01unsure" } })).toMatchObject({ state: "unknown", idempotencyKey: key });
+    const items = await h!.db.deadLetter.findMany();
+    expect(items).toEqual([expect.objectContaining({ state: "open", source: "tool", code: "tool_unknown", replyId: null })]);
+    expect(items[0]!.reason).toContain("book_fitting");
+    const item = await adminGet(`/admin/dlq/${items[0]!.id}`);
+    expect(item.explanation).toMatchObject({ kind: "tool_unknown" });
+    expect(item.replies.flatMap((r: { toolCalls: { state: string }[] }) => r.toolCalls.map((c) => c.state))).toEqual(["unknown", "unknown"]);
+    const counted = await h!.metrics.registry.getSingleMetricAsString("wa_dead_letters_created_total");
+    expect(counted).toContain('wa_dead_letters_created_total{reason="tool_unknown"} 1');
+    expect(h!.graph.sentTexts).toEqual(["I could not confirm the booking; a colleague will check and write to you."]);
+  });
+
+  it("a regenerate starts afresh: a new tool loop with new keys, the business asked again for fresh data, and its own TOOL_MAX_MS", async () => {
+    await assistant({ TOOL_MAX_MS: "1000" });
+    h!.claude.answer({ content: [toolUse("toolu_01regen", "lookup_order", { orderId: "A1002" })] }, { status: 400 });
+    await say("where is A1002?");
+    const letter = await eventually(() => h!.db.deadLetter.findFirst({ where: { state: "open" } }), "the reply to be dead-lettered");
+    await new Promise((resolve) => setTimeout(resolve, 1200)); // past the first loop's TOOL_MAX_MS
+    h!.claude.answer({ content: [toolUse("toolu_02regen", "lookup_order", { orderId: "A1002" })] }, { text: "A1002 is being prepared." });
+    const regenerated = await h!.app.inject({
+      method: "POST",
+      url: `/admin/dlq/${letter.id}/regenerate`,
+      headers: { authorization: `Bearer ${TEST_ADMIN_TOKEN}`, "idempotency-key": "regen-1" },
+      payload: {},
+    });
+    expect(regenerated.statusCode, regenerated.body).toBe(202);
+    await replySent();
+
+    expect(shop.requests.map((r) => r.idempotencyKey)).toEqual([
+      idempotencyKeyFor(PHONE_NUMBER_ID, "toolu_01regen"),
+      idempotencyKeyFor(PHONE_NUMBER_ID, "toolu_02regen"),
+    ]);
+    const fresh = h!.claude.requests[2]! as ClaudeRequest & { tool_choice?: { type: string } };
+    expect(fresh.tool_choice?.type ?? "auto").toBe("auto");
+    expect(JSON.stringify(fresh.messages)).not.toContain("toolu_01regen");
+    expect(toolResults(h!.claude.requests[3]!)).toEqual([expect.objectContaining({ tool_use_id: "toolu_02regen", is_error: false })]);
+    const calls = await h!.db.toolCall.findMany({ orderBy: { requestedAt: "asc" } });
+    expect(calls.map((c) => [c.id, c.round, c.state])).toEqual([
+      ["toolu_01regen", 0, "done"],
+      ["toolu_02regen", 1, "done"],
+    ]);
+    expect(h!.graph.sentTexts).toEqual(["A1002 is being prepared."]);
   });
 
   it("at most TOOL_MAX_STEPS tool calls: the ones past it are answered 'not run', and Claude is asked once more, without tools, for the customer's one answer", async () => {

@@ -179,7 +179,7 @@ describe("calling a business's tool", () => {
       isError: false,
       text: '{"state":"shipped","eta":"2026-03-02"}',
       status: 200,
-      maybeActed: false,
+      unsure: false,
     });
   });
 
@@ -192,13 +192,13 @@ describe("calling a business's tool", () => {
       isError: true,
       text: 'HTTP 404: {"error":"no such order"}',
       status: 404,
-      maybeActed: false,
+      unsure: false,
     });
     expect(withoutSecrets(await call(localTool(shop.url), { orderId: "A-17" }))).toMatchObject({
       isError: true,
       text: 'HTTP 503: {"error":"maintenance"}',
       status: 503,
-      maybeActed: false,
+      unsure: false,
     });
   });
 
@@ -223,30 +223,51 @@ describe("calling a business's tool", () => {
     const tool = localTool(shop.url);
     expect(await call(tool, { orderId: 17 })).toMatchObject({
       isError: true,
-      maybeActed: false,
+      unsure: false,
       text: "Not sent: the input does not fit lookup_order's input_schema: input/orderId must be string",
     });
-    expect(await call(tool, {})).toMatchObject({ isError: true, maybeActed: false, text: expect.stringContaining("must have required property 'orderId'") });
-    expect(await call(tool, "A-17")).toMatchObject({ isError: true, maybeActed: false, text: expect.stringContaining("input must be object") });
-    expect(await call(tool, { orderId: ".." })).toMatchObject({ isError: true, maybeActed: false, text: expect.stringContaining('"." or ".."') });
+    expect(await call(tool, {})).toMatchObject({ isError: true, unsure: false, text: expect.stringContaining("must have required property 'orderId'") });
+    expect(await call(tool, "A-17")).toMatchObject({ isError: true, unsure: false, text: expect.stringContaining("input must be object") });
+    expect(await call(tool, { orderId: ".." })).toMatchObject({ isError: true, unsure: false, text: expect.stringContaining('"." or ".."') });
     expect(shop.received).toHaveLength(0);
   });
 
-  it("a timeout after the request went out may have acted: maybeActed, for the caller to repeat with the same key", async () => {
+  it("a timeout after the request went out is unsure, for the caller to repeat with the same key; a method that acts may have acted", async () => {
     const shop = await business(() => {}); // takes the request and never answers
     const outcome = withoutSecrets(await call(localTool(shop.url, { timeoutMs: 300 }), { orderId: "A-17" }));
     expect(shop.received).toHaveLength(1);
-    expect(outcome).toMatchObject({ isError: true, maybeActed: true, text: expect.stringContaining("lookup_order did not answer within 300 ms") });
+    expect(outcome).toMatchObject({
+      isError: true,
+      unsure: true,
+      maybeActed: false,
+      text: expect.stringContaining("lookup_order did not answer within 300 ms"),
+    });
     expect(outcome.status).toBeUndefined();
+    const posted = await call(localTool(shop.url, { method: "POST", timeoutMs: 300 }), { orderId: "A-17" });
+    expect(posted).toMatchObject({ isError: true, unsure: true, maybeActed: true });
+  });
+
+  it("a proxy's 502, 503 or 504 page is unsure (the business may not have answered); the business's own JSON error with those statuses is its answer", async () => {
+    const shop = await business((req, res) => {
+      if (req.url?.endsWith("/json")) return sendJson(res, 503, { error: "maintenance" });
+      const status = Number(req.url?.split("/").at(-1));
+      res.writeHead(status, { "content-type": "text/html" });
+      res.end(`<html><body><h1>${status} Bad Gateway</h1></body></html>`);
+    });
+    const refund = localTool(shop.url, { method: "POST" });
+    for (const status of [502, 503, 504])
+      expect(await call(refund, { orderId: String(status) })).toMatchObject({ isError: true, status, unsure: true, maybeActed: true });
+    expect(await call(refund, { orderId: "500" })).toMatchObject({ isError: true, status: 500, unsure: false, maybeActed: false });
+    expect(await call(refund, { orderId: "json" })).toMatchObject({ isError: true, status: 503, unsure: false, maybeActed: false });
   });
 
   it("the reply's own deadline (the caller's signal) ends a call in flight, which may have acted", async () => {
     const stop = new AbortController();
     const shop = await business(() => stop.abort());
     const outcome = await call(localTool(shop.url), { orderId: "A-17" }, { signal: stop.signal });
-    expect(outcome).toMatchObject({ isError: true, maybeActed: true, text: expect.stringContaining("the reply's time for tool calls ran out") });
+    expect(outcome).toMatchObject({ isError: true, unsure: true, text: expect.stringContaining("the reply's time for tool calls ran out") });
     // Run out before the call: nothing is sent.
-    expect(await call(localTool(shop.url), { orderId: "A-17" }, { signal: AbortSignal.abort() })).toMatchObject({ isError: true, maybeActed: false });
+    expect(await call(localTool(shop.url), { orderId: "A-17" }, { signal: AbortSignal.abort() })).toMatchObject({ isError: true, unsure: false });
     expect(shop.received).toHaveLength(1);
   });
 
@@ -259,12 +280,12 @@ describe("calling a business's tool", () => {
     });
     expect(withoutSecrets(await call(localTool(shop.url), { orderId: "reset" }))).toMatchObject({
       isError: true,
-      maybeActed: true,
+      unsure: true,
       text: expect.stringContaining("broke off before an answer"),
     });
     expect(withoutSecrets(await call(localTool(shop.url), { orderId: "A-17" }))).toMatchObject({
       isError: true,
-      maybeActed: true,
+      unsure: true,
       status: 200,
       text: expect.stringContaining("the answer (HTTP 200) broke off"),
     });
@@ -275,11 +296,11 @@ describe("calling a business's tool", () => {
     const refused = await call(localTool(`http://127.0.0.1:${port}`), { orderId: "A-17" });
     expect(refused).toMatchObject({
       isError: true,
-      maybeActed: false,
+      unsure: false,
       text: expect.stringMatching(/^Not sent: could not connect to 127\.0\.0\.1:\d+ \(ECONNREFUSED\)/),
     });
     const unknown = await call(localTool("http://orders.shop.invalid", { timeoutMs: 5000 }), { orderId: "A-17" });
-    expect(unknown).toMatchObject({ isError: true, maybeActed: false, text: expect.stringMatching(/^Not sent: /) });
+    expect(unknown).toMatchObject({ isError: true, unsure: false, text: expect.stringMatching(/^Not sent: /) });
   });
 });
 
@@ -297,7 +318,7 @@ describe("the SSRF guard", () => {
     const outcome = withoutSecrets(await call(localTool(base(port), {}, { allowPrivateNetwork: false }), { orderId: "A-17" }));
     expect(outcome).toMatchObject({
       isError: true,
-      maybeActed: false,
+      unsure: false,
       text: expect.stringContaining("non-public address; only a tool with allowPrivateNetwork may call one"),
     });
     expect(shop.received).toHaveLength(0);

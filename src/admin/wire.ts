@@ -207,7 +207,9 @@ const toolCall = z
     id: z.string().describe("Claude's tool_use id; the business's Idempotency-Key derives from it"),
     name: z.string(),
     input: z.unknown(),
-    state: z.enum(["requested", "done", "failed"]).describe("requested: recorded, and it may have gone out; done or failed: its answer is stored"),
+    state: z
+      .enum(["requested", "done", "failed", "unknown"])
+      .describe("requested: recorded, and it may have gone out; done or failed: its answer is stored; unknown: never answered for sure, a person checks"),
     attempts: z.number().int().describe("how many times it was sent (more than once only after a worker died on it, with the same key)"),
     request: z.object({ method: z.string(), url: z.string() }).nullable().describe("what was sent: never a header"),
     answer: z.string().nullable(),

@@ -43,8 +43,11 @@ export function textOf(content: readonly ContentBlockJson[]): string {
     .trim();
 }
 
+/** A business action Claude asks for (a tool_use block). */
+export type ToolUse = { id: string; name: string; input: unknown };
+
 /** The tool calls an answer asks for, in its order. */
-export function toolUsesOf(content: readonly ContentBlockJson[]): { id: string; name: string; input: unknown }[] {
+export function toolUsesOf(content: readonly ContentBlockJson[]): ToolUse[] {
   return content.flatMap((block) =>
     block.type === "tool_use" && typeof block.id === "string" && typeof block.name === "string" ? [{ id: block.id, name: block.name, input: block.input }] : [],
   );

@@ -17,6 +17,7 @@ export const REASON_KINDS = {
   stuck: "Stuck in our system",
   handoff: "Handed to a person",
   budget: "Daily budget spent",
+  tool_unknown: "Business action unconfirmed",
   other: "Other",
 } as const;
 
@@ -327,6 +328,13 @@ function explainFailure(failure: ExplainedFailure): Explanation {
   switch (source) {
     case "handoff":
       return explainHandoff(failure);
+    case "tool":
+      return {
+        kind: "tool_unknown",
+        title: "A business action may or may not have happened",
+        text: "Claude asked one of the business's tools to act, and the tool never answered for sure, even when asked again with the same Idempotency-Key: it may have done it. It is not asked again. Claude told the customer a person will check, not that it failed.",
+        next: "Check in the business's own system whether it was done (the reason names the tool; the reply's business actions show what was sent), tell the customer what you found, then discard this item with a note.",
+      };
     case "budget":
       return {
         kind: "budget",

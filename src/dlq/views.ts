@@ -206,7 +206,7 @@ function citationsOf(stored: Prisma.JsonValue): Citation[] {
 }
 
 function toolCallView(call: ToolCall) {
-  const state = call.state === "done" || call.state === "failed" ? call.state : "requested";
+  const state = call.state === "done" || call.state === "failed" || call.state === "unknown" ? call.state : "requested";
   return {
     id: call.id,
     name: call.name,

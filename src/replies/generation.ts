@@ -1,9 +1,11 @@
-import { type ClaudeAnswer, type ClaudeClient, citationsOf, type GeneratedReply, textOf, toolUsesOf } from "../ai/claude.ts";
+import { setTimeout } from "node:timers/promises";
+import { type ClaudeAnswer, type ClaudeClient, citationsOf, type GeneratedReply, type ToolUse, textOf, toolUsesOf } from "../ai/claude.ts";
 import { estimateCostUsd, type PriceOverrides } from "../ai/pricing.ts";
 import type { ChatTurn, ClaudeKnowledge, ToolResult } from "../ai/request.ts";
 import type { Clock } from "../clock.ts";
 import type { Config } from "../config/config.ts";
 import { type Db, isDatabaseUnavailable } from "../db/client.ts";
+import { countDeadLetter } from "../dlq/dead-letters.ts";
 import { FencedOut, PermanentError, Postpone, RetryableError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
 import { countClaudeCall, type Metrics } from "../metrics/metrics.ts";
@@ -11,7 +13,7 @@ import type { KeptStep } from "../queue/catalog.ts";
 import type { Begun } from "../state/conversations.ts";
 import { type QuestionMessage, readHistory } from "../state/history.ts";
 import { armGeneration, releaseGeneration } from "../state/replies.ts";
-import { finishToolCall, readSteps, recordStep, type StoredStep, startToolCall } from "../state/steps.ts";
+import { finishToolCall, leaveToolCallUnknown, readSteps, recordStep, type StoredStep, type StoredToolCall, startToolCall } from "../state/steps.ts";
 import type { BusinessActions } from "../tools/actions.ts";
 import { HANDOFF_TOOL, type ToolDefinition } from "../tools/definitions.ts";
 import { idempotencyKeyFor } from "../tools/idempotency.ts";
@@ -130,6 +132,44 @@ export async function writeAnswer(
 
 const wordsOf = (messages: readonly QuestionMessage[]) => messages.flatMap((m) => (m.text ? [m.text] : [])).join("\n");
 
+/** Repeats of an unsure tool call wait this long at first, doubling up to TOOL_RETRY_MAX_MS, within TOOL_MAX_MS. */
+const TOOL_RETRY_FIRST_MS = 250;
+const TOOL_RETRY_MAX_MS = 4000;
+
+/** What Claude reads of an action nobody could confirm: plainly, so it neither retries nor tells the customer it failed. */
+const unknownOutcome = (tool: string, why: string) =>
+  `Outcome unknown: ${tool} was asked with an Idempotency-Key and never answered for sure (last: ${why}), so it may have been done. ` +
+  "Do not call this tool again for it. Tell the customer a person will check whether it was done and get back to them; do not say it failed.";
+
+/**
+ * The Idempotency-Key of each tool call Claude asks for: the same tool with the same input
+ * (canonical JSON) as an earlier call of this round is the same action, with that call's key;
+ * any other is keyed by its own tool_use id.
+ */
+function withKeys(phoneNumberId: string, uses: readonly ToolUse[], steps: readonly StoredStep[]): (ToolUse & { idempotencyKey: string })[] {
+  const keys = new Map<string, string>();
+  for (const call of steps.flatMap((s) => s.toolCalls)) if (!keys.has(actionOf(call))) keys.set(actionOf(call), call.idempotencyKey);
+  return uses.map((use) => {
+    const action = actionOf(use);
+    const idempotencyKey = keys.get(action) ?? idempotencyKeyFor(phoneNumberId, use.id);
+    keys.set(action, idempotencyKey);
+    return { ...use, idempotencyKey };
+  });
+}
+
+const actionOf = (call: { name: string; input: unknown }) => JSON.stringify([call.name, canonical(call.input)]);
+
+/** A JSON value with every object's keys in order: the same input however Claude ordered it. */
+function canonical(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(canonical);
+  if (value === null || typeof value !== "object") return value;
+  return Object.fromEntries(
+    Object.keys(value)
+      .sort()
+      .map((key) => [key, canonical((value as Record<string, unknown>)[key])]),
+  );
+}
+
 /** How a stored step's tool calls were answered, for Claude to read. */
 const resultsOf = (step: StoredStep): ToolResult[] => step.toolCalls.map((c) => ({ toolUseId: c.id, text: c.answer ?? "", isError: c.isError ?? true }));
 
@@ -183,7 +223,7 @@ class ToolLoop {
           // Stored before any tool it asks for runs: a run that resumes never asks Claude for it
           // again. A refusal too: the handoff it leads to may not be recorded at once (law 4).
           const uses = answer.stopReason === "tool_use" ? toolUsesOf(answer.content) : [];
-          const calls = uses.map((u) => ({ ...u, idempotencyKey: idempotencyKeyFor(conversation.phoneNumberId, u.id) }));
+          const calls = withKeys(conversation.phoneNumberId, uses, steps);
           let stored: StoredStep | undefined;
           try {
             stored = await recordStep(this.deps.db, reply.id, steps.length, answer, calls, this.deps.clock.now());
@@ -251,12 +291,12 @@ class ToolLoop {
   }
 
   /**
-   * The tool calls a stored step asked for, each run once: a stored answer is reused, a call
+   * The tool calls a stored step asked for, each run once: a stored answer is reused (also for
+   * the same action asked again: the same tool with the same input has the same key), a call
    * that may have gone out (recorded, started, never answered) is repeated with its key, and
    * a call past the loop's bounds is answered "not run" without reaching the business.
    */
   private async runTools(step: StoredStep, steps: readonly StoredStep[]): Promise<Written | undefined> {
-    const { lease, conversation } = this.begun;
     const earlier = steps.slice(0, -1).reduce((n, s) => n + s.toolCalls.length, 0);
     const first = steps[0]!.createdAt.getTime();
     for (const [i, call] of step.toolCalls.entries()) {
@@ -267,64 +307,24 @@ class ToolLoop {
           typeof (call.input as { reason?: unknown })?.reason === "string"
             ? (call.input as { reason: string }).reason
             : "Claude handed the customer to a person";
-        if (call.state === "requested") await this.finish(call.id, { state: "done", answer: "The customer was handed to a person.", isError: false });
+        if (call.state === "requested") await this.finish(call, { state: "done", answer: "The customer was handed to a person.", isError: false });
         return { kind: "handoff", reason, toolUseId: call.id, cost: costOf(this.settings.modelPrices, steps) };
       }
       if (call.state !== "requested") continue;
-      const leftMs = this.settings.tools.maxMs - (this.deps.clock.now().getTime() - first);
+      const done = steps.flatMap((s) => s.toolCalls).find((c) => c.idempotencyKey === call.idempotencyKey && c.id !== call.id);
+      if (done && done.state !== "requested") {
+        // The same action asked for again (Claude retrying it under a new id): its answer, not a second request.
+        await this.finish(call, { state: done.state, answer: done.answer ?? "", isError: done.isError ?? true });
+        continue;
+      }
       // A call that may have gone out is repeated whatever the bounds: only its answer (to the
       // same key) says whether the business acted.
       const mayHaveGoneOut = call.attempts > 0;
-      if (!mayHaveGoneOut && (earlier + i >= this.settings.tools.maxSteps || leftMs <= 0)) {
-        await this.finish(call.id, {
-          state: "failed",
-          answer: "Not run: this reply reached its limit of tool calls. Answer with what you know.",
-          isError: true,
-        });
+      if (!mayHaveGoneOut && (earlier + i >= this.settings.tools.maxSteps || this.deps.clock.now().getTime() - first >= this.settings.tools.maxMs)) {
+        await this.finish(call, { state: "failed", answer: "Not run: this reply reached its limit of tool calls. Answer with what you know.", isError: true });
         continue;
       }
-      const started = await startToolCall(this.deps.db, lease, call.id, this.deps.clock.now());
-      if (!started.ok) {
-        if (started.refused === "fenced_out") throw new FencedOut(`conversation ${lease.conversationId} was taken over before tool call ${call.id}`);
-        continue; // finished meanwhile by another run: its answer is read below
-      }
-      if (started.attempt > 1)
-        this.log.warn(
-          { event: "tool.repeated", toolCall: call.id, attempt: started.attempt },
-          "a tool call that may have gone out is sent again, with the same key",
-        );
-      const began = this.deps.clock.monotonicMs();
-      const outcome = await this.deps.actions.call(conversation.phoneNumberId, call.name, call.input, {
-        idempotencyKey: call.idempotencyKey,
-        // The tool's own timeoutMs bounds a repeat; a first call has the loop's time left too.
-        ...(mayHaveGoneOut ? {} : { signal: AbortSignal.timeout(leftMs) }),
-      });
-      this.deps.metrics.toolCalls.inc({
-        phone_number_id: conversation.phoneNumberId,
-        tool: call.name,
-        outcome: outcome.maybeActed ? "no_answer" : outcome.isError ? "error" : "ok",
-      });
-      this.log.info(
-        {
-          event: outcome.isError ? "tool.failed" : "tool.done",
-          toolCall: call.id,
-          tool: call.name,
-          status: outcome.status,
-          maybeActed: outcome.maybeActed,
-          ms: Math.round(this.deps.clock.monotonicMs() - began),
-        },
-        outcome.isError ? "a business tool answered with an error; Claude is told" : "a business tool answered",
-      );
-      await this.finish(call.id, {
-        state: outcome.status === undefined && outcome.isError ? "failed" : "done",
-        // Claude must not ask again under a new id (a new key): the business may have acted.
-        answer: outcome.maybeActed
-          ? `${outcome.text}. The business may have done it anyway: do not call this tool again for it; tell the customer it could not be confirmed, or hand off.`
-          : outcome.text,
-        isError: outcome.isError,
-        status: outcome.status,
-        request: outcome.request,
-      });
+      await this.act(call, first);
     }
     // Every call of the step is answered now (by this run or another): read them as stored.
     const fresh = (await readSteps(this.deps.db, this.begun.reply.id)).find((s) => s.step === step.step);
@@ -332,8 +332,75 @@ class ToolLoop {
     return undefined;
   }
 
-  private finish(id: string, outcome: Parameters<typeof finishToolCall>[2]): Promise<void> {
-    return finishToolCall(this.deps.db, id, outcome, this.deps.clock.now());
+  /**
+   * One business action, until the business answers for sure: an unsure ending (a timeout, a
+   * connection lost, a proxy's page) is repeated with the same key, with backoff, while the
+   * reply's time for tool calls (TOOL_MAX_MS from its first step) lasts. Still unsure then, an
+   * action that may have been done is left `unknown` for a person to check (law 12 must not
+   * rest on Claude not asking again); a read that could not be made is an error Claude reads.
+   */
+  private async act(call: StoredToolCall, first: number): Promise<void> {
+    const { lease, conversation } = this.begun;
+    for (let attempt = 0; ; attempt++) {
+      const started = await startToolCall(this.deps.db, lease, call.id, this.deps.clock.now());
+      if (!started.ok) {
+        if (started.refused === "fenced_out") throw new FencedOut(`conversation ${lease.conversationId} was taken over before tool call ${call.id}`);
+        return; // finished meanwhile by another run: its answer is read by the caller
+      }
+      if (started.attempt > 1)
+        this.log.warn(
+          { event: "tool.repeated", toolCall: call.id, attempt: started.attempt },
+          "a tool call that may have gone out is sent again, with the same key",
+        );
+      const leftMs = () => this.settings.tools.maxMs - (this.deps.clock.now().getTime() - first);
+      const began = this.deps.clock.monotonicMs();
+      // The tool's own timeoutMs bounds each attempt; the loop's time left too while there is some
+      // (a run resuming past it still asks once: the answer to the same key may be sure now).
+      const left = leftMs();
+      const outcome = await this.deps.actions.call(conversation.phoneNumberId, call.name, call.input, {
+        idempotencyKey: call.idempotencyKey,
+        ...(left > 0 ? { signal: AbortSignal.timeout(left) } : {}),
+      });
+      this.deps.metrics.toolCalls.inc({
+        phone_number_id: conversation.phoneNumberId,
+        tool: call.name,
+        outcome: outcome.unsure ? "no_answer" : outcome.isError ? "error" : "ok",
+      });
+      this.log.info(
+        {
+          event: outcome.isError ? "tool.failed" : "tool.done",
+          toolCall: call.id,
+          tool: call.name,
+          status: outcome.status,
+          unsure: outcome.unsure,
+          ms: Math.round(this.deps.clock.monotonicMs() - began),
+        },
+        outcome.isError ? "a business tool answered with an error" : "a business tool answered",
+      );
+      const answered = { answer: outcome.text, isError: outcome.isError, status: outcome.status, request: outcome.request };
+      if (!outcome.unsure) return this.finish(call, { ...answered, state: outcome.status === undefined && outcome.isError ? "failed" : "done" });
+      const pause = Math.min(TOOL_RETRY_MAX_MS, TOOL_RETRY_FIRST_MS * 2 ** attempt);
+      if (leftMs() > pause) {
+        await setTimeout(pause);
+        continue;
+      }
+      if (!outcome.maybeActed) return this.finish(call, { ...answered, state: "failed" });
+      const unknown = { ...answered, answer: unknownOutcome(call.name, outcome.text) };
+      if (
+        await leaveToolCallUnknown(this.deps.db, { ...call, conversationId: conversation.id, replyId: this.begun.reply.id }, unknown, this.deps.clock.now())
+      ) {
+        countDeadLetter(this.deps, { source: "tool", code: "tool_unknown" });
+        this.log.warn({ event: "tool.unknown", toolCall: call.id, tool: call.name }, "a business action never confirmed; a person checks it");
+      }
+      Object.assign(call, { state: "unknown", ...unknown });
+      return;
+    }
+  }
+
+  private async finish(call: StoredToolCall, outcome: Parameters<typeof finishToolCall>[2]): Promise<void> {
+    await finishToolCall(this.deps.db, call.id, outcome, this.deps.clock.now());
+    // Seen by a later call of the same action in this run (runTools).
+    Object.assign(call, { state: outcome.state, answer: outcome.answer, isError: outcome.isError });
   }
 
   /**

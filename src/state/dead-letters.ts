@@ -15,6 +15,7 @@ import { storeDraft } from "./replies.ts";
  *
  *   (deadLetterReply, deadLetterConversation, deadLetterMessage) a reply's item, open
  *   (openHandoffItem, handOff) a customer waiting for a person, open
+ *   (openToolUnknownItem) a business action nobody can confirm, open: a person checks it
  *
  * One open dead letter per reply (a UNIQUE index): a later failure of the same reply joins the
  * open item's history. Every staff action is in that history, attributed.
@@ -211,6 +212,29 @@ export async function openHandoffItem(
     },
   });
   return true;
+}
+
+/**
+ * A business action whose outcome nobody knows (state/steps.ts, leaveToolCallUnknown): an item
+ * of the conversation, not of the reply, which is answered as usual; at most one per tool call.
+ */
+export async function openToolUnknownItem(
+  tx: Tx,
+  call: { id: string; name: string; conversationId: string; replyId: string },
+  lastAnswer: string,
+  now: Date,
+): Promise<void> {
+  await tx.deadLetter.create({
+    data: {
+      conversationId: call.conversationId,
+      dedupKey: `tool.${call.id}`,
+      source: "tool",
+      code: "tool_unknown",
+      reason: `The business's ${call.name} never confirmed whether it acted: ${lastAnswer}`,
+      detail: { toolCallId: call.id, tool: call.name, replyId: call.replyId },
+      createdAt: now,
+    },
+  });
 }
 
 /**

@@ -13,7 +13,7 @@ import { delivered, type Outbox, type OutboxJson, outboxOf, partJson, quoteOf } 
  *   (bindAnswer) generating ─storeDraft─▶ ready ─markAccepted of its last part, or markReplySent─▶ sent
  *   (bindAnswer, a configured answer) ready
  *   generating ─replaceUnsentWithTemplate─▶ ready   (the window closed: a template instead)
- *   any ─deadLetterReply─▶ dead ─reopenForResend (a person)─▶ ready | generating
+ *   any ─deadLetterReply─▶ dead ─reopenForResend (a person)─▶ ready | generating (regenerate: its next round)
  *   (writeStaffReply: a person answering a customer handed to them) ready
  *
  * While generating, `generation_deadline` says until when a Claude call started for it may
@@ -223,9 +223,14 @@ export async function reopenForResend(
   await tx.outboundMessage.updateMany({ where: { replyId: reply.id, sendState: "sending" }, data: { sendState: "unconfirmed" } });
   await tx.outboundMessage.deleteMany({ where: { replyId: reply.id, sendState: "pending" } });
   await appendParts(tx, reply.id, again);
-  // Regenerating drops the draft: the reply job then asks Claude again (an explicit, paid choice).
+  // Regenerating drops the draft: the reply job then asks Claude again (an explicit, paid
+  // choice), in a new round: a tool loop of its own, with fresh business data, new keys and its
+  // own clock. The old round's steps stay as the record of what was done.
   const text = choice.regenerate ? null : (choice.template?.text ?? choice.text ?? reply.text);
-  await tx.reply.update({ where: { id: reply.id }, data: { text, state: text ? "ready" : "generating", generationDeadline: null, updatedAt: now } });
+  await tx.reply.update({
+    where: { id: reply.id },
+    data: { text, state: text ? "ready" : "generating", generationDeadline: null, updatedAt: now, ...(choice.regenerate ? { round: { increment: 1 } } : {}) },
+  });
 }
 
 /**

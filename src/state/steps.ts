@@ -1,7 +1,10 @@
 import type { CallUsage } from "../ai/claude.ts";
 import type { ContentBlockJson } from "../ai/request.ts";
-import type { Db } from "../db/client.ts";
+import type { Db, Prisma } from "../db/client.ts";
+import { openToolUnknownItem } from "./dead-letters.ts";
 import type { Lease } from "./fence.ts";
+
+type Tx = Prisma.TransactionClient;
 
 /**
  * A reply that takes several Claude calls (a tool loop, issue 19): each call's answer is a
@@ -11,6 +14,11 @@ import type { Lease } from "./fence.ts";
  *   (recordStep) step n stored, with a tool call `requested` for each tool_use it holds
  *   requested ─startToolCall (lease holder)─▶ requested, attempts + 1   (it may go out from now on)
  *   requested ─finishToolCall─▶ done | failed                           (its answer stored: never asked again)
+ *   requested ─leaveToolCallUnknown─▶ unknown, with an open item        (no sure answer in time: a person checks)
+ *
+ * Steps and tool calls belong to the reply's round: a regenerate starts the next round
+ * (reopenForResend), whose loop is new, with new tool calls, new keys and its own clock; the
+ * rounds before stay as the record of what was done.
  *
  * A step is a fact, paid for: it is stored whichever run receives it, as storeDraft stores a
  * draft, and a second answer for the same step (a run that raced) is dropped in favour of the
@@ -35,11 +43,21 @@ export interface StoredToolCall {
   id: string;
   name: string;
   input: unknown;
-  state: "requested" | "done" | "failed";
+  state: ToolCallState;
   idempotencyKey: string;
   attempts: number;
   answer: string | null;
   isError: boolean | null;
+}
+
+export type ToolCallState = "requested" | "done" | "failed" | "unknown";
+
+/** What a finished tool call answered, for Claude to read. */
+export interface ToolCallAnswer {
+  answer: string;
+  isError: boolean;
+  status?: number | undefined;
+  request?: { method: string; url: string } | undefined;
 }
 
 type StepJson = { step: number; content: ContentBlockJson[]; stopReason: string; createdAt: string; usage: CallUsage; toolCalls: StoredToolCall[] | null };
@@ -50,12 +68,13 @@ const STEP_JSON = `jsonb_build_object('step', s.step, 'content', s.content, 'sto
     'cacheReadTokens', s.cache_read_tokens, 'cacheCreationTokens', s.cache_creation_tokens, 'cacheCreation1hTokens', s.cache_creation_1h_tokens),
   'toolCalls', (SELECT jsonb_agg(jsonb_build_object('id', t.id, 'name', t.name, 'input', t.input, 'state', t.state,
      'idempotencyKey', t.idempotency_key, 'attempts', t.attempts, 'answer', t.answer, 'isError', t.is_error) ORDER BY t.requested_at, t.id)
-   FROM tool_calls t WHERE t.reply_id = s.reply_id AND t.step = s.step))`;
+   FROM tool_calls t WHERE t.reply_id = s.reply_id AND t.round = s.round AND t.step = s.step))`;
 
-/** The reply's stored steps with their tool calls, oldest first: where a resumed run carries on. */
+/** The stored steps of the reply's round with their tool calls, oldest first: where a resumed run carries on. */
 export async function readSteps(db: Db, replyId: string): Promise<StoredStep[]> {
   const rows = await db.$queryRawUnsafe<{ step: StepJson }[]>(
-    `SELECT ${STEP_JSON} AS step FROM claude_steps s WHERE s.reply_id = $1::uuid ORDER BY s.step`,
+    `SELECT ${STEP_JSON} AS step FROM claude_steps s JOIN replies r ON r.id = s.reply_id AND r.round = s.round
+     WHERE s.reply_id = $1::uuid ORDER BY s.step`,
     replyId,
   );
   return rows.map((r) => stepOf(r.step));
@@ -78,24 +97,24 @@ export async function recordStep(
 ): Promise<StoredStep | undefined> {
   const { usage } = answer;
   const [row] = await db.$queryRawUnsafe<{ step: StepJson | null; generating: boolean; inserted: boolean }[]>(
-    `WITH r AS (SELECT id FROM replies WHERE id = $1::uuid AND state = 'generating' FOR SHARE),
+    `WITH r AS (SELECT id, round FROM replies WHERE id = $1::uuid AND state = 'generating' FOR SHARE),
      stored AS (
-       INSERT INTO claude_steps (reply_id, step, content, stop_reason, model, input_tokens, output_tokens, cache_read_tokens, cache_creation_tokens,
-         cache_creation_1h_tokens, created_at)
-       SELECT r.id, $2::int, $3::jsonb, $4, $5, $6::int, $7::int, $8::int, $9::int, $12::int, $11::timestamptz FROM r
-       ON CONFLICT (reply_id, step) DO NOTHING
-       RETURNING reply_id, step
+       INSERT INTO claude_steps (reply_id, round, step, content, stop_reason, model, input_tokens, output_tokens, cache_read_tokens,
+         cache_creation_tokens, cache_creation_1h_tokens, created_at)
+       SELECT r.id, r.round, $2::int, $3::jsonb, $4, $5, $6::int, $7::int, $8::int, $9::int, $12::int, $11::timestamptz FROM r
+       ON CONFLICT (reply_id, round, step) DO NOTHING
+       RETURNING reply_id, round, step
      ),
      -- The call that was armed for has answered: nothing of this reply is in flight any more.
      answered AS (UPDATE replies SET generation_deadline = NULL FROM stored WHERE replies.id = stored.reply_id),
      calls AS (
-       INSERT INTO tool_calls (id, reply_id, step, name, input, idempotency_key, requested_at)
-       SELECT c.id, stored.reply_id, stored.step, c.name, c.input, c.key, $11::timestamptz
+       INSERT INTO tool_calls (id, reply_id, round, step, name, input, idempotency_key, requested_at)
+       SELECT c.id, stored.reply_id, stored.round, stored.step, c.name, c.input, c.key, $11::timestamptz
        FROM stored, jsonb_to_recordset($10::jsonb) AS c(id text, name text, input jsonb, key text)
        ON CONFLICT (id) DO NOTHING
      )
      SELECT EXISTS (SELECT 1 FROM r) AS generating, EXISTS (SELECT 1 FROM stored) AS inserted,
-            (SELECT ${STEP_JSON} FROM claude_steps s WHERE s.reply_id = $1::uuid AND s.step = $2::int) AS step`,
+            (SELECT ${STEP_JSON} FROM claude_steps s JOIN r ON r.id = s.reply_id AND r.round = s.round WHERE s.step = $2::int) AS step`,
     replyId,
     step,
     JSON.stringify(answer.content),
@@ -148,14 +167,30 @@ export async function startToolCall(db: Db, lease: Lease, id: string, now: Date)
  * requested → done (the endpoint answered, or refused in a way Claude should read) or failed
  * (it could not be asked at all): the answer stored, never asked for again. A fact: no lease.
  */
-export async function finishToolCall(
-  db: Db,
-  id: string,
-  outcome: { state: "done" | "failed"; answer: string; isError: boolean; status?: number | undefined; request?: { method: string; url: string } | undefined },
-  now: Date,
-): Promise<void> {
-  await db.$executeRaw`
+export async function finishToolCall(db: Db | Tx, id: string, outcome: ToolCallAnswer & { state: "done" | "failed" | "unknown" }, now: Date): Promise<boolean> {
+  const finished = await db.$executeRaw`
     UPDATE tool_calls SET state = ${outcome.state}, answer = ${outcome.answer}, is_error = ${outcome.isError}, status = ${outcome.status ?? null}::int,
       request = ${outcome.request ? JSON.stringify(outcome.request) : null}::jsonb, finished_at = ${now}::timestamptz
     WHERE id = ${id} AND state = 'requested'`;
+  return finished === 1;
+}
+
+/**
+ * requested → unknown: the business never answered for sure within the reply's time for tool
+ * calls, so it may have acted. Never sent again; Claude reads `answer` (the outcome is
+ * unknown, not a failure), and the conversation gets an open item (`tool_unknown`) for a person
+ * to check, in the same transaction: the one is never without the other. True when this run
+ * made the change (the item is new).
+ */
+export async function leaveToolCallUnknown(
+  db: Db,
+  call: { id: string; name: string; conversationId: string; replyId: string },
+  outcome: ToolCallAnswer,
+  now: Date,
+): Promise<boolean> {
+  return db.$transaction(async (tx) => {
+    if (!(await finishToolCall(tx, call.id, { ...outcome, state: "unknown" }, now))) return false;
+    await openToolUnknownItem(tx, call, outcome.answer, now);
+    return true;
+  });
 }

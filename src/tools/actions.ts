@@ -20,7 +20,14 @@ export function businessActions(tools: ReadonlyMap<string, readonly BusinessTool
       const tool = toolsOf(phoneNumberId).find((t) => t.name === name);
       // A stored step may name a tool the configuration no longer has (a deploy in between).
       if (!tool)
-        return { isError: true, text: `Not sent: this business has no tool named ${name}`, ms: 0, maybeActed: false, request: { method: "", url: "" } };
+        return {
+          isError: true,
+          text: `Not sent: this business has no tool named ${name}`,
+          ms: 0,
+          unsure: false,
+          maybeActed: false,
+          request: { method: "", url: "" },
+        };
       return callTool(tool, input, { idempotencyKey, maxAnswerBytes: answerMaxBytes, clock, ...(signal ? { signal } : {}) });
     },
   };

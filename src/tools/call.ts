@@ -23,12 +23,14 @@ export interface ToolOutcome {
   readonly status?: number;
   readonly ms: number;
   /**
-   * The request may have reached the business and no answer was read (a timeout or a
-   * connection lost after it was made): the business may have acted. Repeat the call later with
-   * the same Idempotency-Key (law 12) rather than tell Claude it failed. False when the answer
-   * came (whatever its status), and when nothing was sent: a refused input, a refused address,
-   * a connection never made.
+   * No answer from the business itself was read, though the request may have reached it: a
+   * timeout or a connection lost after it was made, or a proxy's 502/503/504 page (law 5's rule
+   * for Meta, here for the business). Repeat the call with the same Idempotency-Key (law 12)
+   * until the business answers. False when the business answered (whatever its status), and
+   * when nothing was sent: a refused input, a refused address, a connection never made.
    */
+  readonly unsure: boolean;
+  /** Unsure, and the method acts (not GET or HEAD): the business may have done it. */
   readonly maybeActed: boolean;
   /** What was asked for, to store and show: the URL filled, never the headers. */
   readonly request: { readonly method: string; readonly url: string };
@@ -49,12 +51,13 @@ export async function callTool(tool: BusinessTool, input: unknown, options: Call
   const started = options.clock.monotonicMs();
   const { method, timeoutMs } = tool.request;
   let url = tool.request.url;
-  const outcome = (ending: Omit<ToolOutcome, "ms" | "request">): ToolOutcome => ({
+  const outcome = (ending: Omit<ToolOutcome, "ms" | "request" | "maybeActed">): ToolOutcome => ({
     ...ending,
+    maybeActed: ending.unsure && !READ_ONLY.has(method),
     ms: Math.round(options.clock.monotonicMs() - started),
     request: { method, url },
   });
-  const notSent = (why: string) => outcome({ isError: true, text: `Not sent: ${why}`, maybeActed: false });
+  const notSent = (why: string) => outcome({ isError: true, text: `Not sent: ${why}`, unsure: false });
 
   const inputProblem = tool.inputProblem(input);
   if (inputProblem) return notSent(`the input does not fit ${tool.name}'s input_schema: ${inputProblem}`);
@@ -99,7 +102,7 @@ export async function callTool(tool: BusinessTool, input: unknown, options: Call
       if (made) failed = signal.aborted ? stopped() : `the connection to ${target.host} broke off before an answer`;
       else if (timeout.aborted) failed = `Not sent: could not connect to ${target.host} within ${timeoutMs} ms`;
       else failed = signal.aborted ? `Not sent: ${stopped()} before a connection was made` : `Not sent: could not connect to ${target.host}`;
-      return outcome({ isError: true, text: `${failed} (${codeOf(error)})`, maybeActed: made });
+      return outcome({ isError: true, text: `${failed} (${codeOf(error)})`, unsure: made });
     }
     const status = response.statusCode;
     let answer: string;
@@ -107,13 +110,29 @@ export async function callTool(tool: BusinessTool, input: unknown, options: Call
       answer = await readAtMost(response.body, options.maxAnswerBytes);
     } catch (error) {
       const failed = signal.aborted ? stopped() : `the answer (HTTP ${status}) broke off before it was read`;
-      return outcome({ isError: true, text: `${failed} (${codeOf(error)})`, status, maybeActed: true });
+      return outcome({ isError: true, text: `${failed} (${codeOf(error)})`, status, unsure: true });
     }
-    if (status >= 200 && status < 300)
-      return outcome({ isError: false, text: answer === "" ? `(HTTP ${status}, no content)` : answer, status, maybeActed: false });
-    return outcome({ isError: true, text: `HTTP ${status}: ${answer}`, status, maybeActed: false });
+    if (status >= 200 && status < 300) return outcome({ isError: false, text: answer === "" ? `(HTTP ${status}, no content)` : answer, status, unsure: false });
+    // A gateway's page says the business was not reached or did not answer in time, not that it refused.
+    const unsure = GATEWAY_STATUSES.has(status) && !isJson(answer);
+    return outcome({ isError: true, text: `HTTP ${status}: ${answer}`, status, unsure });
   } finally {
     await connection.agent.destroy();
+  }
+}
+
+/** Methods that only read: repeating them is harmless, and an unsure answer cannot have acted. */
+const READ_ONLY = new Set(["GET", "HEAD"]);
+/** What a proxy or load balancer in front of the business answers when the business did not. */
+const GATEWAY_STATUSES = new Set([502, 503, 504]);
+
+/** The business's own error bodies are JSON; a proxy's page is HTML or plain text. */
+function isJson(text: string): boolean {
+  try {
+    JSON.parse(text);
+    return true;
+  } catch {
+    return false;
   }
 }
 

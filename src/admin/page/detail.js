@@ -197,6 +197,7 @@ const TOOL_STATE_WORDS = {
   requested: "asked for; no answer stored (it may have reached the business)",
   done: "answered",
   failed: "failed",
+  unknown: "never confirmed, even asked again with the same key: it may have been done (a person checks)",
 };
 
 /** The citations and business actions behind one reply, as a fold under its bubble; nothing when it had none. */
