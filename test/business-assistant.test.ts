@@ -10,6 +10,7 @@ import { idempotencyKeyFor } from "../src/tools/idempotency.ts";
 import { MAIN_JS } from "./support/build.ts";
 import type { AnswerBlock, ClaudeRequest } from "./support/fake-anthropic.ts";
 import { eventually, type Harness, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
+import { expectLedgerToMatchBilled } from "./support/ledger.ts";
 import { untilQuiet } from "./support/quiet.ts";
 import { PHONE_NUMBER_ID, textWebhook } from "./support/webhook-bodies.ts";
 
@@ -354,6 +355,14 @@ describe("tools: the business's actions, exactly once", () => {
       ["toolu_02regen", 1, "done"],
     ]);
     expect(h!.graph.sentTexts).toEqual(["A1002 is being prepared."]);
+    // Both rounds' calls are in the ledger (the refused one as refused, not billed).
+    await expectLedgerToMatchBilled(h!.db, h!.claude.usages);
+    expect((await h!.db.claudeCall.findMany({ orderBy: { createdAt: "asc" } })).map((c) => [c.round, c.step, c.state])).toEqual([
+      [0, 0, "answered"],
+      [0, 1, "refused"],
+      [1, 0, "answered"],
+      [1, 1, "answered"],
+    ]);
   });
 
   it("at most TOOL_MAX_STEPS tool calls: the ones past it are answered 'not run', and Claude is asked once more, without tools, for the customer's one answer", async () => {
@@ -413,6 +422,10 @@ describe("stop reasons", () => {
     expect(JSON.stringify(full!.messages)).toContain("first question");
     expect(JSON.stringify(short!.messages)).not.toContain("first question");
     expect(JSON.stringify(short!.messages)).toContain("second question");
+    // The call that only said the prompt was too long was paid for too: it is in the ledger.
+    await eventually(async () => (await h!.db.reply.count({ where: { state: "sent" } })) === 2, "the second reply recorded sent");
+    await expectLedgerToMatchBilled(h!.db, h!.claude.usages);
+    expect(await h!.db.claudeCall.count({ where: { state: "answered" } })).toBe(3);
   });
 
   it("pause_turn: the paused turn is stored and Claude continues it", async () => {

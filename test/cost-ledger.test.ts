@@ -2,10 +2,11 @@ import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { spentToday, utcDay } from "../src/costs/ledger.ts";
+import { utcDay } from "../src/costs/ledger.ts";
 import { statusJobId } from "../src/queue/catalog.ts";
 import type { BilledUsage } from "./support/fake-anthropic.ts";
 import { eventually, type Harness, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
+import { expectLedgerToMatchBilled } from "./support/ledger.ts";
 import { longReply } from "./support/long-replies.ts";
 import { envelope, metaWire, PHONE_NUMBER_ID, statusChange, textWebhook, uniqueWamid } from "./support/webhook-bodies.ts";
 
@@ -149,7 +150,7 @@ describe("the cost ledger", () => {
       parts: 5,
       messages: { billable: { service: 4 }, free: { service: 1 } },
       tokens,
-      amounts: { claudeUsd: expect.any(Number), meta: expect.any(Number), unpriced: { claudeReplies: 0, metaMessages: 1 } },
+      amounts: { claudeUsd: expect.any(Number), meta: expect.any(Number), unpriced: { claudeCalls: 0, metaMessages: 1 } },
     });
     // UK 0.0125 + two US parts at 0.02; the BSUID's is counted, not priced.
     expect(day.amounts.meta).toBeCloseTo(0.0125 + 0.02 + 0.02, 10);
@@ -157,9 +158,8 @@ describe("the cost ledger", () => {
     expect(day.amounts.claudeUsd).toBeGreaterThan(0);
     expect(body.total).toEqual({ ...day, phoneNumberId: undefined, day: undefined });
 
-    // The same day's spend, as a daily budget reads it.
-    const spent = await spentToday(h.db, PHONE_NUMBER_ID, new Date(), h.config.costs.modelPrices);
-    expect(spent).toEqual({ day: today, claudeUsd: day.amounts.claudeUsd, meta: day.amounts.meta, unpriced: day.amounts.unpriced });
+    // One row per paid call in the ledger, as billed.
+    await expectLedgerToMatchBilled(h.db, billed);
 
     // Each reply priced as Claude answered, not later.
     expect((await h.db.reply.findMany({ select: { claudeCostUsd: true } })).map((r) => r.claudeCostUsd)).not.toContain(null);

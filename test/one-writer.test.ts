@@ -12,8 +12,18 @@ import { sources } from "./support/sources.ts";
 
 const ROOT = join(import.meta.dirname, "..");
 const STATE = "src/state/";
-const TABLES = ["conversations", "replies", "outbound_messages", "inbound_messages", "dead_letters", "dead_letter_actions", "claude_steps", "tool_calls"];
-const MODELS = ["conversation", "reply", "outboundMessage", "inboundMessage", "deadLetter", "deadLetterAction", "claudeStep", "toolCall"];
+const TABLES = [
+  "conversations",
+  "replies",
+  "outbound_messages",
+  "inbound_messages",
+  "dead_letters",
+  "dead_letter_actions",
+  "claude_steps",
+  "tool_calls",
+  "claude_calls",
+];
+const MODELS = ["conversation", "reply", "outboundMessage", "inboundMessage", "deadLetter", "deadLetterAction", "claudeStep", "toolCall", "claudeCall"];
 
 const SQL_WRITE = new RegExp(`\\b(UPDATE|INSERT\\s+INTO|DELETE\\s+FROM)\\s+"?(${TABLES.join("|")})\\b`, "gi");
 const PRISMA_WRITE = new RegExp(

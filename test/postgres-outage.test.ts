@@ -5,6 +5,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { DemoShop, shopToolsFile } from "../sim/business/shop.ts";
 import { isDatabaseUnavailable } from "../src/db/client.ts";
 import { eventually, type Harness, startHarness } from "./support/harness.ts";
+import { expectLedgerToMatchBilled } from "./support/ledger.ts";
 import { PrivatePostgres } from "./support/private-postgres.ts";
 import { untilQuiet } from "./support/quiet.ts";
 import { PHONE_NUMBER_ID, textWebhook } from "./support/webhook-bodies.ts";
@@ -92,6 +93,8 @@ describe("Postgres away for longer than the retry budget", () => {
     expect(h.claude.requests).toHaveLength(1);
     expect(await h.db.reply.findFirstOrThrow()).toMatchObject({ state: "sent", text: "Reply #1", claudeCostUsd: kept.costUsd });
     expect(kept.costUsd).toBeGreaterThan(0); // priced as Claude answered, and kept with the words
+    // Its row in the ledger, reserved before the call, is settled from the kept answer.
+    await expectLedgerToMatchBilled(h.db, h.claude.usages);
     expect(await failedJobs(h)).toBe(0);
   }, 60_000);
 });
@@ -126,6 +129,7 @@ describe("a tool loop's step while Postgres is away", () => {
       expect(h.claude.requests).toHaveLength(2); // the kept step, then the answer: the step was not asked again
       expect(shop.requests).toHaveLength(1);
       expect(await h.db.claudeStep.count()).toBe(1);
+      await expectLedgerToMatchBilled(h.db, h.claude.usages);
       expect(await failedJobs(h)).toBe(0);
     } finally {
       await shop.stop();

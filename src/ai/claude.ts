@@ -3,7 +3,7 @@ import type { TracerProvider } from "@opentelemetry/api";
 import { request } from "undici";
 import { PermanentError, RetryableError } from "../errors.ts";
 import { claudeModel } from "./models.ts";
-import { assembleRequest, type ChatTurn, type ClaudeAsk, type ContentBlockJson } from "./request.ts";
+import { assembleRequest, type ChatTurn, type ClaudeAsk, type ContentBlockJson, promptTokensAtMost } from "./request.ts";
 
 /** Claude writes the replies: each call is stored before anything it asks for runs (law 4). What a call is shown: request.ts. */
 
@@ -12,6 +12,8 @@ export interface ClaudeAnswer {
   content: ContentBlockJson[];
   stopReason: string;
   usage: CallUsage;
+  /** The call's row in the ledger (src/state/claude-calls.ts), set by the caller that reserved it. */
+  callId?: string | undefined;
 }
 
 /** What one call cost, as Anthropic reported it. */
@@ -164,6 +166,11 @@ export class ClaudeClient {
   /** The model every call asks for (Anthropic answers with its dated id). */
   get model(): string {
     return this.options.model;
+  }
+
+  /** The most a call can count (src/ai/request.ts, promptTokensAtMost; MAX_TOKENS): what its greatest cost is reserved on. */
+  boundOf(ask: ClaudeAsk): { promptTokens: number; maxTokens: number } {
+    return { promptTokens: promptTokensAtMost(this.options.model, ask), maxTokens: this.options.maxTokens };
   }
 
   /** SYSTEM_PROMPT: what a number without a prompt of its own is told. */

@@ -44,3 +44,20 @@ export function estimateCostUsd(model: string, usage: Usage, overrides: PriceOve
     usage.outputTokens * price.output;
   return microDollars / 1_000_000;
 }
+
+/**
+ * The most a call can cost in USD, or undefined for a model without a price: its prompt at the
+ * dearest rate a prompt token is billed (an hour's cache write), in the long-prompt band when
+ * it may reach it, and `maxTokens` of output.
+ */
+export function greatestCostUsd(
+  model: string,
+  bound: { promptTokens: number; maxTokens: number },
+  overrides: PriceOverrides = NO_OVERRIDES,
+): number | undefined {
+  const known = pricingOf(model, overrides);
+  if (!known) return undefined;
+  const price = known.longPrompt && bound.promptTokens > known.longPrompt.aboveTokens ? known.longPrompt.prices : known.prices;
+  const promptRate = Math.max(price.input, price.cacheWrite5m, price.cacheWrite1h, price.cacheRead);
+  return (bound.promptTokens * promptRate + bound.maxTokens * price.output) / 1_000_000;
+}

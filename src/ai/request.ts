@@ -67,6 +67,26 @@ function documentTokens(model: string, document: Extract<ClaudeKnowledge, { kind
   return Math.ceil(((document.base64?.length ?? 0) * 0.75) / 3000) * PDF_PAGE_IMAGE_TOKENS;
 }
 
+/** What Anthropic counts for an image at most: a larger one is scaled down to about 1.15 megapixels first. */
+const IMAGE_TOKENS_AT_MOST = 1600;
+
+/**
+ * The most tokens the prompt of this call can count, for reserving its greatest cost before
+ * it is made (the daily budget): every token is at least one byte of the request's text, so
+ * its UTF-8 size bounds them; an image adds at most IMAGE_TOKENS_AT_MOST, a PDF each page's
+ * image and its 3 KB of text.
+ */
+export function promptTokensAtMost(model: string, ask: ClaudeAsk): number {
+  let media = 0;
+  const text = JSON.stringify(assembleRequest(model, ask), function (this: Record<string, unknown>, key, value) {
+    if (key !== "data" || this.type !== "base64" || typeof value !== "string") return value;
+    const pages = Math.ceil((value.length * 0.75) / 3000);
+    media += this.media_type === "application/pdf" ? pages * (PDF_PAGE_IMAGE_TOKENS + 3000) : IMAGE_TOKENS_AT_MOST;
+    return "";
+  });
+  return Buffer.byteLength(text) + media;
+}
+
 function documentBlock(document: Extract<ClaudeKnowledge, { kind: "documents" }>["documents"][number]): Anthropic.DocumentBlockParam {
   const source: Anthropic.DocumentBlockParam["source"] =
     document.mediaType === "application/pdf"

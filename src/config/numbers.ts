@@ -17,8 +17,11 @@ const numberSettingsSchema = z
       .optional(),
     knowledgeDir: z.string().min(1).optional(),
     toolsFile: z.string().min(1).optional(),
-    /** What the number may spend in a UTC day, in META_RATES_FILE's currency (Claude's USD added in). */
-    dailyBudget: z.number().positive().finite().optional(),
+    /** What the number may spend on Claude in a UTC day, in USD (Meta's charges are in another currency, never added). */
+    dailyBudget: z
+      .object({ usd: z.number().positive().finite() }, { error: 'must be { "usd": <amount> }: the budget names its currency (Claude is billed in USD)' })
+      .strict()
+      .optional(),
   })
   .strict();
 const numbersFileSchema = z.record(z.string(), numberSettingsSchema);
@@ -37,8 +40,8 @@ export interface NumberSettings {
   readonly knowledgeDir?: string;
   /** The file of the business's HTTP endpoints Claude may call (src/tools/tools-file.ts reads it at start-up): absolute, and as written. */
   readonly toolsFile?: { readonly path: string; readonly given: string };
-  /** Once the UTC day's spend reaches it, new answers go to staff, not to Claude. */
-  readonly dailyBudget?: number;
+  /** Once the UTC day's Claude calls reach it (in USD), new answers go to staff, not to Claude. */
+  readonly dailyBudget?: { readonly usd: number };
 }
 
 export function loadNumbers(path: string, problems: string[]): ReadonlyMap<string, NumberSettings> {

@@ -2,11 +2,11 @@ import { estimateCostUsd, NO_OVERRIDES, type PriceOverrides, type Usage } from "
 import type { Db } from "../db/client.ts";
 
 /**
- * The cost ledger (issue 20), per business number and UTC day, read from what the reply path
- * already stores: Claude's tokens and their price on each reply (its stored steps' when it
- * never got a draft), and on each part Meta took, the `pricing` its status webhooks gave,
- * recorded once (src/state/parts.ts, recordPartPricing). A reply counts on the day it
- * was made; a part on the day Meta took it.
+ * The cost ledger (issue 20), per business number and UTC day: every Claude call as the
+ * ledger of calls holds it (src/state/claude-calls.ts: a row per call, paid for, priced as it
+ * answered), and on each part Meta took, the `pricing` its status webhooks gave, recorded once
+ * (src/state/parts.ts, recordPartPricing). A call counts on the day it was made; a reply on the
+ * day it was made; a part on the day Meta took it.
  */
 
 export interface CostDay {
@@ -24,8 +24,8 @@ export interface CostDay {
     claudeUsd: number;
     /** In META_RATES_FILE's currency. */
     meta: number;
-    /** Not in the amounts above: replies whose model has no price, billed messages the rate card does not price. */
-    unpriced: { claudeReplies: number; metaMessages: number };
+    /** Not in the amounts above: Claude calls whose model has no price or whose answer never came (they may be billed), billed messages the rate card does not price. */
+    unpriced: { claudeCalls: number; metaMessages: number };
   };
 }
 
@@ -38,7 +38,7 @@ const emptyDay = (phoneNumberId: string, day: string): CostDay => ({
   parts: 0,
   messages: { billable: {}, free: {} },
   tokens: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0 },
-  amounts: { claudeUsd: 0, meta: 0, unpriced: { claudeReplies: 0, metaMessages: 0 } },
+  amounts: { claudeUsd: 0, meta: 0, unpriced: { claudeCalls: 0, metaMessages: 0 } },
 });
 
 /** A UTC day as YYYY-MM-DD. */
@@ -46,18 +46,20 @@ export const utcDay = (at: Date): string => at.toISOString().slice(0, 10);
 const startOf = (day: string) => new Date(`${day}T00:00:00.000Z`);
 const DAY_MS = 86_400_000;
 
-interface ReplyRow {
+/** A number's Claude calls of one UTC day, from the ledger (src/state/claude-calls.ts). */
+interface CallGroup {
   phoneNumberId: string;
   day: string;
-  model: string | null;
-  inputTokens: number | null;
-  outputTokens: number | null;
-  cacheReadTokens: number | null;
-  cacheCreationTokens: number | null;
-  cacheCreation1hTokens: number | null;
-  costUsd: number | null;
-  /** Only for a reply without stored tokens: its stored Claude steps, each a paid call. */
-  steps: ({ model: string } & Required<Usage>)[] | null;
+  input: number;
+  output: number;
+  cacheRead: number;
+  cacheWrite: number;
+  /** Priced as each answered. */
+  costUsd: number;
+  /** Made and never answered (or still in flight): they may be billed, and their usage is unknown. */
+  unanswered: number;
+  /** Answered by a model that had no price then: priced now, if it has one. */
+  unpriced: ({ model: string } & Required<Usage>)[] | null;
 }
 
 interface PartGroup {
@@ -82,18 +84,24 @@ export async function costsByDay(
   const since = startOf(range.from);
   const until = new Date(startOf(range.to).getTime() + DAY_MS);
   const number = range.phoneNumberId ?? null;
-  const [replies, parts] = await Promise.all([
-    db.$queryRaw<ReplyRow[]>`
-      SELECT c.phone_number_id AS "phoneNumberId", to_char(r.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day, r.model,
-             r.input_tokens AS "inputTokens", r.output_tokens AS "outputTokens", r.cache_read_tokens AS "cacheReadTokens",
-             r.cache_creation_tokens AS "cacheCreationTokens", r.cache_creation_1h_tokens AS "cacheCreation1hTokens", r.claude_cost_usd AS "costUsd",
-             CASE WHEN r.input_tokens IS NULL THEN (
-               SELECT jsonb_agg(jsonb_build_object('model', s.model, 'inputTokens', s.input_tokens, 'outputTokens', s.output_tokens,
-                 'cacheReadTokens', s.cache_read_tokens, 'cacheCreationTokens', s.cache_creation_tokens, 'cacheCreation1hTokens', s.cache_creation_1h_tokens))
-               FROM claude_steps s WHERE s.reply_id = r.id) END AS steps
+  const [replies, calls, parts] = await Promise.all([
+    db.$queryRaw<{ phoneNumberId: string; day: string; count: number }[]>`
+      SELECT c.phone_number_id AS "phoneNumberId", to_char(r.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day, count(*)::int AS count
       FROM replies r JOIN conversations c ON c.id = r.conversation_id
       WHERE r.created_at >= ${since}::timestamptz AND r.created_at < ${until}::timestamptz
-        AND (${number}::text IS NULL OR c.phone_number_id = ${number}::text)`,
+        AND (${number}::text IS NULL OR c.phone_number_id = ${number}::text)
+      GROUP BY 1, 2`,
+    db.$queryRaw<CallGroup[]>`
+      SELECT phone_number_id AS "phoneNumberId", to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day,
+             COALESCE(sum(input_tokens), 0)::float8 AS input, COALESCE(sum(output_tokens), 0)::float8 AS output,
+             COALESCE(sum(cache_read_tokens), 0)::float8 AS "cacheRead", COALESCE(sum(cache_creation_tokens), 0)::float8 AS "cacheWrite",
+             COALESCE(sum(cost_usd), 0)::float8 AS "costUsd", (count(*) FILTER (WHERE state IN ('reserved', 'unknown')))::int AS unanswered,
+             jsonb_agg(jsonb_build_object('model', model, 'inputTokens', input_tokens, 'outputTokens', output_tokens, 'cacheReadTokens', cache_read_tokens,
+               'cacheCreationTokens', cache_creation_tokens, 'cacheCreation1hTokens', cache_creation_1h_tokens))
+               FILTER (WHERE state = 'answered' AND cost_usd IS NULL) AS unpriced
+      FROM claude_calls
+      WHERE created_at >= ${since}::timestamptz AND created_at < ${until}::timestamptz AND (${number}::text IS NULL OR phone_number_id = ${number}::text)
+      GROUP BY 1, 2`,
     db.$queryRaw<PartGroup[]>`
       SELECT c.phone_number_id AS "phoneNumberId", to_char(p.accepted_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day,
              p.pricing_category AS category, p.billable, count(*)::int AS count, sum(p.meta_amount)::float8 AS amount,
@@ -112,21 +120,22 @@ export async function costsByDay(
     return found;
   };
 
-  for (const reply of replies) {
-    const day = dayOf(reply.phoneNumberId, reply.day);
-    day.replies++;
-    const calls = claudeCalls(reply);
-    if (calls.length === 0) continue;
-    for (const call of calls) {
-      day.tokens.input += call.inputTokens;
-      day.tokens.output += call.outputTokens;
-      day.tokens.cacheRead += call.cacheReadTokens;
-      day.tokens.cacheWrite += call.cacheCreationTokens;
+  for (const group of replies) dayOf(group.phoneNumberId, group.day).replies += group.count;
+
+  for (const group of calls) {
+    const day = dayOf(group.phoneNumberId, group.day);
+    day.tokens.input += group.input;
+    day.tokens.output += group.output;
+    day.tokens.cacheRead += group.cacheRead;
+    day.tokens.cacheWrite += group.cacheWrite;
+    day.amounts.claudeUsd += group.costUsd;
+    day.amounts.unpriced.claudeCalls += group.unanswered;
+    // Answered by a model that had no price then: priced now when MODEL_PRICES_FILE has added it.
+    for (const call of group.unpriced ?? []) {
+      const cost = estimateCostUsd(call.model, call, prices);
+      if (cost === undefined) day.amounts.unpriced.claudeCalls++;
+      else day.amounts.claudeUsd += cost;
     }
-    // Priced as it answered; else (a reply from before the ledger, a draft kept through an outage, steps alone) priced now.
-    const costs = reply.costUsd !== null ? [reply.costUsd] : calls.map((call) => estimateCostUsd(call.model, call, prices));
-    if (costs.some((cost) => cost === undefined)) day.amounts.unpriced.claudeReplies++;
-    day.amounts.claudeUsd += costs.reduce<number>((sum, cost) => sum + (cost ?? 0), 0);
   }
 
   for (const group of parts) {
@@ -142,23 +151,6 @@ export async function costsByDay(
   return [...days.values()].sort((a, b) => a.day.localeCompare(b.day) || a.phoneNumberId.localeCompare(b.phoneNumberId));
 }
 
-/** A reply's paid Claude calls: the reply's summed usage when it has a draft, else its stored steps. */
-function claudeCalls(reply: ReplyRow): ({ model: string } & Usage)[] {
-  if (reply.inputTokens !== null && reply.model !== null) {
-    return [
-      {
-        model: reply.model,
-        inputTokens: reply.inputTokens,
-        outputTokens: reply.outputTokens ?? 0,
-        cacheReadTokens: reply.cacheReadTokens ?? 0,
-        cacheCreationTokens: reply.cacheCreationTokens ?? 0,
-        cacheCreation1hTokens: reply.cacheCreation1hTokens ?? 0,
-      },
-    ];
-  }
-  return reply.steps ?? [];
-}
-
 /** The days' figures added up. */
 export function totalOf(days: readonly CostDay[]): CostTotals {
   const { phoneNumberId: _n, day: _d, ...total } = emptyDay("", "");
@@ -171,25 +163,8 @@ export function totalOf(days: readonly CostDay[]): CostTotals {
     for (const kind of ["input", "output", "cacheRead", "cacheWrite"] as const) total.tokens[kind] += day.tokens[kind];
     total.amounts.claudeUsd += day.amounts.claudeUsd;
     total.amounts.meta += day.amounts.meta;
-    total.amounts.unpriced.claudeReplies += day.amounts.unpriced.claudeReplies;
+    total.amounts.unpriced.claudeCalls += day.amounts.unpriced.claudeCalls;
     total.amounts.unpriced.metaMessages += day.amounts.unpriced.metaMessages;
   }
   return total;
-}
-
-/**
- * What one business number has spent on the UTC day of `now`, for a daily budget: Meta's
- * amount in the rate card's currency and Claude's in USD (add them only where the card is in
- * USD), with what could not be priced.
- */
-export async function spentToday(
-  db: Db,
-  phoneNumberId: string,
-  now: Date,
-  prices: PriceOverrides = NO_OVERRIDES,
-): Promise<{ day: string; claudeUsd: number; meta: number; unpriced: CostDay["amounts"]["unpriced"] }> {
-  const day = utcDay(now);
-  const [today] = await costsByDay(db, { from: day, to: day, phoneNumberId }, prices);
-  const { amounts } = today ?? emptyDay(phoneNumberId, day);
-  return { day, claudeUsd: amounts.claudeUsd, meta: amounts.meta, unpriced: amounts.unpriced };
 }

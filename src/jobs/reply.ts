@@ -2,7 +2,6 @@ import { randomUUID } from "node:crypto";
 import { type Job, RateLimitError } from "bullmq";
 import type { ClaudeClient, GeneratedReply } from "../ai/claude.ts";
 import type { Config } from "../config/config.ts";
-import { assertWithinBudget } from "../costs/budget.ts";
 import type { Db } from "../db/client.ts";
 import { countHandoff, recordDeadLetter } from "../dlq/dead-letters.ts";
 import { FencedOut, PermanentError, Postpone, RetryableError } from "../errors.ts";
@@ -10,7 +9,15 @@ import type { Logger } from "../logger.ts";
 import type { Metrics } from "../metrics/metrics.ts";
 import type { ReplyJobData } from "../queue/catalog.ts";
 import { type Queues, scheduleReply } from "../queue/queues.ts";
-import { type GenerationDeps, type GenerationSettings, generationBudgetMs, type ReplyCost, type Written, writeAnswer } from "../replies/generation.ts";
+import {
+  type GenerationDeps,
+  type GenerationSettings,
+  generationBudgetMs,
+  type ReplyCost,
+  settleAnswer,
+  type Written,
+  writeAnswer,
+} from "../replies/generation.ts";
 import { templateInstead } from "../replies/template-instead.ts";
 import { hearVoiceNotes, type VoiceNoteDeps } from "../replies/voice-notes.ts";
 import { type BeginSettings, type Begun, beginReply, type ConversationView } from "../state/conversations.ts";
@@ -203,8 +210,6 @@ async function completeReply(
   const { lease, conversation, reply, planned } = begun;
   // Sends Meta took while the database was away, recorded first: they must not go out again.
   for (const [partId, wamid] of Object.entries(data.accepted ?? {})) await markAccepted(deps.db, partId, wamid, deps.clock.now());
-  // A new answer for a number past its daily budget goes to staff instead of Claude.
-  if (planned && reply.state === "generating" && reply.kind === "ai") await assertWithinBudget(deps.db, config, conversation.phoneNumberId, deps.clock.now());
   // Read and "typing…" for what this reply answers, beside the reply path: while Claude writes,
   // never in front of it. Best effort: a failed receipt must never block the reply.
   if (planned) showTyping(deps, conversation, planned.messages.at(-1)!.wamid, log);
@@ -212,11 +217,11 @@ async function completeReply(
   let outbox: Outbox | undefined;
   // Checked before Claude is paid for a reply that could not be sent anyway, and again after.
   if (!windowOpen(conversation.lastInboundAt, deps.clock.now()))
-    await templateInstead(deps.db, config.numbers, lease, conversation, reply.id, log, deps.clock.now());
+    await templateInstead(deps.db, config.numbers, lease, conversation, reply, log, deps.clock.now());
   else if (reply.state === "generating") {
     const written: Written =
       kept?.replyId === reply.id
-        ? { kind: "draft", draft: kept }
+        ? { kind: "draft", draft: kept, lastCall: kept.lastCall }
         : await writeAnswer(deps, config, begun, armedAt, log, {
             kept: data.step,
             keep: async (step) => {
@@ -224,6 +229,8 @@ async function completeReply(
               log.warn({ event: "reply.step_kept_in_job", step: step.step }, "database unavailable; Claude's step is kept in the job until it can be stored");
             },
           });
+    // A draft kept through an outage: its call's row in the ledger is settled now (again is harmless).
+    if (written.kind === "draft" && written.draft === kept && written.lastCall) await settleAnswer(deps, config, written.lastCall);
     let stored: Awaited<ReturnType<typeof storeDraft>>;
     try {
       stored =
@@ -239,7 +246,7 @@ async function completeReply(
     } catch (error) {
       // Paid for: if Postgres cannot take it now, Redis keeps it until it can (law 4).
       if (isInfrastructureFailure(error) && written.kind === "draft" && written.draft !== kept) {
-        await keep({ draft: { replyId: reply.id, ...written.draft } });
+        await keep({ draft: { replyId: reply.id, ...written.draft, lastCall: written.lastCall } });
         log.warn({ event: "reply.draft_kept_in_job" }, "database unavailable; Claude's answer is kept in the job until it can be stored");
       }
       throw error;
@@ -255,7 +262,7 @@ async function completeReply(
     // Overtaken while Claude wrote: the answer is stored for the run that holds the conversation now, which sends it.
     if (!stored.held) throw new FencedOut(`conversation ${lease.conversationId} was taken over while Claude wrote; its answer is stored for the new holder`);
     if (!windowOpen(stored.lastInboundAt, deps.clock.now())) {
-      await templateInstead(deps.db, config.numbers, lease, { ...conversation, lastInboundAt: stored.lastInboundAt }, reply.id, log, deps.clock.now());
+      await templateInstead(deps.db, config.numbers, lease, { ...conversation, lastInboundAt: stored.lastInboundAt }, reply, log, deps.clock.now());
     } else outbox = stored.outbox;
   }
   const sent = await sendParts(deps, config, lease, conversation, outbox ?? (await unsentParts(deps.db, reply.id)), keep, log);

@@ -66,6 +66,8 @@ const SCHEMAS = {
         // Its price as Claude answered (issue 20), so a draft kept through an outage is priced as any other.
         costUsd: z.number().nonnegative().optional(),
         citations: z.array(z.object({ source: z.string(), title: z.string().nullable(), citedText: z.string(), location: z.string().nullable() })).optional(),
+        // The call that wrote it, to settle its row in the ledger when the draft is stored.
+        lastCall: z.object({ callId: uuid, usage: usage.extend({ cacheCreation1hTokens: tokens }) }).optional(),
       })
       .optional(),
     // A Claude call of a tool loop (a step asking for tools), kept the same way when Postgres
@@ -78,6 +80,8 @@ const SCHEMAS = {
         content: z.array(z.looseObject({ type: z.string() })),
         stopReason: z.string(),
         usage: usage.extend({ cacheCreation1hTokens: tokens }),
+        // Its row in the ledger, settled when the step is stored.
+        callId: uuid.optional(),
       })
       .optional(),
     // Parts Meta took (part id → wamid) while Postgres could not record it: recorded first when it can (law 5).

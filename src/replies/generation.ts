@@ -1,15 +1,18 @@
+import { randomUUID } from "node:crypto";
 import { setTimeout } from "node:timers/promises";
-import { type ClaudeAnswer, type ClaudeClient, citationsOf, type GeneratedReply, type ToolUse, textOf, toolUsesOf } from "../ai/claude.ts";
-import { estimateCostUsd, type PriceOverrides } from "../ai/pricing.ts";
+import { type CallUsage, type ClaudeAnswer, type ClaudeClient, citationsOf, type GeneratedReply, type ToolUse, textOf, toolUsesOf } from "../ai/claude.ts";
+import { estimateCostUsd, greatestCostUsd, type PriceOverrides } from "../ai/pricing.ts";
 import type { ChatTurn, ClaudeKnowledge, ToolResult } from "../ai/request.ts";
 import type { Clock } from "../clock.ts";
 import type { Config } from "../config/config.ts";
+import { budgetSpent } from "../costs/budget.ts";
 import { type Db, isDatabaseUnavailable } from "../db/client.ts";
 import { countDeadLetter } from "../dlq/dead-letters.ts";
 import { FencedOut, PermanentError, Postpone, RetryableError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
 import { countClaudeCall, type Metrics } from "../metrics/metrics.ts";
 import type { KeptStep } from "../queue/catalog.ts";
+import { closeClaudeCall, reserveClaudeCall, settleClaudeCall } from "../state/claude-calls.ts";
 import type { Begun } from "../state/conversations.ts";
 import { type QuestionMessage, readHistory } from "../state/history.ts";
 import { armGeneration, releaseGeneration } from "../state/replies.ts";
@@ -82,7 +85,10 @@ export interface StepKeeping {
  * What Claude's work came to: the answer to send, or the customer handed to a person (the
  * caller words it: HANDOFF_REPLY), with what the calls that decided it cost.
  */
-export type Written = { kind: "draft"; draft: GeneratedReply } | { kind: "handoff"; reason: string; toolUseId: string; cost: ReplyCost };
+export type Written =
+  /** `lastCall`: the call that wrote the draft, for the ledger (settled again if the draft is kept through an outage). */
+  | { kind: "draft"; draft: GeneratedReply; lastCall?: { callId: string; usage: CallUsage } | undefined }
+  | { kind: "handoff"; reason: string; toolUseId: string; cost: ReplyCost };
 
 /**
  * The calls' usage summed: the stored steps', and the last call's when it was not stored as
@@ -131,6 +137,20 @@ export async function writeAnswer(
 }
 
 const wordsOf = (messages: readonly QuestionMessage[]) => messages.flatMap((m) => (m.text ? [m.text] : [])).join("\n");
+
+/** Settles a call's ledger row (state/claude-calls.ts) from its answer; Postgres being away leaves it reserved for the answer's keeper. */
+export async function settleAnswer(
+  deps: Pick<GenerationDeps, "db" | "clock">,
+  settings: Pick<GenerationSettings, "modelPrices">,
+  answer: { callId?: string | undefined; usage: CallUsage },
+): Promise<void> {
+  if (!answer.callId) return; // kept before the ledger
+  try {
+    await settleClaudeCall(deps.db, answer.callId, answer.usage, estimateCostUsd(answer.usage.model, answer.usage, settings.modelPrices), deps.clock.now());
+  } catch (error) {
+    if (!isDatabaseUnavailable(error)) throw error;
+  }
+}
 
 /** Repeats of an unsure tool call wait this long at first, doubling up to TOOL_RETRY_MAX_MS, within TOOL_MAX_MS. */
 const TOOL_RETRY_FIRST_MS = 250;
@@ -206,8 +226,8 @@ class ToolLoop {
       const kept = this.keeping.kept;
       const answer: ClaudeAnswer =
         kept?.replyId === reply.id && kept.step === steps.length
-          ? kept
-          : await this.call({
+          ? await this.settled(kept)
+          : await this.call(steps.length, {
               systemPrompt: this.settings.numbers.get(conversation.phoneNumberId)?.systemPrompt ?? this.deps.claude.systemPrompt,
               knowledge,
               tools: this.tools,
@@ -249,7 +269,7 @@ class ToolLoop {
           await releaseGeneration(this.deps.db, reply.id, this.lastDeadline!);
           continue;
         default:
-          return { kind: "draft", draft: this.draftOf(answer, steps) };
+          return { kind: "draft", draft: this.draftOf(answer, steps), lastCall: answer.callId ? { callId: answer.callId, usage: answer.usage } : undefined };
       }
     }
   }
@@ -404,11 +424,21 @@ class ToolLoop {
   }
 
   /**
+   * The answer's ledger row settled to the usage Anthropic answered with. While Postgres is
+   * away it stays reserved (counted at its greatest cost), and the answer, kept in the job
+   * with its call's id, settles it when the database is back.
+   */
+  private async settled(answer: ClaudeAnswer): Promise<ClaudeAnswer> {
+    await settleAnswer(this.deps, this.settings, answer);
+    return answer;
+  }
+
+  /**
    * One Claude call, armed first: a run that did not just bind the reply sets its deadline
    * anew, waiting out a call another run may still be waiting on; the call starts only well
    * before the deadline by this run's own clock; one that ends without an answer releases it.
    */
-  private async call(ask: Parameters<ClaudeClient["ask"]>[0]): Promise<ClaudeAnswer> {
+  private async call(step: number, ask: Parameters<ClaudeClient["ask"]>[0]): Promise<ClaudeAnswer> {
     const { lease, reply, conversation } = this.begun;
     let armed = this.armed;
     this.armed = undefined;
@@ -433,16 +463,38 @@ class ToolLoop {
       });
     }
     const asked = { phoneNumberId: conversation.phoneNumberId, model: this.deps.claude.model };
+    const callId = randomUUID();
+    const reserved = await reserveClaudeCall(
+      this.deps.db,
+      {
+        id: callId,
+        phoneNumberId: conversation.phoneNumberId,
+        replyId: reply.id,
+        step,
+        model: asked.model,
+        reservedUsd: greatestCostUsd(asked.model, this.deps.claude.boundOf(ask), this.settings.modelPrices),
+        budgetUsd: this.settings.numbers.get(conversation.phoneNumberId)?.dailyBudget?.usd,
+      },
+      this.deps.clock.now(),
+    );
+    if (!reserved.ok) {
+      await releaseGeneration(this.deps.db, reply.id, deadline);
+      throw budgetSpent(this.settings.numbers.get(conversation.phoneNumberId)!.dailyBudget!.usd, reserved);
+    }
     let answer: ClaudeAnswer;
     try {
-      answer = await this.deps.claude.ask(ask);
+      answer = { ...(await this.deps.claude.ask(ask)), callId };
     } catch (error) {
       const timedOut = error instanceof RetryableError && error.code === "timeout";
       countClaudeCall(this.deps.metrics, asked, { error: { retryable: !(error instanceof PermanentError), timedOut } }, this.settings.modelPrices);
       if (timedOut) this.log.warn({ event: "reply.claude_timeout" }, "Claude did not answer in time; the call may be billed, and a retry is another");
+      // An error Anthropic answered (a status) is not billed; no answer at all may be.
+      const answered = error instanceof RetryableError || error instanceof PermanentError ? /^\d+$/.test(error.code ?? "") : false;
+      await closeClaudeCall(this.deps.db, callId, answered ? "refused" : "unknown", this.deps.clock.now()).catch(() => undefined); // counted at its reservation
       await releaseGeneration(this.deps.db, reply.id, deadline).catch(() => undefined); // at worst the retry waits for the deadline
       throw error;
     }
+    await this.settled(answer);
     countClaudeCall(this.deps.metrics, asked, { ok: { ...answer.usage, text: "" } }, this.settings.modelPrices);
     this.log.info(
       {

@@ -19,10 +19,20 @@ export async function templateInstead(
   numbers: Config["numbers"],
   lease: Lease,
   conversation: ConversationView,
-  replyId: string,
+  reply: { id: string; kind: string },
   log: Logger,
   now: Date,
 ): Promise<void> {
+  // A holding message ("a person will get back to you") is only worth saying inside the window:
+  // dropped (it joins its item's history), never turned into a paid template.
+  if (reply.kind === "holding")
+    throw new PermanentError({
+      source: "window",
+      code: "window_closed",
+      reason: "The 24-hour customer-service window closed before the holding reply went out: it is dropped, not sent as a paid template",
+      detail: { lastInboundAt: conversation.lastInboundAt?.toISOString() },
+    });
+  const replyId = reply.id;
   if (await awaitsChosenTemplate(db, replyId)) return;
   const template: NumberSettings["windowClosedTemplate"] = numbers.get(conversation.phoneNumberId)?.windowClosedTemplate;
   if (!template) {

@@ -96,16 +96,22 @@ async function deadLetterIn(tx: Tx, input: DeadLetterInput, holder: DeadLetterHo
     data: { conversationId: input.conversationId, replyId: input.replyId, dedupKey: input.dedupKey, attempts: input.attempts, ...failure, createdAt: now },
     select: { id: true },
   });
-  const holding = dead.kind !== "holding" && input.holdingReply ? await sayHolding(tx, input.conversationId, letter.id, input.holdingReply, now) : false;
+  const holding =
+    dead.kind !== "holding" && input.holdingReply
+      ? await sayHolding(tx, input.conversationId, letter.id, input.holdingReply, { onceToday: failure.source === "budget" }, now)
+      : false;
   return { id: letter.id, created: true, holding };
 }
 
 /**
  * The holding reply of a new item, when the customer can still be written to and nobody else
- * speaks to them; true when it was made. Its words are in the item's history.
+ * speaks to them; true when it was made. Its words are in the item's history. `onceToday`
+ * (a spent daily budget, which stops every new answer until the next UTC day): only when no
+ * earlier budget item of the conversation said it that day, so a customer writing on hears it once.
  */
-async function sayHolding(tx: Tx, conversationId: string, deadLetterId: string, text: string, now: Date): Promise<boolean> {
+async function sayHolding(tx: Tx, conversationId: string, deadLetterId: string, text: string, options: { onceToday: boolean }, now: Date): Promise<boolean> {
   const windowFrom = new Date(now.getTime() - SERVICE_WINDOW_MS);
+  const today = new Date(`${now.toISOString().slice(0, 10)}T00:00:00.000Z`);
   const [made] = await tx.$queryRaw<{ id: string }[]>`
     WITH reachable AS (
       SELECT id FROM conversations
@@ -113,6 +119,9 @@ async function sayHolding(tx: Tx, conversationId: string, deadLetterId: string, 
         AND (paused_until IS NULL OR paused_until <= ${now}::timestamptz)
         -- One holding message waiting to go out says it for every item opened meanwhile.
         AND NOT EXISTS (SELECT 1 FROM replies r WHERE r.conversation_id = conversations.id AND r.kind = 'holding' AND r.state = 'ready')
+        AND NOT (${options.onceToday} AND EXISTS (
+          SELECT 1 FROM dead_letters d WHERE d.conversation_id = conversations.id AND d.source = 'budget'
+            AND d.holding_reply_id IS NOT NULL AND d.created_at >= ${today}::timestamptz))
     ),
     made AS (
       INSERT INTO replies (id, conversation_id, kind, state, text, updated_at)

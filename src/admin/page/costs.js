@@ -20,7 +20,7 @@ const byCategory = (counts) =>
 function cells(figures, rateCard) {
   const { tokens, amounts } = figures;
   const unpricedMeta = amounts.unpriced.metaMessages ? ` (${amounts.unpriced.metaMessages} not priced)` : "";
-  const unpricedClaude = amounts.unpriced.claudeReplies ? ` (${amounts.unpriced.claudeReplies} not priced)` : "";
+  const unpricedClaude = amounts.unpriced.claudeCalls ? ` (${amounts.unpriced.claudeCalls} not priced)` : "";
   return [
     h("td", { class: "num" }, whole.format(figures.replies)),
     h("td", { class: "num" }, whole.format(figures.parts)),

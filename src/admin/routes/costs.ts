@@ -51,8 +51,10 @@ const figures = {
     claudeUsd: z.number().describe("Claude's calls in USD (src/ai/models.ts's prices, or MODEL_PRICES_FILE's)"),
     meta: z.number().describe("Meta's billed messages, in META_RATES_FILE's currency (0 without a rate card)"),
     unpriced: z
-      .object({ claudeReplies: count, metaMessages: count })
-      .describe("left out of the amounts: replies whose model has no price; billed messages the rate card does not price"),
+      .object({ claudeCalls: count, metaMessages: count })
+      .describe(
+        "left out of the amounts: Claude calls whose model has no price or whose answer never came (they may be billed); billed messages the rate card does not price",
+      ),
   }),
 };
 

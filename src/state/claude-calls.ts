@@ -1,0 +1,81 @@
+import type { CallUsage } from "../ai/claude.ts";
+import type { Db } from "../db/client.ts";
+
+/**
+ * The ledger of Claude calls (issue 32.6–7): a row per call, made before the call and settled
+ * after, so every paid call is counted, also one whose answer was lost, one a regenerate
+ * replaced and one that only said the prompt was too long.
+ *
+ *   (reserveClaudeCall) reserved, with the call's greatest cost    (it may be billed from now on)
+ *   reserved | unknown ─settleClaudeCall─▶ answered, its usage as Anthropic answered
+ *   reserved ─closeClaudeCall─▶ refused (Anthropic answered an error: not billed)
+ *                             | unknown (no answer: it may be billed; counted at its reservation)
+ *
+ * A row never settled (the worker died mid-call) stays reserved, counted at its reservation:
+ * the ledger may overstate a lost call, never understate one.
+ */
+
+export interface ClaudeCallPlan {
+  id: string;
+  phoneNumberId: string;
+  replyId: string;
+  step: number;
+  model: string;
+  /** The call's greatest cost in USD (src/ai/pricing.ts, greatestCostUsd); undefined for a model without a price. */
+  reservedUsd: number | undefined;
+  /** The number's daily budget in USD: the call is made only while the UTC day's spend is below it. */
+  budgetUsd?: number | undefined;
+}
+
+export type Reserved = { ok: true } | { ok: false; refused: "budget"; spentUsd: number; day: string };
+
+/**
+ * What a number's calls of one UTC day count for: as answered, or, for a call in flight or
+ * never answered, its reservation.
+ */
+const SPENT = `COALESCE(sum(CASE WHEN state = 'answered' THEN COALESCE(cost_usd, 0)
+                               WHEN state IN ('reserved', 'unknown') THEN COALESCE(reserved_usd, 0) ELSE 0 END), 0)::float8`;
+
+/**
+ * Reserves a call. With a budget, under a lock per number, so concurrent calls check one after
+ * the other and each sees the others' reservations: the day overshoots by at most one call.
+ */
+export async function reserveClaudeCall(db: Db, plan: ClaudeCallPlan, now: Date): Promise<Reserved> {
+  const insert = (tx: Pick<Db, "$executeRaw">) => tx.$executeRaw`
+    INSERT INTO claude_calls (id, phone_number_id, reply_id, round, step, model, reserved_usd, created_at)
+    SELECT ${plan.id}::uuid, ${plan.phoneNumberId}, r.id, r.round, ${plan.step}::int, ${plan.model}, ${plan.reservedUsd ?? null}::float8, ${now}::timestamptz
+    FROM replies r WHERE r.id = ${plan.replyId}::uuid`;
+  const budget = plan.budgetUsd;
+  if (budget === undefined) {
+    await insert(db);
+    return { ok: true };
+  }
+  const day = now.toISOString().slice(0, 10);
+  const since = new Date(`${day}T00:00:00.000Z`);
+  return db.$transaction(async (tx) => {
+    await tx.$executeRaw`SELECT pg_advisory_xact_lock(hashtextextended(${`claude_budget:${plan.phoneNumberId}`}, 0))`;
+    const [row] = await tx.$queryRawUnsafe<{ spent: number }[]>(
+      `SELECT ${SPENT} AS spent FROM claude_calls WHERE phone_number_id = $1 AND created_at >= $2::timestamptz AND created_at < $2::timestamptz + interval '1 day'`,
+      plan.phoneNumberId,
+      since,
+    );
+    const spentUsd = row?.spent ?? 0;
+    if (spentUsd >= budget) return { ok: false, refused: "budget", spentUsd, day } as const;
+    await insert(tx);
+    return { ok: true } as const;
+  });
+}
+
+/** reserved | unknown → answered: the usage as Anthropic answered, priced (null: a model without a price). Repeating it changes nothing. */
+export async function settleClaudeCall(db: Db, id: string, usage: CallUsage, costUsd: number | undefined, now: Date): Promise<void> {
+  await db.$executeRaw`
+    UPDATE claude_calls SET state = 'answered', model = ${usage.model}, input_tokens = ${usage.inputTokens}::int, output_tokens = ${usage.outputTokens}::int,
+      cache_read_tokens = ${usage.cacheReadTokens}::int, cache_creation_tokens = ${usage.cacheCreationTokens}::int,
+      cache_creation_1h_tokens = ${usage.cacheCreation1hTokens}::int, cost_usd = ${costUsd ?? null}::float8, settled_at = ${now}::timestamptz
+    WHERE id = ${id}::uuid AND state IN ('reserved', 'unknown')`;
+}
+
+/** reserved → refused (Anthropic answered with an error, which is not billed) or unknown (no answer came: it may be). */
+export async function closeClaudeCall(db: Db, id: string, state: "refused" | "unknown", now: Date): Promise<void> {
+  await db.$executeRaw`UPDATE claude_calls SET state = ${state}, settled_at = ${now}::timestamptz WHERE id = ${id}::uuid AND state = 'reserved'`;
+}
