@@ -72,6 +72,9 @@ async function writeFiles(dir: string, files: Record<string, string | Buffer>): 
   }
 }
 
+/** KNOWLEDGE_MAX_FILES's and KNOWLEDGE_MAX_BYTES's defaults (test/knowledge-folder.test.ts tests them). */
+const LIMITS = { maxFiles: 2_000, maxBytes: 50 * 1024 * 1024 };
+
 let numbers = 0;
 /** Each test its own business number: passages stored by one test are never another's. */
 function phoneNumberId(): string {
@@ -80,7 +83,7 @@ function phoneNumberId(): string {
 }
 
 async function open(deps: Partial<KnowledgeBaseDeps> & Pick<KnowledgeBaseDeps, "dirs">): Promise<KnowledgeBase> {
-  const knowledge = await startKnowledgeBase({ db, logger: pino({ level: "silent" }), tokenBudget: 30_000, pollMs: 50, ...deps });
+  const knowledge = await startKnowledgeBase({ db, logger: pino({ level: "silent" }), tokenBudget: 30_000, limits: LIMITS, pollMs: 50, ...deps });
   opened.push(knowledge);
   return knowledge;
 }
@@ -166,7 +169,7 @@ describe("the version", () => {
   it("changes exactly when a file is changed, added or removed, and is the same for every process reading the same files", async () => {
     const dir = await knowledgeDir({ "returns.md": "Returns within 30 days.", "faq/hours.txt": "9 to 18." });
     const logger = pino({ level: "silent" });
-    const reader = new KnowledgeDirectory(dir, logger);
+    const reader = new KnowledgeDirectory(dir, logger, LIMITS);
     const first = (await reader.scan()).version;
 
     expect((await reader.scan()).version).toBe(first);
@@ -190,7 +193,7 @@ describe("the version", () => {
 
     // Another process, another copy of the same files at another path: the same version.
     const copy = await knowledgeDir({ "returns.md": "Returns within 30 days.", "faq/hours.txt": "9 to 18." });
-    expect((await new KnowledgeDirectory(copy, logger).scan()).version).toBe(first);
+    expect((await new KnowledgeDirectory(copy, logger, LIMITS).scan()).version).toBe(first);
   });
 
   it("a change, an addition and a removal are served without a restart within 5 s (default polling)", async () => {

@@ -79,6 +79,8 @@ export interface Config {
   readonly knowledge: {
     /** Up to this many tokens, a number's knowledge goes to Claude whole; above it, the passages Postgres's full-text search finds. */
     readonly tokenBudget: number;
+    /** A knowledgeDir's caps: start-up refuses one past them, and a running process keeps its last reading within them. */
+    readonly limits: { readonly maxFiles: number; readonly maxBytes: number };
   };
   /** The business's own HTTP endpoints, run as Claude's client tools (each number's `toolsFile`; src/tools/). */
   readonly tools: {
@@ -241,7 +243,7 @@ export function readConfig(env: Record<string, string | undefined>, problems: st
     whatsapp: whatsappOf(e),
     anthropic: { ...anthropicOf(e), systemPrompt },
     priceFiles: { modelPrices: e.MODEL_PRICES_FILE || undefined, metaRates: e.META_RATES_FILE || undefined },
-    knowledge: { tokenBudget: e.KNOWLEDGE_TOKEN_BUDGET },
+    knowledge: { tokenBudget: e.KNOWLEDGE_TOKEN_BUDGET, limits: { maxFiles: e.KNOWLEDGE_MAX_FILES, maxBytes: e.KNOWLEDGE_MAX_BYTES } },
     tools: { maxSteps: e.TOOL_MAX_STEPS, maxMs: e.TOOL_MAX_MS, answerMaxBytes: e.TOOL_ANSWER_MAX_BYTES },
     numbers,
     servedNumbers: env.PHONE_NUMBERS_FILE ? new Set(numbers.keys()) : "every",

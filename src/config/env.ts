@@ -68,6 +68,9 @@ export const envSchema = z.object({
   HISTORY_TOKEN_BUDGET: int("HISTORY_TOKEN_BUDGET", 4000, 0, 150_000),
   // Claude's context is 200k tokens; beside history and the answer, this much knowledge fits whole.
   KNOWLEDGE_TOKEN_BUDGET: int("KNOWLEDGE_TOKEN_BUDGET", 30_000, 0, 150_000),
+  // A knowledgeDir's caps (src/knowledge/walk.ts): every byte of it is held in each worker's memory and indexed.
+  KNOWLEDGE_MAX_FILES: int("KNOWLEDGE_MAX_FILES", 2_000, 1, 1_000_000),
+  KNOWLEDGE_MAX_BYTES: int("KNOWLEDGE_MAX_BYTES", 50 * 1024 * 1024, 1024, 4 * 1024 * 1024 * 1024),
   TOOL_MAX_STEPS: int("TOOL_MAX_STEPS", 5, 1, 50),
   // All tool calls of one reply together: the customer waits for them.
   TOOL_MAX_MS: int("TOOL_MAX_MS", 30_000, 1000, 600_000),

@@ -1,15 +1,17 @@
 import { createHash } from "node:crypto";
-import type { BigIntStats, Dirent } from "node:fs";
-import { readdir, readFile, realpath, stat } from "node:fs/promises";
-import { join, relative, sep } from "node:path";
+import { type BigIntStats, constants } from "node:fs";
+import { readFile, stat } from "node:fs/promises";
 import type { Logger } from "../logger.ts";
 import { estimateTokens } from "./estimate.ts";
-import { type ExtractedContent, extractContent, formatOf, type KnowledgeFormat, UnreadableKnowledge } from "./extract.ts";
+import { type ExtractedContent, extractContent, UnreadableKnowledge } from "./extract.ts";
+import type { KnowledgeFormat } from "./formats.ts";
+import { byCodeUnits, type KnowledgeLimits, type KnowledgeListing, limitBreaches, listKnowledge, MAX_KNOWLEDGE_FILE_BYTES } from "./walk.ts";
 
 /**
  * One knowledgeDir, looked at again and again: which knowledge files it holds, what they say,
  * and a version that changes exactly when one of them is changed, added or removed. A file
- * is read again only when its size, times or inode say it changed.
+ * is read again only when its size, times or inode say it changed. Which files are read, and
+ * which are refused (a link leading outside the folder, a folder past its caps), is walk.ts's.
  */
 
 export interface KnowledgeFile {
@@ -28,12 +30,6 @@ export interface KnowledgeSnapshot {
 }
 
 /**
- * Claude takes at most 32 MB a request, PDFs included (as base64, a third larger): a file
- * larger than this could never be sent whole, and is more likely a mistake than knowledge.
- */
-export const MAX_KNOWLEDGE_FILE_BYTES = 16 * 1024 * 1024;
-
-/**
  * Mixed into every version: when the way files are read or split changes, a deploy changes
  * the versions, so passages indexed by older code are not taken for the new code's.
  */
@@ -49,28 +45,39 @@ interface Seen {
 
 interface Found {
   path: string;
+  /** The real path the walk checked is inside the folder. */
   absolute: string;
   format: KnowledgeFormat;
 }
 
+/**
+ * Read without following a link: the walk checked this path is no link and inside the folder,
+ * and one swapped for a link since (to lead outside) is refused (ELOOP), not followed.
+ */
+const READ_NO_LINK = constants.O_RDONLY | (constants.O_NOFOLLOW ?? 0);
+
 export class KnowledgeDirectory {
   private readonly seen = new Map<string, Seen>();
-  private readonly ignored = new Set<string>();
+  /** What the log last said of each path not read (a folder's ends in "/"). */
+  private said = new Map<string, string>();
+  private limitsSaid = "";
   private missingLogged = false;
   private snapshot: KnowledgeSnapshot = { version: "", files: [] };
 
   constructor(
     readonly dir: string,
     private readonly logger: Logger,
+    private readonly limits: KnowledgeLimits,
   ) {}
 
-  /** The directory as it is now; the very same object as last time when nothing changed. */
+  /** The directory as it is now; the very same object as last time when nothing changed, or when this reading is past the caps. */
   async scan(): Promise<KnowledgeSnapshot> {
-    const { found, notKnowledge } = await this.list();
+    const listing = await this.list();
+    if (this.pastLimits(listing)) return this.snapshot;
+    this.nameTheUnread(listing);
+    const found = listing.files.map(({ path, real, format }): Found => ({ path, absolute: real, format }));
     const present = new Set(found.map((entry) => entry.path));
     for (const path of this.seen.keys()) if (!present.has(path)) this.seen.delete(path);
-    // A file ignored, removed, then put back is named again.
-    for (const path of this.ignored) if (!notKnowledge.has(path)) this.ignored.delete(path);
     for (const entry of found) await this.look(entry);
 
     const paths = [...this.seen.keys()].sort(byCodeUnits);
@@ -109,7 +116,7 @@ export class KnowledgeDirectory {
     }
     let bytes: Buffer;
     try {
-      bytes = await readFile(absolute);
+      bytes = await readFile(absolute, { flag: READ_NO_LINK });
     } catch (error) {
       const code = (error as NodeJS.ErrnoException).code;
       if (code === "ENOENT") this.seen.delete(path);
@@ -139,55 +146,12 @@ export class KnowledgeDirectory {
     this.seen.set(path, { stamp, fingerprint, file: undefined });
   }
 
-  /** Every knowledge file under the directory, following symbolic links (a Kubernetes ConfigMap is made of them). */
-  private async list(): Promise<{ found: Found[]; notKnowledge: Set<string> }> {
-    const found: Found[] = [];
-    const notKnowledge = new Set<string>();
-    const visited = new Set<string>();
-    const walk = async (dir: string): Promise<void> => {
-      let entries: Dirent[];
-      try {
-        const real = await realpath(dir);
-        // A link back up the tree would otherwise be followed forever.
-        if (visited.has(real)) return;
-        visited.add(real);
-        entries = await readdir(dir, { withFileTypes: true });
-      } catch (error) {
-        if (dir === this.dir) throw error;
-        this.logger.warn(
-          { event: "knowledge.folder_skipped", dir: this.dir, folder: relativePath(this.dir, dir), reason: (error as NodeJS.ErrnoException).code },
-          "knowledge folder skipped",
-        );
-        return;
-      }
-      for (const entry of entries) {
-        // Hidden: editors' swap files, .git, .DS_Store, and a ConfigMap's own ..data folders
-        // (the files it mounts are links into them, found by their own names).
-        if (entry.name.startsWith(".")) continue;
-        const absolute = join(dir, entry.name);
-        const path = relativePath(this.dir, absolute);
-        const kind = entry.isSymbolicLink()
-          ? await this.linkTargetKind(absolute, path)
-          : entry.isDirectory()
-            ? "directory"
-            : entry.isFile()
-              ? "file"
-              : undefined;
-        if (kind === "directory") await walk(absolute);
-        if (kind === undefined) notKnowledge.add(path);
-        if (kind !== "file") continue;
-        const format = formatOf(entry.name);
-        if (format) {
-          found.push({ path, absolute, format });
-        } else {
-          notKnowledge.add(path);
-          this.ignore(path);
-        }
-      }
-    };
+  /** The knowledge files under the directory (walk.ts's rules); none while the directory itself cannot be read. */
+  private async list(): Promise<KnowledgeListing> {
     try {
-      await walk(this.dir);
+      const listing = await listKnowledge(this.dir, this.limits);
       this.missingLogged = false;
+      return listing;
     } catch (error) {
       const code = (error as NodeJS.ErrnoException).code;
       if (code !== "ENOENT" && code !== "ENOTDIR" && code !== "EACCES") throw error;
@@ -195,33 +159,66 @@ export class KnowledgeDirectory {
         this.logger.warn({ event: "knowledge.dir_unavailable", dir: this.dir, reason: code }, "knowledge directory cannot be read; no knowledge until it can");
         this.missingLogged = true;
       }
-      return { found: [], notKnowledge };
-    }
-    return { found, notKnowledge };
-  }
-
-  /** What a symbolic link points at; a dangling one is named in the log once and read as nothing. */
-  private async linkTargetKind(absolute: string, path: string): Promise<"file" | "directory" | undefined> {
-    try {
-      const target = await stat(absolute);
-      return target.isDirectory() ? "directory" : target.isFile() ? "file" : undefined;
-    } catch (error) {
-      if (!this.ignored.has(path)) {
-        this.ignored.add(path);
-        const reason = (error as NodeJS.ErrnoException).code ?? (error as Error).message;
-        this.logger.warn({ event: "knowledge.link_skipped", dir: this.dir, file: path, reason }, "knowledge link points at nothing readable; skipped");
-      }
-      return undefined;
+      return { files: [], notKnowledge: [], outside: [], broken: [], unlistable: [], bytes: 0, stoppedAtMaxFiles: false };
     }
   }
 
-  private ignore(path: string): void {
-    if (this.ignored.has(path)) return;
-    this.ignored.add(path);
-    this.logger.info(
-      { event: "knowledge.file_ignored", dir: this.dir, file: path },
-      "not a knowledge file (only .md, .markdown, .txt and .pdf are read); ignored",
-    );
+  /**
+   * Past a cap, nothing of this reading serves: the last one still does, and the log says why,
+   * once for each reading that is past it. Start-up refuses such a folder; this is one that grew since.
+   */
+  private pastLimits(listing: KnowledgeListing): boolean {
+    const breaches = limitBreaches(listing, this.limits);
+    const said = breaches.join("\n");
+    if (said !== this.limitsSaid && breaches.length > 0) {
+      this.logger.error(
+        { event: "knowledge.over_limit", dir: this.dir, problems: breaches },
+        "knowledge folder past its limits (KNOWLEDGE_MAX_FILES, KNOWLEDGE_MAX_BYTES); its last reading within them still serves",
+      );
+    }
+    this.limitsSaid = said;
+    return breaches.length > 0;
+  }
+
+  /** What is not read, each named in the log once (again when what is said of it changes), never its content. */
+  private nameTheUnread(listing: KnowledgeListing): void {
+    const now = new Map<string, { said: string; log: () => void }>();
+    for (const path of listing.notKnowledge) {
+      now.set(path, {
+        said: "not knowledge",
+        log: () =>
+          this.logger.info(
+            { event: "knowledge.file_ignored", dir: this.dir, file: path },
+            "not a knowledge file (only .md, .markdown, .txt and .pdf are read); ignored",
+          ),
+      });
+    }
+    for (const { path, reason } of listing.broken) {
+      now.set(path, {
+        said: `broken ${reason}`,
+        log: () =>
+          this.logger.warn({ event: "knowledge.link_skipped", dir: this.dir, file: path, reason }, "knowledge link points at nothing readable; skipped"),
+      });
+    }
+    for (const { path, target } of listing.outside) {
+      now.set(path, {
+        said: `outside ${target}`,
+        log: () =>
+          this.logger.error(
+            { event: "knowledge.link_refused", dir: this.dir, file: path, target },
+            "knowledge link leads outside its folder; never read (only links inside the folder are followed)",
+          ),
+      });
+    }
+    for (const { path, reason } of listing.unlistable) {
+      now.set(`${path}/`, {
+        said: `unlistable ${reason}`,
+        log: () => this.logger.warn({ event: "knowledge.folder_skipped", dir: this.dir, folder: path, reason }, "knowledge folder skipped"),
+      });
+    }
+    for (const [path, { said, log }] of now) if (this.said.get(path) !== said) log();
+    // One named, then mended, then broken again is named again.
+    this.said = new Map([...now].map(([path, { said }]) => [path, said]));
   }
 }
 
@@ -237,13 +234,4 @@ async function statOrUndefined(path: string): Promise<BigIntStats | undefined> {
     if ((error as NodeJS.ErrnoException).code === "ENOENT") return undefined;
     throw error;
   }
-}
-
-function relativePath(root: string, absolute: string): string {
-  return relative(root, absolute).split(sep).join("/");
-}
-
-/** Locale-free, so every process on every machine orders the files, and so hashes the version, alike. */
-function byCodeUnits(a: string, b: string): number {
-  return a < b ? -1 : a > b ? 1 : 0;
 }

@@ -1,19 +1,5 @@
-import { extname } from "node:path";
 import { extractText, getDocumentProxy } from "unpdf";
-
-/** How a knowledge file is read, by its extension; anything else is not knowledge. */
-export type KnowledgeFormat = "markdown" | "text" | "pdf";
-
-const FORMATS: Readonly<Record<string, KnowledgeFormat>> = {
-  ".md": "markdown",
-  ".markdown": "markdown",
-  ".txt": "text",
-  ".pdf": "pdf",
-};
-
-export function formatOf(path: string): KnowledgeFormat | undefined {
-  return FORMATS[extname(path).toLowerCase()];
-}
+import type { KnowledgeFormat } from "./formats.ts";
 
 /** What a file says: its text, or a PDF's text page by page (a page may be empty: a scan). */
 export type ExtractedContent = { format: "markdown" | "text"; text: string } | { format: "pdf"; pages: string[] };

@@ -5,6 +5,7 @@ import type { Logger } from "../logger.ts";
 import { KnowledgeDirectory, type KnowledgeSnapshot } from "./directory.ts";
 import { splitIntoPassages } from "./passages.ts";
 import { deleteUnusedVersions, indexVersion, isIndexed, openingPassages, type ServedVersion, searchPassages, touchVersions } from "./store.ts";
+import type { KnowledgeLimits } from "./walk.ts";
 
 /**
  * A business number's own knowledge (issue 19): the Markdown, text and PDF files of its
@@ -64,6 +65,8 @@ export interface KnowledgeBaseDeps {
   dirs: ReadonlyMap<string, string>;
   /** KNOWLEDGE_TOKEN_BUDGET. */
   tokenBudget: number;
+  /** KNOWLEDGE_MAX_FILES and KNOWLEDGE_MAX_BYTES: a reading past them does not serve (the last one within them does). */
+  limits: KnowledgeLimits;
   /** When the versions in use were last marked (the system's clock by default). */
   clock?: Clock | undefined;
   /** How often the directories are looked at (default 1000 ms). */
@@ -142,7 +145,12 @@ class WatchedKnowledge implements KnowledgeBase {
       const absolute = resolve(dir);
       let entry = this.watched.get(absolute);
       if (!entry) {
-        entry = { directory: new KnowledgeDirectory(absolute, this.logger), phoneNumberIds: [], snapshot: undefined, served: { kind: "empty", version: "" } };
+        entry = {
+          directory: new KnowledgeDirectory(absolute, this.logger, deps.limits),
+          phoneNumberIds: [],
+          snapshot: undefined,
+          served: { kind: "empty", version: "" },
+        };
         this.watched.set(absolute, entry);
       }
       entry.phoneNumberIds.push(phoneNumberId);
