@@ -83,7 +83,15 @@ function phoneNumberId(): string {
 }
 
 async function open(deps: Partial<KnowledgeBaseDeps> & Pick<KnowledgeBaseDeps, "dirs">): Promise<KnowledgeBase> {
-  const knowledge = await startKnowledgeBase({ db, logger: pino({ level: "silent" }), tokenBudget: 30_000, limits: LIMITS, pollMs: 50, ...deps });
+  const knowledge = await startKnowledgeBase({
+    db,
+    logger: pino({ level: "silent" }),
+    tokenBudget: 30_000,
+    limits: LIMITS,
+    language: "simple",
+    pollMs: 50,
+    ...deps,
+  });
   opened.push(knowledge);
   return knowledge;
 }

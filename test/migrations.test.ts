@@ -211,12 +211,22 @@ describe("migrations", () => {
       await db.knowledgePassage.create({
         data: { id: randomUUID(), phoneNumberId: "106540352242922", version: "v1", source: "returns.md", title: "returns.md › Refunds", seq: 0, text: "t" },
       });
+      await db.knowledgeVersion.create({ data: { phoneNumberId: "106540352242922", version: "v2", passageCount: 1 } });
+      await db.knowledgePassage.create({
+        data: { id: randomUUID(), phoneNumberId: "106540352242922", version: "v2", source: "a.md", title: "a.md", seq: 0, text: "t", language: "english" },
+      });
       expect(
         await db.knowledgeVersion.findUniqueOrThrow({
           where: { phoneNumberId_version: { phoneNumberId: "106540352242922", version: "v1" } },
           include: { passages: true },
         }),
-      ).toMatchObject({ passageCount: 1, indexedAt: expect.any(Date), usedAt: expect.any(Date), passages: [{ source: "returns.md", seq: 0, text: "t" }] });
+      ).toMatchObject({
+        passageCount: 1,
+        indexedAt: expect.any(Date),
+        usedAt: expect.any(Date),
+        passages: [{ source: "returns.md", seq: 0, text: "t", language: "simple" }],
+      });
+      expect((await db.knowledgePassage.findFirstOrThrow({ where: { version: "v2" } })).language).toBe("english");
       const loaded = await db.conversation.findUniqueOrThrow({
         where: { phoneNumberId_contactId: { phoneNumberId: "106540352242922", contactId: contact.id } },
         include: { contact: true, messages: true, replies: { include: { parts: true, deadLetters: true, messages: true } }, deadLetters: true },

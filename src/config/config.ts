@@ -82,6 +82,12 @@ export interface Config {
     /** A knowledgeDir's caps: start-up refuses one past them, and a running process keeps its last reading within them. */
     readonly limits: { readonly maxFiles: number; readonly maxBytes: number };
   };
+  /**
+   * Postgres's text-search configuration (KNOWLEDGE_LANGUAGE, default 'simple') for the
+   * system's full-text searches: knowledge passages (src/knowledge/) are indexed and searched
+   * with it. One setting for every search, so each reads the business's language alike.
+   */
+  readonly searchLanguage: string;
   /** The business's own HTTP endpoints, run as Claude's client tools (each number's `toolsFile`; src/tools/). */
   readonly tools: {
     /** Tool calls one reply may make. */
@@ -244,6 +250,7 @@ export function readConfig(env: Record<string, string | undefined>, problems: st
     anthropic: { ...anthropicOf(e), systemPrompt },
     priceFiles: { modelPrices: e.MODEL_PRICES_FILE || undefined, metaRates: e.META_RATES_FILE || undefined },
     knowledge: { tokenBudget: e.KNOWLEDGE_TOKEN_BUDGET, limits: { maxFiles: e.KNOWLEDGE_MAX_FILES, maxBytes: e.KNOWLEDGE_MAX_BYTES } },
+    searchLanguage: e.KNOWLEDGE_LANGUAGE,
     tools: { maxSteps: e.TOOL_MAX_STEPS, maxMs: e.TOOL_MAX_MS, answerMaxBytes: e.TOOL_ANSWER_MAX_BYTES },
     numbers,
     servedNumbers: env.PHONE_NUMBERS_FILE ? new Set(numbers.keys()) : "every",

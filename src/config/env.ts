@@ -11,6 +11,7 @@ import {
   otlpHeaders,
   required,
   sayOrNothing,
+  textSearchConfiguration,
   trustProxy,
   url,
 } from "./values.ts";
@@ -68,6 +69,9 @@ export const envSchema = z.object({
   HISTORY_TOKEN_BUDGET: int("HISTORY_TOKEN_BUDGET", 4000, 0, 150_000),
   // Claude's context is 200k tokens; beside history and the answer, this much knowledge fits whole.
   KNOWLEDGE_TOKEN_BUDGET: int("KNOWLEDGE_TOKEN_BUDGET", 30_000, 0, 150_000),
+  // Postgres's text-search configuration for full-text search (knowledge passages): 'simple'
+  // stems no language's words, so it serves customers writing in any.
+  KNOWLEDGE_LANGUAGE: textSearchConfiguration("KNOWLEDGE_LANGUAGE", "simple"),
   // A knowledgeDir's caps (src/knowledge/walk.ts): every byte of it is held in each worker's memory and indexed.
   KNOWLEDGE_MAX_FILES: int("KNOWLEDGE_MAX_FILES", 2_000, 1, 1_000_000),
   KNOWLEDGE_MAX_BYTES: int("KNOWLEDGE_MAX_BYTES", 50 * 1024 * 1024, 1024, 4 * 1024 * 1024 * 1024),

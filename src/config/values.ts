@@ -241,3 +241,62 @@ export const emailList = (name: string) =>
       }
       return entries;
     });
+
+/**
+ * The text-search configurations Postgres has built in (`SELECT cfgname FROM pg_ts_config` on
+ * Postgres 15): 'simple' lower-cases words and stems none; each language's stems its words
+ * ('english' reads "returns" as "return") and drops its common ones.
+ */
+export const BUILT_IN_TEXT_SEARCH_CONFIGURATIONS: readonly string[] = [
+  "simple",
+  "arabic",
+  "armenian",
+  "basque",
+  "catalan",
+  "danish",
+  "dutch",
+  "english",
+  "finnish",
+  "french",
+  "german",
+  "greek",
+  "hindi",
+  "hungarian",
+  "indonesian",
+  "irish",
+  "italian",
+  "lithuanian",
+  "nepali",
+  "norwegian",
+  "portuguese",
+  "romanian",
+  "russian",
+  "serbian",
+  "spanish",
+  "swedish",
+  "tamil",
+  "turkish",
+  "yiddish",
+];
+
+/** A configuration of one's own (CREATE TEXT SEARCH CONFIGURATION), named with its schema: Postgres checks it exists when it is used. */
+const QUALIFIED_CONFIGURATION = /^[a-z_][a-z0-9_$]*\.[a-z_][a-z0-9_$]*$/;
+
+/**
+ * Postgres's text-search configuration, by name: one Postgres has built in (checked here, so a
+ * misspelt language stops start-up rather than every search), or a schema-qualified one of the
+ * database's own. Names are case-insensitive, as Postgres's unquoted names are.
+ */
+export const textSearchConfiguration = (name: string, fallback: string) =>
+  z
+    .string()
+    .optional()
+    .transform((value, ctx) => {
+      const raw = value?.trim().toLowerCase() || fallback;
+      if (BUILT_IN_TEXT_SEARCH_CONFIGURATIONS.includes(raw) || QUALIFIED_CONFIGURATION.test(raw)) return raw;
+      ctx.addIssue({
+        code: "custom",
+        message: `${name} must be a Postgres text-search configuration (${BUILT_IN_TEXT_SEARCH_CONFIGURATIONS.join(", ")}) or one of the database's own named with its schema (myschema.myconfig), got "${value}"`,
+      });
+      return z.NEVER;
+    });

@@ -174,7 +174,15 @@ function configuredKnowledge(
 ): (KnowledgeSource & { close(): Promise<void> }) | undefined {
   const dirs = new Map([...settings.numbers].flatMap(([id, number]) => (number.knowledgeDir ? [[id, number.knowledgeDir] as const] : [])));
   if (dirs.size === 0) return undefined;
-  const started = startKnowledgeBase({ db, logger, clock, dirs, tokenBudget: settings.knowledge.tokenBudget, limits: settings.knowledge.limits });
+  const started = startKnowledgeBase({
+    db,
+    logger,
+    clock,
+    dirs,
+    tokenBudget: settings.knowledge.tokenBudget,
+    limits: settings.knowledge.limits,
+    language: settings.searchLanguage,
+  });
   return {
     forReply: async (phoneNumberId, query) => (await started).forReply(phoneNumberId, query),
     close: async () => (await started).close(),

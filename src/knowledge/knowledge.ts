@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import { resolve } from "node:path";
 import { type Clock, systemClock } from "../clock.ts";
 import type { Db } from "../db/client.ts";
@@ -65,6 +66,8 @@ export interface KnowledgeBaseDeps {
   dirs: ReadonlyMap<string, string>;
   /** KNOWLEDGE_TOKEN_BUDGET. */
   tokenBudget: number;
+  /** KNOWLEDGE_LANGUAGE: the Postgres text-search configuration passages are indexed and searched with. */
+  language: string;
   /** KNOWLEDGE_MAX_FILES and KNOWLEDGE_MAX_BYTES: a reading past them does not serve (the last one within them does). */
   limits: KnowledgeLimits;
   /** When the versions in use were last marked (the system's clock by default). */
@@ -234,13 +237,13 @@ class WatchedKnowledge implements KnowledgeBase {
     const snapshot = await entry.directory.scan();
     if (snapshot === entry.snapshot) return;
     entry.snapshot = snapshot;
-    entry.served = served(snapshot, this.deps.tokenBudget);
+    entry.served = served(snapshot, this.deps.tokenBudget, this.deps.language);
     this.logger.info(
       {
         event: "knowledge.loaded",
         dir: entry.directory.dir,
         phoneNumberIds: entry.phoneNumberIds,
-        version: snapshot.version,
+        version: entry.served.version,
         files: snapshot.files.length,
         tokens: snapshot.files.reduce((sum, file) => sum + file.tokens, 0),
         mode: entry.served.kind,
@@ -266,7 +269,7 @@ class WatchedKnowledge implements KnowledgeBase {
     let passages: number | undefined;
     if (!(await isIndexed(this.deps.db, target))) {
       const drafts = snapshot.files.flatMap((file) => splitIntoPassages(file.path, file.content));
-      outcome = await indexVersion(this.deps.db, target, drafts);
+      outcome = await indexVersion(this.deps.db, target, drafts, this.deps.language);
       passages = drafts.length;
     }
     if (outcome === "indexed") this.logger.info({ event: "knowledge.indexed", ...target, passages }, "knowledge passages stored for search");
@@ -278,7 +281,7 @@ class WatchedKnowledge implements KnowledgeBase {
     const target = { phoneNumberId, version: served.version };
     for (let attempt = 0; ; attempt++) {
       await this.ensureIndexed(phoneNumberId, served);
-      const found = await searchPassages(this.deps.db, target, query, this.passageLimit);
+      const found = await searchPassages(this.deps.db, target, query, this.passageLimit, this.deps.language);
       if (found.length > 0) return { kind: "passages", version: served.version, match: "search", passages: found };
       const openings = await openingPassages(this.deps.db, target, this.passageLimit);
       // No passage at all: this process was away long enough (a long pause, Postgres out of reach)
@@ -292,7 +295,7 @@ class WatchedKnowledge implements KnowledgeBase {
 }
 
 /** How a reading is shown to Claude: nothing, whole documents while they fit the budget and Claude's PDF limits, else searched passages. */
-function served(snapshot: KnowledgeSnapshot, tokenBudget: number): Served {
+function served(snapshot: KnowledgeSnapshot, tokenBudget: number, language: string): Served {
   // An empty text file says nothing, and Claude refuses an empty document. A PDF without text
   // (a scan) still shows Claude its pages.
   const files = snapshot.files.filter((file) => file.content.format === "pdf" || file.content.text.trim() !== "");
@@ -302,7 +305,7 @@ function served(snapshot: KnowledgeSnapshot, tokenBudget: number): Served {
   const pdfPages = pdfs.reduce((sum, file) => sum + (file.content.format === "pdf" ? file.content.pages.length : 0), 0);
   const pdfBytes = pdfs.reduce((sum, file) => sum + file.bytes.length, 0);
   if (tokens > tokenBudget || pdfPages > MAX_PDF_PAGES_SENT_WHOLE || pdfBytes > MAX_PDF_BYTES_SENT_WHOLE) {
-    return { kind: "passages", version: snapshot.version, snapshot: { ...snapshot, files } };
+    return { kind: "passages", version: searchedVersion(snapshot.version, language), snapshot: { ...snapshot, files } };
   }
   const documents = files.map(
     (file): KnowledgeDocument =>
@@ -313,4 +316,14 @@ function served(snapshot: KnowledgeSnapshot, tokenBudget: number): Served {
       ),
   );
   return { kind: "documents", version: snapshot.version, documents: Object.freeze(documents) };
+}
+
+/**
+ * The version passages are stored under: the files' version searched in one language. Vectors
+ * built with one text-search configuration do not answer another's queries, so a process with
+ * another KNOWLEDGE_LANGUAGE (a rolling deploy that changes it) stores and searches its own,
+ * and a change of language indexes the files again.
+ */
+function searchedVersion(version: string, language: string): string {
+  return createHash("sha256").update(`${version}\0${language}`).digest("hex").slice(0, 32);
 }

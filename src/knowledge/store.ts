@@ -9,6 +9,10 @@ import type { PassageDraft } from "./passages.ts";
  * for their own version's passages, so they never see half of one. A version stays while some
  * process serves it (each touches its own) and is deleted once none has for a while: a worker
  * a poll behind the others, or one still running last deploy's files, keeps its passages.
+ *
+ * Passages are indexed and searched with one Postgres text-search configuration, the
+ * `language` (KNOWLEDGE_LANGUAGE): a version's passages are all built with the language its
+ * version was made for (knowledge.ts mixes it into the version).
  */
 
 export interface StoredPassage {
@@ -43,7 +47,7 @@ export async function isIndexed(db: Db, served: ServedVersion): Promise<boolean>
  * Stores a version's passages unless another process already has; "already" when it had. The
  * lock makes a second process wait for the first, then find its work done.
  */
-export async function indexVersion(db: Db, served: ServedVersion, drafts: readonly PassageDraft[]): Promise<"indexed" | "already"> {
+export async function indexVersion(db: Db, served: ServedVersion, drafts: readonly PassageDraft[], language: string): Promise<"indexed" | "already"> {
   const { phoneNumberId, version } = served;
   // One statement carries every passage; Postgres writes thousands in well under this.
   return db.$transaction(
@@ -55,16 +59,21 @@ export async function indexVersion(db: Db, served: ServedVersion, drafts: readon
       await tx.$executeRaw`
         INSERT INTO knowledge_versions (phone_number_id, version, passage_count) VALUES (${phoneNumberId}, ${version}, ${drafts.length})`;
       // One statement whatever the count: its text never varies, so it is prepared once (src/db/client.ts).
+      // The title (file path and heading) weighs more than the text; its punctuation is spaced
+      // out so "returns.md" is found by "returns".
       await tx.$executeRaw`
-        INSERT INTO knowledge_passages (id, phone_number_id, version, source, title, seq, text)
-        SELECT p.id, ${phoneNumberId}, ${version}, p.source, p.title, p.seq, p.text
+        INSERT INTO knowledge_passages (id, phone_number_id, version, source, title, seq, text, language, search)
+        SELECT p.id, ${phoneNumberId}, ${version}, p.source, p.title, p.seq, p.text, ${language},
+          setweight(to_tsvector(l.config, regexp_replace(p.title, '[[:punct:]]+', ' ', 'g')), 'A')
+          || setweight(to_tsvector(l.config, p.text), 'B')
         FROM unnest(
           ${drafts.map((_, seq) => passageId(phoneNumberId, version, seq))}::uuid[],
           ${drafts.map((draft) => draft.source)}::text[],
           ${drafts.map((draft) => draft.title)}::text[],
           ${drafts.map((_, seq) => seq)}::int4[],
           ${drafts.map((draft) => draft.text)}::text[]
-        ) AS p(id, source, title, seq, text)`;
+        ) AS p(id, source, title, seq, text)
+        CROSS JOIN (SELECT ${language}::regconfig AS config) AS l`;
       return "indexed";
     },
     { timeout: 120_000 },
@@ -73,21 +82,21 @@ export async function indexVersion(db: Db, served: ServedVersion, drafts: readon
 
 /**
  * The passages that best answer the customer's words, best first; none when no word of theirs
- * tells passages apart.
+ * tells passages apart. `language` is the one the version's passages were indexed with.
  *
  * Every word of the customer's counts on its own (OR): a question rarely repeats all the words
  * of the passage that answers it. A word found in more than half the passages tells nothing
  * (the 'simple' configuration keeps "the", "de", "и" alike, and this finds such words in any
- * language from the knowledge itself); the others weigh by their rarity (BM25's inverse
+ * language from the knowledge itself; a language's own configuration drops its common words); the others weigh by their rarity (BM25's inverse
  * document frequency) times their ts_rank_cd in the passage, saturated so that one word
  * repeated does not outweigh several words found (a word in the title counts more: weight A).
  */
-export async function searchPassages(db: Db, served: ServedVersion, query: string, limit: number): Promise<StoredPassage[]> {
+export async function searchPassages(db: Db, served: ServedVersion, query: string, limit: number, language: string): Promise<StoredPassage[]> {
   // Materialized: inlined, Postgres may count a word's passages once for every passage it ranks.
   return db.$queryRaw<StoredPassage[]>`
     WITH terms AS MATERIALIZED (
       SELECT DISTINCT operand::tsquery AS term
-      FROM unnest(string_to_array(plainto_tsquery('simple', ${query})::text, ' & ')) AS operand
+      FROM unnest(string_to_array(plainto_tsquery(${language}::regconfig, ${query})::text, ' & ')) AS operand
     ),
     passages AS NOT MATERIALIZED (
       SELECT id, source, title, seq, text, search FROM knowledge_passages
