@@ -1,5 +1,6 @@
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from "fastify";
 import { adminRoutes } from "./admin/admin.ts";
+import type { LiveQueueSettings } from "./admin/routes/live.ts";
 import { type Clock, systemClock } from "./clock.ts";
 import type { Db } from "./db/client.ts";
 import { healthRoutes } from "./http/health.ts";
@@ -31,6 +32,8 @@ export interface AppDeps {
   redisGraceMs?: number | undefined;
   /** The clock main.ts made (a test may hand in its own); the system's by default. */
   clock?: Clock | undefined;
+  /** The staff live queue's clocks and bounds (a test shortens them); its own defaults by default. */
+  liveQueue?: LiveQueueSettings | undefined;
 }
 
 /** The web role as a value: tests call this and use inject(); only main.ts listens. */
@@ -96,6 +99,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
       costs: deps.config.costs,
       templates: templateCatalog(deps.config.whatsapp, clock),
       clock,
+      liveQueue: deps.liveQueue,
     }),
   );
   return app;

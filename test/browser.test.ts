@@ -6,6 +6,7 @@ import { type Browser, chromium, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { addStaff } from "../src/staff/accounts.ts";
 import { CHROMIUM, chromiumAvailable } from "./support/chromium.ts";
+import { type EventStream, openStream } from "./support/event-stream.ts";
 import { graphError } from "./support/fake-graph.ts";
 import { eventually, type Harness, startHarness } from "./support/harness.ts";
 import { DISPLAY_NUMBER, envelope, metaWire, PHONE_NUMBER_ID, statusWebhook, uniqueWamid } from "./support/webhook-bodies.ts";
@@ -512,5 +513,26 @@ describe.runIf(chromiumAvailable("browser.test.ts"))("the staff page in Chromium
       expect(cspViolations).toEqual([]);
     }),
     40_000,
+  );
+
+  it(
+    "three newer streams of the same session take the page's: it says it updates every minute instead of reconnecting to take one back",
+    steps("live-replaced", async () => {
+      await expect.poll(() => page.locator("#live-status").textContent()).toBe("Live");
+      const cookie = (await page.context().cookies(`${base}/admin`)).map(({ name, value }) => `${name}=${value}`).join("; ");
+      const newer: EventStream[] = [];
+      try {
+        for (let tab = 0; tab < 3; tab++) newer.push(await openStream(base, { cookie }));
+        expect(newer.map((stream) => stream.status)).toEqual([200, 200, 200]);
+        await expect.poll(() => page.locator("#live-status").textContent(), { timeout: 10_000 }).toBe("Updates every minute");
+        // Past EventSource's 3-second retry: the page did not come back for a stream, so the newer tabs keep theirs.
+        await new Promise((resolve) => setTimeout(resolve, 4500));
+        expect(await page.locator("#live-status").textContent()).toBe("Updates every minute");
+        expect(newer.map((stream) => stream.ended())).toEqual([false, false, false]);
+      } finally {
+        for (const stream of newer) stream.close();
+      }
+    }),
+    30_000,
   );
 });

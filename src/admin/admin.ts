@@ -9,7 +9,7 @@ import { registerStaffPage } from "./page.ts";
 import { type CostRoutesDeps, registerCostRoutes } from "./routes/costs.ts";
 import { registerDeadLetterRoutes } from "./routes/dlq.ts";
 import { registerHandoffRoutes } from "./routes/handoff.ts";
-import { registerLiveQueue } from "./routes/live.ts";
+import { ChangeFeed, type LiveQueueSettings, registerLiveQueue } from "./routes/live.ts";
 import { registerPresenceRoutes } from "./routes/presence.ts";
 import { registerQueueBoard } from "./routes/queues.ts";
 import { registerTemplateRoutes } from "./routes/templates.ts";
@@ -21,6 +21,8 @@ export interface AdminDeps extends StaffAuthDeps {
   costs: CostRoutesDeps["costs"];
   /** The business account's approved templates (WHATSAPP_BUSINESS_ACCOUNT_ID); undefined: none configured. */
   templates: TemplateCatalog | undefined;
+  /** The live queue's clocks and bounds (GET /admin/events); its own defaults when absent. */
+  liveQueue?: LiveQueueSettings | undefined;
 }
 
 /**
@@ -36,7 +38,9 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
     acceptEmptyJson(scope);
     // Security headers on every /admin answer (CSP, no framing, no sniffing, HSTS).
     await scope.register(helmet);
-    registerStaffAuth(scope, deps);
+    // Made before the routes: a session signed out here ends its live-queue streams at once.
+    const liveQueue = new ChangeFeed({ ...deps.liveQueue, db: deps.db, clock: deps.clock }, scope.log);
+    registerStaffAuth(scope, { ...deps, signedOut: (sessionId) => liveQueue.endSession(sessionId) });
     registerStaffPage(scope);
     // After authentication, so an unauthenticated request can neither claim nor replay a key;
     // each person's keys are their own.
@@ -48,7 +52,7 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
     registerPresenceRoutes(scope, { db: deps.db, clock: deps.clock });
     registerTemplateRoutes(scope, { ...sends, templates: deps.templates, metaRates: deps.costs.metaRates });
     registerCostRoutes(scope, { db: deps.db, costs: deps.costs, clock: deps.clock });
-    registerLiveQueue(scope, { db: deps.db });
+    registerLiveQueue(scope, liveQueue);
     await registerQueueBoard(scope, deps.queues);
   };
 }

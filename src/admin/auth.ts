@@ -31,6 +31,8 @@ declare module "fastify" {
     actor: string;
     /** May see the queues themselves: automation with the ADMIN_TOKEN, or a person with the operator role. */
     operator: boolean;
+    /** The signed-in person's session (its row's id); null for the bearer, which has none. */
+    sessionId: string | null;
   }
 }
 
@@ -41,6 +43,8 @@ export interface StaffAuthDeps {
   adminToken: string;
   secureCookies: boolean;
   clock: Clock;
+  /** A session was signed out here: what this process holds for it (its live-queue streams) ends now. */
+  signedOut?: (sessionId: string) => void;
 }
 
 /** What anyone may call without signing in: signing in, and the page shell. */
@@ -67,6 +71,7 @@ export function registerStaffAuth(scope: FastifyInstance, deps: StaffAuthDeps): 
   const app = scope.withTypeProvider<ZodParts>();
   app.decorateRequest("actor", "");
   app.decorateRequest("operator", false);
+  app.decorateRequest("sessionId", null);
   app.addHook("onRequest", async (request, reply) => authenticateRequest(deps, request, reply));
   registerSignIn(app, deps);
   registerSession(app, deps);
@@ -99,6 +104,7 @@ async function authenticateRequest(deps: StaffAuthDeps, request: FastifyRequest,
   }
   request.actor = session.email;
   request.operator = session.role === "operator";
+  request.sessionId = session.id;
 }
 
 function registerSignIn(app: StaffApp, deps: StaffAuthDeps): void {
@@ -189,6 +195,7 @@ function registerSession(app: StaffApp, deps: StaffAuthDeps): void {
     async (request, reply) => {
       const token = cookieValue(request.headers.cookie, SESSION_COOKIE);
       if (token) await endSession(deps.db, token);
+      if (request.sessionId) deps.signedOut?.(request.sessionId);
       setCookie(deps, reply, "", 0);
       return { ok: true };
     },

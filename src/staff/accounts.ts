@@ -84,10 +84,20 @@ export async function createSession(db: Db, staffId: string, now: Date): Promise
   return { token, csrfToken, expiresAt };
 }
 
-export async function findSession(db: Db, token: string, now: Date): Promise<{ email: string; role: StaffRole; csrfToken: string } | null> {
+export async function findSession(db: Db, token: string, now: Date): Promise<{ id: string; email: string; role: StaffRole; csrfToken: string } | null> {
   const session = await db.staffSession.findUnique({ where: { tokenHash: tokenHash(token) }, include: { staff: true } });
   if (!session || session.expiresAt <= now || session.staff.disabledAt) return null;
-  return { email: session.staff.email, role: session.staff.role, csrfToken: session.csrfToken };
+  return { id: session.id, email: session.staff.email, role: session.staff.role, csrfToken: session.csrfToken };
+}
+
+/**
+ * Which of these sessions (by id) still let their holder in, as findSession decides: not signed
+ * out, not expired, their person not disabled. One query for any number of them.
+ */
+export async function liveSessionIds(db: Db, ids: readonly string[], now: Date): Promise<Set<string>> {
+  if (ids.length === 0) return new Set();
+  const live = await db.staffSession.findMany({ where: { id: { in: [...ids] }, expiresAt: { gt: now }, staff: { disabledAt: null } }, select: { id: true } });
+  return new Set(live.map((session) => session.id));
 }
 
 export async function endSession(db: Db, token: string): Promise<void> {

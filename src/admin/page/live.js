@@ -25,17 +25,28 @@ function connect() {
   });
   // The server sends "change" at once on a reconnect that missed something (Last-Event-ID).
   source.addEventListener("change", () => onChange());
+  // The server ended the stream on purpose: newer tabs of this session hold its streams ("replaced"),
+  // or the session ended. Reconnecting at once would only take another tab's stream, or be refused.
+  source.addEventListener("end", () => {
+    source?.close();
+    fallBack();
+    onChange(); // read now: a session that ended shows the sign-in at once
+  });
   source.addEventListener("error", () => {
     if (source?.readyState !== EventSource.CLOSED) return say("Reconnecting…", "reconnecting"); // EventSource retries by itself
     // Refused (signed out, too many streams, a failing database): EventSource gives up; so do we, for a minute.
-    source = null;
-    say("Updates every minute", "fallback");
-    clearTimeout(fallbackTimer);
-    fallbackTimer = setTimeout(() => {
-      onChange();
-      if (!source) connect();
-    }, FALLBACK_MS);
+    fallBack();
   });
+}
+
+function fallBack() {
+  source = null;
+  say("Updates every minute", "fallback");
+  clearTimeout(fallbackTimer);
+  fallbackTimer = setTimeout(() => {
+    onChange();
+    if (!source) connect();
+  }, FALLBACK_MS);
 }
 
 /** Starts listening (once); `refresh` runs on each change. */
