@@ -72,8 +72,14 @@ const list = async (h: Harness) => {
   return res.json<{ items: DlqItem[] }>().items;
 };
 
+/** A resend sends to a customer: one Idempotency-Key per intended resend, as the page sends. */
 const retry = (h: Harness, id: string, body?: unknown) =>
-  h.app.inject({ method: "POST", url: `/admin/dlq/${id}/retry`, headers: AUTH, ...(body === undefined ? {} : { payload: body as object }) });
+  h.app.inject({
+    method: "POST",
+    url: `/admin/dlq/${id}/retry`,
+    headers: { ...AUTH, "idempotency-key": randomUUID() },
+    ...(body === undefined ? {} : { payload: body as object }),
+  });
 
 const discard = (h: Harness, id: string, body?: unknown) =>
   h.app.inject({ method: "POST", url: `/admin/dlq/${id}/discard`, headers: AUTH, ...(body === undefined ? {} : { payload: body as object }) });
@@ -390,7 +396,7 @@ describe("staff API over the dead-letter queue", () => {
     const malformed = await h.app.inject({
       method: "POST",
       url: `/admin/dlq/${letter.id}/retry`,
-      headers: { ...AUTH, "content-type": "application/json" },
+      headers: { ...AUTH, "content-type": "application/json", "idempotency-key": randomUUID() },
       payload: '{"text": "unterminated',
     });
     expect(malformed.statusCode).toBe(400);

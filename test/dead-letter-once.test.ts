@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import { mkdtemp, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -17,8 +18,9 @@ import { PHONE_NUMBER_ID, statusWebhook, textWebhook } from "./support/webhook-b
 
 const harness = harnessPerTest();
 const auth = { authorization: `Bearer ${TEST_ADMIN_TOKEN}` };
+/** Each request its own Idempotency-Key, as the page sends: a resend must carry one. */
 const post = (h: Harness, url: string, payload?: Record<string, unknown>) =>
-  h.app.inject({ method: "POST", url, headers: auth, ...(payload ? { payload } : {}) });
+  h.app.inject({ method: "POST", url, headers: { ...auth, "idempotency-key": randomUUID() }, ...(payload ? { payload } : {}) });
 const get = (h: Harness, url: string) => h.app.inject({ method: "GET", url, headers: auth });
 
 const failed = (wamid: string, code = 131026) =>

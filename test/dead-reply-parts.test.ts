@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { graphError } from "./support/fake-graph.ts";
 import { eventually, TEST_ADMIN_TOKEN } from "./support/harness.ts";
@@ -39,7 +40,11 @@ describe("a reply dead-lettered by a failed status while its run is still sendin
     await untilQuiet(h);
     expect(h.graph.sentTexts.map(partWord)).toEqual(["alpha", "bravo"]);
 
-    const resend = await h.app.inject({ method: "POST", url: `/admin/dlq/${letter.id}/retry`, headers: { authorization: `Bearer ${TEST_ADMIN_TOKEN}` } });
+    const resend = await h.app.inject({
+      method: "POST",
+      url: `/admin/dlq/${letter.id}/retry`,
+      headers: { authorization: `Bearer ${TEST_ADMIN_TOKEN}`, "idempotency-key": randomUUID() },
+    });
     expect(resend.statusCode).toBe(202);
     await eventually(async () => (await h.db.reply.findFirstOrThrow()).state === "sent", "the resent reply to go out");
     await untilQuiet(h);

@@ -135,7 +135,7 @@ describe("npm run demo's sandbox, through its JSON API", () => {
     await api("POST", "/demo/api/faults", { send: null });
     const resent = await fetch(`${demo.url}/admin/dlq/${letter.id}/retry`, {
       method: "POST",
-      headers: { authorization: `Bearer ${demo.config.adminToken}`, "content-type": "application/json" },
+      headers: { authorization: `Bearer ${demo.config.adminToken}`, "content-type": "application/json", "idempotency-key": `demo-retry-${letter.id}` },
       body: "{}",
     });
     expect(resent.status).toBeLessThan(300);

@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { graphError } from "./support/fake-graph.ts";
 import { eventually, type Harness, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
@@ -13,7 +14,9 @@ afterAll(async () => h?.close());
 
 const auth = { authorization: `Bearer ${TEST_ADMIN_TOKEN}` };
 const get = async (url: string) => h.app.inject({ method: "GET", url, headers: auth });
-const post = async (url: string, payload?: Record<string, unknown>) => h.app.inject({ method: "POST", url, headers: auth, ...(payload ? { payload } : {}) });
+/** Each request its own Idempotency-Key, as the page sends: a resend must carry one. */
+const post = async (url: string, payload?: Record<string, unknown>) =>
+  h.app.inject({ method: "POST", url, headers: { ...auth, "idempotency-key": randomUUID() }, ...(payload ? { payload } : {}) });
 
 async function deadLetter(from: string, answer: { status: number; body?: unknown }): Promise<string> {
   h.graph.answerSends(answer);

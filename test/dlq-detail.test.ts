@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { graphError } from "./support/fake-graph.ts";
 import { eventually, type Harness, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
@@ -55,7 +56,12 @@ describe("GET /admin/dlq/:id", () => {
 
   it("records every action with who and when: the audit trail", async () => {
     const id = await deadLetterFor("hello", "4915100000002");
-    await h.app.inject({ method: "POST", url: `/admin/dlq/${id}/retry`, headers: auth, payload: { text: "Hi! Yes, it left today." } });
+    await h.app.inject({
+      method: "POST",
+      url: `/admin/dlq/${id}/retry`,
+      headers: { ...auth, "idempotency-key": randomUUID() },
+      payload: { text: "Hi! Yes, it left today." },
+    });
     await eventually(() => h.graph.sentTexts.includes("Hi! Yes, it left today."), "the resend to go out");
     const resent = await detail(id);
     expect(resent.actions).toEqual([{ actor: "api", action: "resend_edited", detail: { text: "Hi! Yes, it left today." }, at: expect.any(String) }]);

@@ -20,8 +20,9 @@ beforeAll(async () => {
 afterAll(async () => h?.close());
 
 const auth = { authorization: `Bearer ${TEST_ADMIN_TOKEN}` };
-const post = (url: string, payload?: Record<string, unknown>, key?: string) =>
-  h.app.inject({ method: "POST", url, headers: { ...auth, ...(key ? { "idempotency-key": key } : {}) }, ...(payload ? { payload } : {}) });
+/** Without a key of the test's own, a fresh one per request, as the page sends; `null` sends none. */
+const post = (url: string, payload?: Record<string, unknown>, key: string | null = randomUUID()) =>
+  h.app.inject({ method: "POST", url, headers: { ...auth, ...(key === null ? {} : { "idempotency-key": key }) }, ...(payload ? { payload } : {}) });
 const item = async (id: string) => (await h.app.inject({ method: "GET", url: `/admin/dlq/${id}`, headers: auth })).json();
 
 const newCustomer = () => `1555${Math.floor(Math.random() * 1e7)}`;
@@ -160,5 +161,80 @@ describe("a customer handed to a person", () => {
     expect(resend.json()).toMatchObject({ code: "no_reply", error: expect.stringMatching(/write to them/) });
     expect((await post(`/admin/dlq/${letter.id}/answer`, { text: "" })).statusCode).toBe(400);
     expect((await post(`/admin/dlq/${randomUUID()}/answer`, { text: "hi" })).statusCode).toBe(404);
+  });
+});
+
+describe("a person's message to a customer goes out once, and never without an Idempotency-Key (issue 32.2)", () => {
+  /** A customer who asked for a person and has heard the handoff reply: nothing else goes to them unless staff send it. */
+  async function waitingCustomer(): Promise<{ from: string; id: string; conversationId: string }> {
+    const from = newCustomer();
+    await say(from, "human");
+    await eventually(() => sentTo(from).length === 1, "the handoff reply");
+    return { from, ...(await openItemOf(from)) };
+  }
+
+  const staffReplies = (conversationId: string) => h.db.reply.count({ where: { conversationId, kind: "staff" } });
+
+  it("the same answer sent twice with no key is refused both times, naming the header, and nothing reaches the customer", async () => {
+    const { from, id, conversationId } = await waitingCustomer();
+    for (const press of [1, 2]) {
+      const refused = await post(`/admin/dlq/${id}/answer`, { text: "Hi Ada, this is Sam." }, null);
+      expect(refused.statusCode, `press ${press}`).toBe(400);
+      expect(refused.json().error).toMatch(/Idempotency-Key/);
+    }
+    await untilQuiet(h);
+    expect(sentTo(from)).toEqual([HANDOFF_REPLY]);
+    expect(await staffReplies(conversationId)).toBe(0);
+  });
+
+  it("the same answer sent twice with one key goes out once", async () => {
+    const { from, id, conversationId } = await waitingCustomer();
+    const first = await post(`/admin/dlq/${id}/answer`, { text: "Hi Ada, this is Sam." }, "press-answer");
+    const second = await post(`/admin/dlq/${id}/answer`, { text: "Hi Ada, this is Sam." }, "press-answer");
+    expect([first.statusCode, second.statusCode]).toEqual([202, 202]);
+    expect(second.headers["idempotent-replayed"]).toBe("true");
+    await eventually(() => sentTo(from).length === 2, "the person's message");
+    await untilQuiet(h);
+    expect(sentTo(from)).toEqual([HANDOFF_REPLY, "Hi Ada, this is Sam."]);
+    expect(await staffReplies(conversationId)).toBe(1);
+  });
+
+  it("a template on a waiting customer sent twice with no key is refused both times, and nothing is sent", async () => {
+    const { from, id, conversationId } = await waitingCustomer();
+    const body = { name: "order_update", language: "en_US", parameters: ["Ada", "A-17"] };
+    for (const press of [1, 2]) {
+      const refused = await post(`/admin/dlq/${id}/template`, body, null);
+      expect(refused.statusCode, `press ${press}`).toBe(400);
+      expect(refused.json().error).toMatch(/Idempotency-Key/);
+    }
+    await untilQuiet(h);
+    expect(sentTo(from)).toEqual([HANDOFF_REPLY]);
+    expect(await staffReplies(conversationId)).toBe(0);
+  });
+
+  it("every route that sends to a customer refuses a request with no Idempotency-Key, and acts on nothing", async () => {
+    const waiting = await waitingCustomer();
+    const failedFrom = newCustomer();
+    h.graph.answerSends({ status: 400, body: graphError(131026, "Message undeliverable") });
+    await say(failedFrom, "hello");
+    const failed = await openItemOf(failedFrom);
+    const sends = h.graph.sends.length;
+
+    for (const [url, payload] of [
+      [`/admin/dlq/${failed.id}/retry`, { text: "Sorry for the wait!" }],
+      [`/admin/dlq/${failed.id}/regenerate`, {}],
+      [`/admin/dlq/${failed.id}/template`, { name: "order_update", language: "en_US", parameters: ["Ada", "A-17"] }],
+      ["/admin/dlq/bulk-retry", { code: "131026", spacingMs: 0 }],
+      [`/admin/dlq/${waiting.id}/answer`, { text: "Hello?" }],
+      [`/admin/dlq/${waiting.id}/template`, { name: "order_update", language: "en_US", parameters: ["Ada", "A-17"] }],
+    ] as const) {
+      const refused = await post(url, payload, null);
+      expect(refused.statusCode, url).toBe(400);
+      expect(refused.json().error, url).toMatch(/Idempotency-Key/);
+    }
+    await untilQuiet(h);
+    expect(h.graph.sends.length).toBe(sends);
+    expect(await h.db.deadLetter.findUniqueOrThrow({ where: { id: failed.id } })).toMatchObject({ state: "open", actedBy: null });
+    expect(await h.db.deadLetterAction.count({ where: { deadLetterId: { in: [failed.id, waiting.id] } } })).toBe(0);
   });
 });

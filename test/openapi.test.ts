@@ -68,8 +68,16 @@ async function deadLetter(): Promise<string> {
   return (await eventually(() => h.db.deadLetter.findFirst({ where: { conversation: { contact: { waId: from } } } }), "a dead letter", 25_000)).id;
 }
 
-const call = (method: "GET" | "POST" | "DELETE", url: string, payload?: Record<string, unknown>, headers: Record<string, string> = bearer) =>
-  h.app.inject({ method, url, headers, ...(payload ? { payload } : {}) });
+/** With the bearer and, for a POST, a fresh Idempotency-Key, as the page sends (a route that sends to a customer requires one). */
+const call = (
+  method: "GET" | "POST" | "DELETE",
+  url: string,
+  payload?: Record<string, unknown>,
+  headers: Record<string, string> = method === "POST" ? { ...bearer, "idempotency-key": randomUUID() } : bearer,
+) => h.app.inject({ method, url, headers, ...(payload ? { payload } : {}) });
+
+/** The routes that write to a customer: an Idempotency-Key is required there, optional on every other POST. */
+const SENDING = ["/admin/dlq/{id}/retry", "/admin/dlq/{id}/regenerate", "/admin/dlq/bulk-retry", "/admin/dlq/{id}/answer", "/admin/dlq/{id}/template"];
 
 describe("the OpenAPI document", () => {
   it("lists every /admin route Fastify registered, with its method; only the pages are left out", async () => {
@@ -114,7 +122,9 @@ describe("the OpenAPI document", () => {
       for (const [method, operation] of Object.entries(operations)) {
         if (operation.security.length > 0) expect(Object.keys(operation.responses), `${method} ${path}`).toContain("401");
         if (method === "post" && operation.security.length > 0) {
-          expect(operation.parameters, `${method} ${path}`).toContainEqual(expect.objectContaining({ name: "idempotency-key", in: "header" }));
+          expect(operation.parameters, `${method} ${path}`).toContainEqual(
+            expect.objectContaining({ name: "idempotency-key", in: "header", required: SENDING.includes(path) }),
+          );
         }
       }
     }
@@ -190,7 +200,7 @@ describe("the staff API answers what the document says", () => {
     const malformed = await h.app.inject({
       method: "POST",
       url: `/admin/dlq/${id}/retry`,
-      headers: { ...bearer, "content-type": "application/json" },
+      headers: { ...bearer, "content-type": "application/json", "idempotency-key": randomUUID() },
       payload: "{",
     });
     expect(malformed.statusCode).toBe(400);
@@ -309,5 +319,9 @@ describe("the staff API answers what the document says", () => {
     const misuse = await call("POST", url, { note: "another" }, { ...bearer, "idempotency-key": "press-1" });
     expect(misuse.statusCode).toBe(422);
     expectDocumented("POST", "/admin/dlq/{id}/discard", misuse);
+    const keyless = await call("POST", `/admin/dlq/${id}/retry`, { text: "Sorry!" }, bearer);
+    expect(keyless.statusCode).toBe(400);
+    expect(keyless.json().error).toMatch(/Idempotency-Key/);
+    expectDocumented("POST", "/admin/dlq/{id}/retry", keyless);
   });
 });

@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import type { LightMyRequestResponse } from "fastify";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { addStaff } from "../src/staff/accounts.ts";
@@ -25,6 +26,7 @@ afterAll(async () => h?.close());
 
 interface Person {
   email: string;
+  /** Without a key of the test's own, a fresh one per request, as the page sends. */
   post(url: string, payload?: Record<string, unknown>, key?: string): Promise<LightMyRequestResponse>;
   leave(id: string): Promise<LightMyRequestResponse>;
 }
@@ -35,8 +37,7 @@ async function person(email: string): Promise<Person> {
   const headers = { cookie: String(signedIn.headers["set-cookie"]).split(";")[0]!, "x-csrf-token": signedIn.json().csrfToken as string };
   return {
     email,
-    post: (url, payload, key) =>
-      h.app.inject({ method: "POST", url, headers: { ...headers, ...(key ? { "idempotency-key": key } : {}) }, payload: payload ?? {} }),
+    post: (url, payload, key) => h.app.inject({ method: "POST", url, headers: { ...headers, "idempotency-key": key ?? randomUUID() }, payload: payload ?? {} }),
     leave: (id) => h.app.inject({ method: "DELETE", url: `/admin/dlq/${id}/presence`, headers }),
   };
 }

@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { graphError } from "./support/fake-graph.ts";
 import { eventually, type Harness, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
@@ -13,8 +14,9 @@ afterAll(async () => h?.close());
 
 const auth = { authorization: `Bearer ${TEST_ADMIN_TOKEN}` };
 const get = (url: string) => h.app.inject({ method: "GET", url, headers: auth });
-const post = (url: string, payload: Record<string, unknown>, key?: string) =>
-  h.app.inject({ method: "POST", url, headers: { ...auth, ...(key ? { "idempotency-key": key } : {}) }, payload });
+/** Without a key of the test's own, a fresh one, as the page sends: sending a template requires one. */
+const post = (url: string, payload: Record<string, unknown>, key: string = randomUUID()) =>
+  h.app.inject({ method: "POST", url, headers: { ...auth, "idempotency-key": key }, payload });
 
 /** Nothing of this customer's is waiting to go out (the holding reply included): the next scripted answer is the template's. */
 const settled = (from: string) =>

@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import { mkdtemp, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -48,7 +49,11 @@ describe("the window closes before the reply is out: the template replaces what 
       "the window to close",
       15_000,
     );
-    const resend = await h.app.inject({ method: "POST", url: `/admin/dlq/${letter.id}/retry`, headers: { authorization: `Bearer ${TEST_ADMIN_TOKEN}` } });
+    const resend = await h.app.inject({
+      method: "POST",
+      url: `/admin/dlq/${letter.id}/retry`,
+      headers: { authorization: `Bearer ${TEST_ADMIN_TOKEN}`, "idempotency-key": randomUUID() },
+    });
     expect(resend.statusCode).toBe(202);
     await eventually(async () => (await h.db.reply.count({ where: { state: "sent" } })) === 1, "the template to go out");
     await untilQuiet(h);

@@ -5,7 +5,10 @@ import type { RedisClient } from "../queue/redis.ts";
 
 /**
  * Double clicks never act twice: every mutating /admin request may carry an
- * `Idempotency-Key`, with Stripe's semantics. The first response is stored (status and body)
+ * `Idempotency-Key`, with Stripe's semantics, and a request that sends to a customer must
+ * (`staffRoute`'s SENDS_TO_CUSTOMER, schema.ts): without one, a client that retries after a
+ * lost answer, or a person who presses twice, would write to the customer twice, since a
+ * person's message to a waiting customer is a new reply each time. The first response is stored (status and body)
  * for 24 h and replayed for the same key with `Idempotent-Replayed: true`; the same key with
  * a different request is 422; the same key while the first is still running is 409.
  * One deliberate difference from Stripe: a 5xx (e.g. the queue was unreachable) releases the
@@ -21,6 +24,7 @@ const MAX_KEY_LENGTH = 255;
 /** What a key may be; the POST routes' header schemas say so too (schema.ts). */
 export const IDEMPOTENCY_KEY = z.string().min(1).max(MAX_KEY_LENGTH);
 export const IDEMPOTENCY_KEY_REFUSAL = `Idempotency-Key must be 1 to ${MAX_KEY_LENGTH} characters`;
+export const IDEMPOTENCY_KEY_REQUIRED = `this sends to a customer: it needs an Idempotency-Key header (1 to ${MAX_KEY_LENGTH} characters, one per intended send), so that a repeated request sends once`;
 
 type Entry = { state: "running"; fingerprint: string } | { state: "done"; fingerprint: string; status: number; body: string; contentType: string };
 

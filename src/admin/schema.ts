@@ -9,7 +9,7 @@ import type {
   RawServerDefault,
 } from "fastify";
 import { z } from "zod";
-import { IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_REFUSAL } from "./idempotency.ts";
+import { IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_REFUSAL, IDEMPOTENCY_KEY_REQUIRED } from "./idempotency.ts";
 
 /**
  * The staff API's route schemas. Each is written once, in zod, and handed to Fastify as JSON
@@ -115,6 +115,15 @@ const idempotencyKeyHeader = requestPart(
   { status: 400, error: IDEMPOTENCY_KEY_REFUSAL },
 );
 
+const requiredIdempotencyKeyHeader = requestPart(
+  z.looseObject({
+    "idempotency-key": IDEMPOTENCY_KEY.describe(
+      "Required: this sends to a customer. One key per intended send: a repeated request with it sends once, and its first answer is replayed for 24 hours with `Idempotent-Replayed: true`. A 5xx answer releases the key.",
+    ),
+  }),
+  { status: 400, error: IDEMPOTENCY_KEY_REQUIRED },
+);
+
 /**
  * Adds the answers every route of its kind can give. A status the route already answers keeps
  * the route's schema (every refusal's body is an errorBody or more) and gains the description.
@@ -135,18 +144,27 @@ export const publicRoute = <S extends RouteSpec>(spec: S): S => withAnswers(spec
 
 /**
  * A route for staff: the ADMIN_TOKEN bearer or a session (auth.ts); with a session, anything but
- * a GET also needs the CSRF token, and every POST takes an Idempotency-Key (idempotency.ts).
+ * a GET also needs the CSRF token, and every POST takes an Idempotency-Key (idempotency.ts),
+ * which a POST that sends to a customer requires (`sendingRoute`).
  */
-export function staffRoute<S extends RouteSpec>(method: "GET" | "POST" | "DELETE", spec: S): S {
+export function staffRoute<S extends RouteSpec>(method: "GET" | "POST" | "DELETE", spec: S, options: { sendsToCustomer?: boolean } = {}): S {
   const common: Record<number, string> = { ...INTERNAL, 401: "no valid ADMIN_TOKEN bearer and no live session (with `WWW-Authenticate: Bearer`)" };
   if (method !== "GET") common[403] = "a session without its X-CSRF-Token";
   if (method !== "POST") return withAnswers(spec, common);
   Object.assign(common, {
-    400: "malformed JSON, or an Idempotency-Key that is empty or too long",
+    400: options.sendsToCustomer
+      ? "malformed JSON, or no Idempotency-Key (this sends to a customer: the key is required), or one that is empty or too long"
+      : "malformed JSON, or an Idempotency-Key that is empty or too long",
     409: "a request with the same Idempotency-Key is still running",
     413: "a body over 1 MiB",
     415: "a body that is not JSON",
     422: "the Idempotency-Key was used for a different request",
   });
-  return { ...withAnswers(spec, common), headers: idempotencyKeyHeader };
+  return { ...withAnswers(spec, common), headers: options.sendsToCustomer ? requiredIdempotencyKeyHeader : idempotencyKeyHeader };
 }
+
+/**
+ * A staff POST that writes to a customer: as staffRoute, and refused (400) without an
+ * Idempotency-Key. Sent twice with none, the same words would reach the customer twice.
+ */
+export const sendingRoute = <S extends RouteSpec>(spec: S): S => staffRoute("POST", spec, { sendsToCustomer: true });

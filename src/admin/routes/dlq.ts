@@ -4,7 +4,7 @@ import { bulkRetry, resend, type StaffSendDeps } from "../../dlq/staff.ts";
 import { getDeadLetter, listDeadLetters } from "../../dlq/views.ts";
 import { discardDeadLetter } from "../../state/staff-actions.ts";
 import { refuse } from "../refusals.ts";
-import { problem, type StaffApp, staffRoute, type ZodParts } from "../schema.ts";
+import { problem, type StaffApp, sendingRoute, staffRoute, type ZodParts } from "../schema.ts";
 import * as wire from "../wire.ts";
 
 /** The dead letters: the queue, one item, and what a person does to a failed reply (resend, regenerate, bulk resend, discard). */
@@ -76,7 +76,7 @@ function registerResends(app: StaffApp, deps: StaffSendDeps): void {
   app.post(
     "/admin/dlq/:id/retry",
     {
-      schema: staffRoute("POST", {
+      schema: sendingRoute({
         operationId: "retryDeadLetter",
         summary: "Resend: the body's `text` if given, else the stored draft; exactly once even when pressed twice",
         tags: DLQ,
@@ -97,7 +97,7 @@ function registerResends(app: StaffApp, deps: StaffSendDeps): void {
   app.post(
     "/admin/dlq/:id/regenerate",
     {
-      schema: staffRoute("POST", {
+      schema: sendingRoute({
         operationId: "regenerateDeadLetter",
         summary: "Drop the draft, have Claude write a new one (a paid call), then send it",
         tags: DLQ,
@@ -119,7 +119,7 @@ function registerResends(app: StaffApp, deps: StaffSendDeps): void {
   app.post(
     "/admin/dlq/bulk-retry",
     {
-      schema: staffRoute("POST", {
+      schema: sendingRoute({
         operationId: "bulkRetryDeadLetters",
         summary: "After an outage: resend every open item with one code, paced, each reply once; items another person answers are skipped",
         tags: DLQ,

@@ -3,7 +3,7 @@ import { answerWaiting, type StaffSendDeps } from "../../dlq/staff.ts";
 import { PAUSED_INDEFINITELY } from "../../messages/controls.ts";
 import { giveBackToBot, pauseConversation, resumeConversation } from "../../state/staff-actions.ts";
 import { refuse } from "../refusals.ts";
-import { problem, type StaffApp, staffRoute, type ZodParts } from "../schema.ts";
+import { problem, type StaffApp, sendingRoute, staffRoute, type ZodParts } from "../schema.ts";
 import * as wire from "../wire.ts";
 
 /** Human handoff: a person writes to a customer waiting for one, gives the conversation back, or pauses and resumes the bot (its messages are still stored). */
@@ -20,7 +20,7 @@ function registerWaitingCustomer(app: StaffApp, deps: StaffSendDeps): void {
   app.post(
     "/admin/dlq/:id/answer",
     {
-      schema: staffRoute("POST", {
+      schema: sendingRoute({
         operationId: "answerWaitingCustomer",
         summary: "Write to a customer waiting for a person (within the 24-hour window); sent once even when pressed twice, and the bot stays paused",
         tags: ["dead letters", ...HANDOFF],

@@ -4,7 +4,7 @@ import { type StaffSendDeps, sendTemplate } from "../../dlq/staff.ts";
 import { PermanentError, RetryableError } from "../../errors.ts";
 import { fillTemplate, type TemplateCatalog } from "../../whatsapp/templates.ts";
 import { refuse } from "../refusals.ts";
-import { problem, staffRoute, type ZodParts } from "../schema.ts";
+import { problem, sendingRoute, staffRoute, type ZodParts } from "../schema.ts";
 import * as wire from "../wire.ts";
 
 /**
@@ -60,7 +60,7 @@ export function registerTemplateRoutes(scope: FastifyInstance, deps: TemplateRou
   app.post(
     "/admin/dlq/:id/template",
     {
-      schema: staffRoute("POST", {
+      schema: sendingRoute({
         operationId: "sendTemplateForDeadLetter",
         summary:
           "Send an approved template (its body's parameters filled) once, even when pressed twice: it resolves a failed reply, or answers a customer waiting for a person",
