@@ -186,6 +186,34 @@ describe("the cost ledger", () => {
     expect(claudeCost).toBeCloseTo(claudeUsd(billed), 12);
   });
 
+  it("the other copy of a part sent again (law 5's window) is billed by Meta too: priced from its own statuses, counted once", async () => {
+    const from = "447700900999";
+    await h.deliver(textWebhook({ from, text: "Is the shop open late on Fridays?" }).body);
+    const [first] = await sentParts({ waId: from }, 1);
+    const part = await h.db.outboundMessage.findUniqueOrThrow({ where: { wamid: first! } });
+    await status(first!, "sent", { recipient_id: from }, regular);
+    const today = utcDay(new Date());
+    const before = (await costs(`?from=${today}&to=${today}`)).json().total;
+
+    // Meta took the part twice (the first send's answer was lost, so it was sent again): the
+    // other copy's statuses carry our part id back, under a wamid of their own.
+    const copy = uniqueWamid();
+    const copyStatus = async (name: "sent" | "delivered") => {
+      const at = String(Math.floor(Date.now() / 1000));
+      const change = statusChange([{ id: copy, status: name, timestamp: at, recipient_id: from, biz_opaque_callback_data: part.id, pricing: regular }]);
+      expect((await h.deliver(metaWire(envelope([change])))).statusCode).toBe(200);
+      await eventually(async () => (await h.queues.status.getJob(statusJobId(copy, name)))?.finishedOn, `the copy's ${name} status`, WAIT);
+    };
+    await copyStatus("sent");
+    await copyStatus("delivered");
+
+    const after = (await costs(`?from=${today}&to=${today}`)).json().total;
+    expect(after.parts).toBe(before.parts + 1);
+    expect(after.messages.billable.service).toBe(before.messages.billable.service + 1);
+    expect(after.amounts.meta).toBeCloseTo(before.amounts.meta + 0.0125, 10);
+    expect(await h.db.outboundMessage.findUniqueOrThrow({ where: { id: part.id } })).toMatchObject({ wamid: first });
+  });
+
   it("defaults to the seven UTC days ending today", async () => {
     const res = await costs("");
     expect(res.statusCode).toBe(200);

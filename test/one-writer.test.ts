@@ -23,7 +23,18 @@ const TABLES = [
   "tool_calls",
   "claude_calls",
 ];
-const MODELS = ["conversation", "reply", "outboundMessage", "inboundMessage", "deadLetter", "deadLetterAction", "claudeStep", "toolCall", "claudeCall"];
+const MODELS = [
+  "conversation",
+  "reply",
+  "outboundMessage",
+  "inboundMessage",
+  "deadLetter",
+  "deadLetterAction",
+  "claudeStep",
+  "toolCall",
+  "claudeCall",
+  "outboundCopy",
+];
 
 const SQL_WRITE = new RegExp(`\\b(UPDATE|INSERT\\s+INTO|DELETE\\s+FROM)\\s+"?(${TABLES.join("|")})\\b`, "gi");
 const PRISMA_WRITE = new RegExp(

@@ -5,7 +5,8 @@ import type { Db } from "../db/client.ts";
  * The cost ledger (issue 20), per business number and UTC day: every Claude call as the
  * ledger of calls holds it (src/state/claude-calls.ts: a row per call, paid for, priced as it
  * answered), and on each part Meta took, the `pricing` its status webhooks gave, recorded once
- * (src/state/parts.ts, recordPartPricing). A call counts on the day it was made; a reply on the
+ * (src/state/parts.ts, recordPartPricing), and on each other copy of a part sent again, its own
+ * (recordCopyPricing). A call counts on the day it was made; a reply on the
  * day it was made; a part on the day Meta took it.
  */
 
@@ -103,12 +104,21 @@ export async function costsByDay(
       WHERE created_at >= ${since}::timestamptz AND created_at < ${until}::timestamptz AND (${number}::text IS NULL OR phone_number_id = ${number}::text)
       GROUP BY 1, 2`,
     db.$queryRaw<PartGroup[]>`
-      SELECT c.phone_number_id AS "phoneNumberId", to_char(p.accepted_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day,
-             p.pricing_category AS category, p.billable, count(*)::int AS count, sum(p.meta_amount)::float8 AS amount,
-             (count(*) FILTER (WHERE p.billable AND p.meta_amount IS NULL))::int AS unpriced
-      FROM outbound_messages p JOIN replies r ON r.id = p.reply_id JOIN conversations c ON c.id = r.conversation_id
-      WHERE p.wamid IS NOT NULL AND p.accepted_at >= ${since}::timestamptz AND p.accepted_at < ${until}::timestamptz
-        AND (${number}::text IS NULL OR c.phone_number_id = ${number}::text)
+      SELECT m.phone_number_id AS "phoneNumberId", to_char(m.at AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day,
+             m.category, m.billable, count(*)::int AS count, sum(m.amount)::float8 AS amount,
+             (count(*) FILTER (WHERE m.billable AND m.amount IS NULL))::int AS unpriced
+      FROM (
+        SELECT c.phone_number_id, p.accepted_at AS at, p.pricing_category AS category, p.billable, p.meta_amount AS amount
+        FROM outbound_messages p JOIN replies r ON r.id = p.reply_id JOIN conversations c ON c.id = r.conversation_id
+        WHERE p.wamid IS NOT NULL AND p.accepted_at >= ${since}::timestamptz AND p.accepted_at < ${until}::timestamptz
+          AND (${number}::text IS NULL OR c.phone_number_id = ${number}::text)
+        UNION ALL
+        -- The other copy of a part sent again: Meta took and bills it too (counted on the day it was priced).
+        SELECT c.phone_number_id, o.priced_at, o.pricing_category, o.billable, o.meta_amount
+        FROM outbound_copies o JOIN outbound_messages p ON p.id = o.part_id JOIN replies r ON r.id = p.reply_id JOIN conversations c ON c.id = r.conversation_id
+        WHERE o.priced_at >= ${since}::timestamptz AND o.priced_at < ${until}::timestamptz
+          AND (${number}::text IS NULL OR c.phone_number_id = ${number}::text)
+      ) m
       GROUP BY 1, 2, 3, 4`,
   ]);
 

@@ -5,7 +5,7 @@ import type { Logger } from "../logger.ts";
 import type { Metrics } from "../metrics/metrics.ts";
 import type { StatusJobData } from "../queue/catalog.ts";
 import { scheduleReply } from "../queue/queues.ts";
-import { recordDeliveryStatus, recordPartPricing, type StatusOutcome, UUID } from "../state/parts.ts";
+import { type PartPricing, recordCopyPricing, recordDeliveryStatus, recordPartPricing, type StatusOutcome, UUID } from "../state/parts.ts";
 import { maskPhoneNumbers } from "../whatsapp/answer-shape.ts";
 import { ruleForGraphCode } from "../whatsapp/error-codes.ts";
 import type { GraphErrorsCount } from "../whatsapp/graph-client.ts";
@@ -39,7 +39,8 @@ export async function processStatus(deps: StatusDeps, settings: StatusSettings, 
   const { status } = data;
   const log = deps.logger.child({ wamid: status.id, status: status.status });
   const recorded = await recordStatus(deps, status);
-  if (recorded.outcome === "recorded" || recorded.outcome === "stale") await recordPricing(deps, settings.metaRates, status, recorded.partId, log);
+  if (recorded.outcome === "recorded" || recorded.outcome === "stale" || recorded.outcome === "superseded")
+    await recordPricing(deps, settings.metaRates, status, { partId: recorded.partId, copy: recorded.outcome === "superseded" }, log);
   switch (recorded.outcome) {
     case "unknown":
       log.info({ event: "status.unknown_message" }, "status for a message we did not send (or no longer track); ignored");
@@ -85,9 +86,16 @@ const pricingSchema = z.object({
 
 /**
  * The message's price, from the first status that carries one (sent, delivered or read, in any
- * order): counted once per message however many statuses say it.
+ * order): counted once per message however many statuses say it. The other copy of a part sent
+ * again (`copy`) is a message Meta bills too, counted once by its own wamid.
  */
-async function recordPricing(deps: StatusDeps, rates: MetaRates | undefined, status: StatusJobData["status"], partId: string, log: Logger): Promise<void> {
+async function recordPricing(
+  deps: StatusDeps,
+  rates: MetaRates | undefined,
+  status: StatusJobData["status"],
+  of: { partId: string; copy: boolean },
+  log: Logger,
+): Promise<void> {
   if (status.status === "failed" || status.pricing === undefined) return;
   const parsed = pricingSchema.safeParse(status.pricing);
   if (!parsed.success) {
@@ -98,17 +106,22 @@ async function recordPricing(deps: StatusDeps, rates: MetaRates | undefined, sta
   const billable = isBillable(pricing);
   const market = marketOf(rates, pricing.category, status.recipient_id);
   const amount = metaAmount(rates, { billable, category: pricing.category }, market);
-  const priced = await recordPartPricing(
-    deps.db,
-    partId,
-    { category: pricing.category, type: pricing.type ?? null, pricingModel: pricing.pricing_model ?? null, billable, market, amount },
-    deps.clock.now(),
-  );
+  const recorded: PartPricing = {
+    category: pricing.category,
+    type: pricing.type ?? null,
+    pricingModel: pricing.pricing_model ?? null,
+    billable,
+    market,
+    amount,
+  };
+  const priced = of.copy
+    ? await recordCopyPricing(deps.db, { partId: of.partId, wamid: status.id }, recorded, deps.clock.now())
+    : await recordPartPricing(deps.db, of.partId, recorded, deps.clock.now());
   if (!priced.recorded) return;
   const labels = { phone_number_id: priced.phoneNumberId, category: pricing.category };
   deps.metrics.metaMessages.inc({ ...labels, billable: String(billable) });
   if (amount) deps.metrics.metaCost.inc(labels, amount);
-  log.info({ event: "status.priced", category: pricing.category, billable, market, amount }, "message's price recorded");
+  log.info({ event: "status.priced", category: pricing.category, billable, market, amount, copy: of.copy }, "message's price recorded");
 }
 
 /**

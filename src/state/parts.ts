@@ -277,3 +277,26 @@ export async function recordPartPricing(
     RETURNING c.phone_number_id AS "phoneNumberId"`;
   return row ? { recorded: true, phoneNumberId: row.phoneNumberId } : { recorded: false };
 }
+
+/**
+ * The other copy of a part sent again (law 5's window), priced from its own status: Meta bills
+ * each copy it took, so each is counted, once per wamid however many statuses carry its pricing.
+ */
+export async function recordCopyPricing(
+  db: Db,
+  copy: { partId: string; wamid: string },
+  pricing: PartPricing,
+  now: Date,
+): Promise<{ recorded: true; phoneNumberId: string } | { recorded: false }> {
+  const [row] = await db.$queryRaw<{ phoneNumberId: string }[]>`
+    WITH made AS (
+      INSERT INTO outbound_copies (wamid, part_id, pricing_category, pricing_type, pricing_model, billable, market, meta_amount, priced_at)
+      VALUES (${copy.wamid}, ${copy.partId}::uuid, ${pricing.category}, ${pricing.type}, ${pricing.pricingModel}, ${pricing.billable}, ${pricing.market},
+        ${pricing.amount ?? null}::double precision, ${now}::timestamptz)
+      ON CONFLICT (wamid) DO NOTHING
+      RETURNING part_id
+    )
+    SELECT c.phone_number_id AS "phoneNumberId" FROM made JOIN outbound_messages p ON p.id = made.part_id
+      JOIN replies r ON r.id = p.reply_id JOIN conversations c ON c.id = r.conversation_id`;
+  return row ? { recorded: true, phoneNumberId: row.phoneNumberId } : { recorded: false };
+}
