@@ -35,8 +35,19 @@ export function missedGoals(r: ScenarioResult): string[] {
   if (t.claudeCalls > claudeCallsNeeded(t) + r.claudeAllowance) missed.push("Claude");
   if (t.sendsTaken > t.partsTaken) missed.push("sends");
   const b = t.business;
-  if (b && (b.maxSightings > 2 || b.bookings !== b.bookingKeys || b.toolCalls !== b.keys || b.toolCallsUnanswered > 0)) missed.push("business");
+  const sightings = r.scenario.keySightings ?? 2;
+  if (b && (b.maxSightings > sightings || b.bookings !== b.bookingKeys || b.toolCalls !== b.keys || b.toolCallsUnanswered > 0)) missed.push("business");
+  if (!ledgerHolds(t.ledger)) missed.push("ledger");
   return missed;
+}
+
+/**
+ * Every answer Anthropic billed is a settled row with the same tokens; a call whose answer
+ * nobody read (its worker killed) is a row left at its reservation, never a call missing.
+ */
+function ledgerHolds(l: ScenarioResult["outcome"]["tally"]["ledger"]): boolean {
+  if (l.unsettled === 0) return l.answered === l.billedAnswers && l.tokens === l.billedTokens;
+  return l.answered + l.unsettled >= l.billedAnswers && l.tokens <= l.billedTokens;
 }
 
 /** One call per answer, and one more per answer Claude gave as a stored step (a tool use). */
@@ -47,7 +58,7 @@ const ratio = (n: number, d: number) => (d === 0 ? (n === 0 ? "-" : `∞ (${n}/0
 export function formatReport(results: (ScenarioResult | ScenarioError)[]): string {
   const rows = results.map((r) => {
     const name = `${r.scenario.id}. ${r.scenario.slug}`;
-    if ("error" in r) return [name, "-", "-", "-", "-", "-", "-", `ERROR (logs: ${r.logDir})`];
+    if ("error" in r) return [name, "-", "-", "-", "-", "-", "-", "-", `ERROR (logs: ${r.logDir})`];
     const t = r.outcome.tally;
     const missed = missedGoals(r);
     return [
@@ -58,14 +69,17 @@ export function formatReport(results: (ScenarioResult | ScenarioError)[]): strin
       fmt(t.lost),
       ratio(t.claudeCalls, claudeCallsNeeded(t)),
       ratio(t.sendsTaken, t.partsTaken),
+      `${fmt(t.ledger.tokens)}/${fmt(t.ledger.billedTokens)} tokens` + (t.ledger.unsettled ? ` (+${t.ledger.unsettled} unread)` : ""),
       missed.length ? `GOAL MISSED: ${missed.join(", ")}` : "met",
     ];
   });
   const out = [
-    table(["scenario", "sent in", "answered", "dead-lettered", "lost", "Claude calls/needed", "sends/part", "goal"], rows),
+    table(["scenario", "sent in", "answered", "dead-lettered", "lost", "Claude calls/needed", "sends/part", "ledger", "goal"], rows),
     "",
     "  goal: 0 lost, Claude calls per call needed 1.000 (one per answer, one more per stored tool step; 8: plus the calls in flight",
-    "  in the killed worker, whose answers nobody reads), sends per reply part 1.000; 9: the business sees each key at most twice and acts once.",
+    "  in the killed worker, whose answers nobody reads), sends per reply part 1.000; 9: the business sees each key at most twice and acts once;",
+    "  10: it acts once per key (a key repeated until it answers). ledger: the tokens of the claude_calls rows / the tokens the fake",
+    "  Anthropic billed, equal (a call whose answer nobody read stays at its reservation).",
     "  answered: its reply reached the customer (Meta took a send of one of its parts, or the reply is `sent`); dead-lettered: reply",
     "  dead with an open dead letter; lost: everything else (skipped messages aside), counted after the system settled or at the deadline.",
     "",
@@ -101,7 +115,8 @@ function details(r: ScenarioResult | ScenarioError): string[] {
     facts.push(
       `business: ${b.toolCalls} tool calls (${t.claudeSteps} Claude steps stored), ${b.keys} keys, ${b.repeatedKeys} seen twice or more, at most ${b.maxSightings} times; ` +
         `${b.bookings} bookings for ${b.bookingKeys} booking keys` +
-        (b.toolCallsUnanswered ? `; ${b.toolCallsUnanswered} tool calls with no stored answer` : ""),
+        (b.toolCallsUnanswered ? `; ${b.toolCallsUnanswered} tool calls with no stored answer` : "") +
+        (b.toolCallsUnknown ? `; ${b.toolCallsUnknown} left unknown for a person` : ""),
     );
   }
   const failed = Object.entries(r.outcome.failedJobs).filter(([, n]) => n !== 0);

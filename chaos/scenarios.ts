@@ -48,6 +48,8 @@ export interface Scenario {
   duplicateRate?: number;
   /** The number has the demo shop's tools (ChaosSystem.shop). */
   shop?: boolean;
+  /** The most requests the shop may see with one Idempotency-Key (default 2: a request cut off, and its repeat). */
+  keySightings?: number;
   env?: Record<string, string>;
   run(system: ChaosSystem): Promise<Injection>;
 }
@@ -79,6 +81,17 @@ async function workerAskingClaude(system: ChaosSystem, customers: number): Promi
   if (!via || !victim) return undefined;
   await sleep(300);
   return { victim, calls: system.claudeInFlight.get(via) ?? 0 };
+}
+
+/** Claude books a fitting for every message that asks for one (a tool_use of its own each), then confirms once told the result. */
+function bookingClaude(system: ChaosSystem): void {
+  let toolUses = 0;
+  system.claude.answerFor = (request) => {
+    if (answersToolResults(request)) return { text: "Booked, see you then!" };
+    if (!/book/i.test(JSON.stringify(request.messages.at(-1)?.content))) return undefined;
+    const input = { name: `Customer ${toolUses}`, date: "2026-12-19", time: "10:30", people: 2 };
+    return { content: [{ type: "tool_use", id: `toolu_chaos${++toolUses}`, name: "book_fitting", input }], stopReason: "tool_use" };
+  };
 }
 
 const totalClaudeInFlight = (system: ChaosSystem) => [...system.claudeInFlight.values()].reduce((a, b) => a + b, 0);
@@ -321,14 +334,7 @@ export const SCENARIOS: Scenario[] = [
       const customers = 20;
       const kills = 8;
       const holdMs = 700;
-      // Claude books a fitting for every message that asks for one, then confirms once told the result.
-      let toolUses = 0;
-      system.claude.answerFor = (request) => {
-        if (answersToolResults(request)) return { text: "Booked, see you then!" };
-        if (!/book/i.test(JSON.stringify(request.messages.at(-1)?.content))) return undefined;
-        const input = { name: `Customer ${toolUses}`, date: "2026-12-19", time: "10:30", people: 2 };
-        return { content: [{ type: "tool_use", id: `toolu_chaos${++toolUses}`, name: "book_fitting", input }], stopReason: "tool_use" };
-      };
+      bookingClaude(system);
       // The shop takes its time over each request, then acts and answers (to nobody, if the caller died meanwhile).
       const inFlight = new Map<string, Set<string>>(); // base path → keys the shop holds for it
       const seen = new Map<string, number>();
@@ -378,6 +384,69 @@ export const SCENARIOS: Scenario[] = [
       return {
         note: `${customers} customers asking for bookings (one tool call each, the shop answering after ${holdMs} ms), 2 workers; ${killed} times a worker SIGKILLed while the shop held its request (${keysCut} keys cut off), a new worker started each time; the customers wrote until then`,
         deadline: Date.now() + 60_000,
+      };
+    },
+  },
+  {
+    id: 10,
+    slug: "business-acts-then-hangs",
+    workers: 2,
+    claudeLatencyMs: 200,
+    shop: true,
+    // The first request of each key hangs past the tool's timeout; its repeats, with the same
+    // key, are answered from what the shop did. A few repeats per key, within TOOL_MAX_MS.
+    keySightings: 6,
+    env: { TOOL_MAX_MS: "15000" },
+    async run(system) {
+      const shop = system.shop!;
+      const customers = 12;
+      const kills = 4;
+      bookingClaude(system);
+      // The business books on the first request of each key and then never answers it (the
+      // booking is made: only the answer is lost); a repeat with the key gets the booking back.
+      const hungAt = new Map<string, number>(); // base path → when the shop last hung a request of it
+      const seen = new Set<string>();
+      shop.fault = ({ path, authorization, idempotencyKey: key = "" }) => {
+        if (path !== "/bookings" || seen.has(key)) return undefined;
+        seen.add(key);
+        hungAt.set(authorization?.replace(/^Bearer /, "") ?? "", Date.now());
+        return { actThenHang: true };
+      };
+      let writing = true;
+      const writer = (async () => {
+        // Every customer asks twice at least, and on until the last worker is killed.
+        for (let n = 0; (writing || n < 2 * customers) && n < 120; n++) {
+          system.customers.write(n % customers, `Could you book a fitting for two on the 19th? (customer ${n % customers}, message ${n})`);
+          await sleep(700);
+        }
+      })();
+      // Kill a worker while the shop holds a request it acted on (before the tool's timeout, so
+      // the killed worker never learned of it), with no Claude answer of its own in flight or just received.
+      let killed = 0;
+      const replacements: Promise<RoleProcess>[] = [];
+      while (killed < kills) {
+        const victim = await waitFor<RoleProcess>(
+          () =>
+            system.runningWorkers.find((w) => {
+              const via = system.viaOf(w);
+              const hung = Date.now() - (hungAt.get(via) ?? 0);
+              const quietFor = Date.now() - (system.claudeAnsweredAt.get(via) ?? 0);
+              return hung >= 300 && hung < 1500 && (system.claudeInFlight.get(via) ?? 0) === 0 && quietFor >= 300;
+            }),
+          30_000,
+          2,
+        );
+        if (!victim) break;
+        victim.signal("SIGKILL");
+        killed++;
+        await victim.exited;
+        replacements.push(system.startWorker());
+      }
+      writing = false;
+      await Promise.all([writer, ...replacements]);
+      return {
+        note: `${customers} customers asking for bookings, 2 workers; the shop books on each key's first request and never answers it (past the tool's 2 s timeout); ${killed} times a worker SIGKILLed while the shop held such a request, a new worker started each time`,
+        deadline: Date.now() + 90_000,
       };
     },
   },

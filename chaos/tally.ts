@@ -36,6 +36,21 @@ export interface Tally {
   /** Replies still generating/ready, and parts of live replies not accepted: work someone may still do. */
   unfinished: number;
   business?: BusinessTally;
+  ledger: LedgerTally;
+}
+
+/**
+ * The ledger of Claude calls (claude_calls) against what the fake Anthropic billed, over the
+ * whole run: each answer it gave is a settled row with the same tokens; a call whose answer
+ * nobody read (a worker killed mid-call) is a row left at its reservation.
+ */
+export interface LedgerTally {
+  answered: number;
+  /** Rows never settled (reserved, or unknown: no answer read); counted at their reservation. */
+  unsettled: number;
+  tokens: number;
+  billedAnswers: number;
+  billedTokens: number;
 }
 
 export interface BusinessTally {
@@ -50,6 +65,8 @@ export interface BusinessTally {
   /** Tool-call rows, and those whose answer is not stored (state still "requested"). */
   toolCalls: number;
   toolCallsUnanswered: number;
+  /** Left `unknown`: the business never answered for sure, a person checks (not a goal missed, but told). */
+  toolCallsUnknown: number;
 }
 
 interface MessageRow {
@@ -81,6 +98,7 @@ export async function tally(system: ChaosSystem): Promise<Tally> {
   let parts: PartRow[];
   let claudeSteps: number;
   let toolCalls: { state: string }[];
+  let ledgerRows: { state: string; n: string; tokens: string | null }[];
   try {
     messages = (await client.query<MessageRow>("SELECT wamid, reply_id::text, skip_reason FROM inbound_messages")).rows;
     replies = (
@@ -93,6 +111,12 @@ export async function tally(system: ChaosSystem): Promise<Tally> {
     parts = (await client.query<PartRow>("SELECT id::text, reply_id::text, send_state::text FROM outbound_messages")).rows;
     claudeSteps = Number((await client.query<{ n: string }>("SELECT count(*) AS n FROM claude_steps")).rows[0]?.n ?? 0);
     toolCalls = (await client.query<{ state: string }>("SELECT state FROM tool_calls")).rows;
+    ledgerRows = (
+      await client.query<{ state: string; n: string; tokens: string | null }>(
+        `SELECT state, count(*) AS n,
+                sum(input_tokens + output_tokens + cache_read_tokens + cache_creation_tokens) AS tokens FROM claude_calls GROUP BY state`,
+      )
+    ).rows;
   } finally {
     await client.end().catch(() => undefined);
   }
@@ -126,6 +150,7 @@ export async function tally(system: ChaosSystem): Promise<Tally> {
       replies.filter((r) => r.state === "generating" || r.state === "ready").length +
       parts.filter((p) => p.send_state !== "accepted" && replyById.get(p.reply_id)?.state !== "dead").length,
     business: system.shop ? businessTally(system.shop, toolCalls) : undefined,
+    ledger: ledgerTally(system, ledgerRows),
   };
   for (const wamid of system.customers.written.keys()) {
     const message = stored.get(wamid);
@@ -164,8 +189,21 @@ function businessTally(shop: DemoShop, toolCalls: { state: string }[]): Business
     bookingKeys: new Set(shop.requests.filter((r) => r.path === "/bookings" && r.idempotencyKey).map((r) => r.idempotencyKey)).size,
     toolCalls: toolCalls.length,
     toolCallsUnanswered: toolCalls.filter((c) => c.state === "requested").length,
+    toolCallsUnknown: toolCalls.filter((c) => c.state === "unknown").length,
   };
 }
 
 /** Every message answered, dead-lettered or deliberately skipped. */
 export const allResolved = (t: Tally) => t.answered + t.deadLettered + t.skipped === t.sentIn;
+
+function ledgerTally(system: ChaosSystem, rows: { state: string; n: string; tokens: string | null }[]): LedgerTally {
+  const of = (...states: string[]) => rows.filter((r) => states.includes(r.state));
+  const billed = system.claude.usages;
+  return {
+    answered: of("answered").reduce((n, r) => n + Number(r.n), 0),
+    unsettled: of("reserved", "unknown").reduce((n, r) => n + Number(r.n), 0),
+    tokens: of("answered").reduce((n, r) => n + Number(r.tokens ?? 0), 0),
+    billedAnswers: billed.length,
+    billedTokens: billed.reduce((n, u) => n + u.input_tokens + u.output_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens, 0),
+  };
+}
