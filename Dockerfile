@@ -27,6 +27,7 @@ WORKDIR /app
 COPY package.json package-lock.json ./
 RUN --mount=type=cache,target=/root/.npm npm ci --omit=dev --ignore-scripts --no-audit --no-fund
 COPY prisma ./prisma
+# dist is a link to the build (scripts/build.mjs); COPY copies the folder it links to.
 COPY --from=build /app/dist ./dist
 # The files stay root's and read-only to the app.
 USER node

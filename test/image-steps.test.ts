@@ -1,7 +1,7 @@
 import { type ChildProcess, execFile, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
-import { cp, mkdir, mkdtemp, rm, symlink } from "node:fs/promises";
+import { cp, mkdir, mkdtemp, realpath, rm, symlink } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { basename, dirname, isAbsolute, join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -207,7 +207,9 @@ async function replay(all: Stage[], into: string): Promise<Map<string, string>> 
       if (copy.from !== undefined && !from) throw new Error(`Dockerfile: COPY --from=${copy.from}: no such stage`);
       for (const source of copy.sources) {
         if (!from && ignored(source)) throw new Error(`Dockerfile: COPY ${source}, which .dockerignore leaves out of the context`);
-        const origin = from ? inStage(from, source) : join(ROOT, source);
+        // COPY follows a symbolic link it is named (BuildKit's FollowSymlinks): the build
+        // stage's dist is one, to the build scripts/build.mjs made beside it.
+        const origin = from ? await realpath(inStage(from, source)) : join(ROOT, source);
         const several = copy.sources.length > 1 || copy.destination.endsWith("/");
         const target = several ? join(inStage(stage, copy.destination), basename(source)) : inStage(stage, copy.destination);
         await cp(origin, target, { recursive: true, filter: from ? undefined : (path) => !ignored(relative(ROOT, path) || ".") });
