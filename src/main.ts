@@ -1,4 +1,4 @@
-import { existsSync } from "node:fs";
+import { existsSync, openSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import type { FastifyInstance } from "fastify";
 import { buildApp, buildMetricsApp } from "./app.ts";
@@ -32,6 +32,10 @@ type Role = "all" | "web" | "worker" | "migrate";
 const clock: Clock = systemClock;
 
 async function main(): Promise<void> {
+  // A build beside us (scripts/build.mjs) swaps dist to a new folder and removes an old one
+  // only once no process holds a file of it open: this holds our own, so the folder we run
+  // from (the worker child forked again after a crash) stays for as long as we run.
+  openSync(fileURLToPath(import.meta.url), "r");
   const role = (process.argv[2] ?? "all") as Role;
   if (role === "worker" && process.argv.includes(WORKER_CHILD_FLAG)) return workerChild();
 
