@@ -20,7 +20,7 @@ export interface Faults {
   send: SendFaultName | null;
   /** Only with the offline responder: real Claude cannot be told to fail. */
   claude: ClaudeFault | null;
-  /** The demo shop's order and booking API: slow (answers after the tool's timeout, having acted) or failing (a proxy's 502 page). */
+  /** The demo shop's order and booking API: slow (answers a key's first request after the tool's timeout, having acted) or failing (the shop's own 503). */
   shop: ShopFaultName | null;
 }
 
@@ -72,12 +72,16 @@ export function sendFault(name: SendFaultName, graphTimeoutMs: number): SendFaul
   }
 }
 
-/** What the demo shop does with a request while `name` is on. */
-export async function shopFault(name: ShopFaultName, toolTimeoutMs: number): Promise<ShopFault> {
-  if (name === "failing")
-    return { status: 502, body: "<html><head><title>502 Bad Gateway</title></head><body><center><h1>502 Bad Gateway</h1></center></body></html>" };
-  // It acts, and answers only after the caller gave up: the tool loop tells Claude it may have happened.
-  await new Promise((resolve) => setTimeout(resolve, toolTimeoutMs + 1000));
+/**
+ * What the demo shop does with a request while `name` is on. `firstOfKey`: the first request
+ * with its Idempotency-Key (a repeat is the same call, asked again).
+ */
+export async function shopFault(name: ShopFaultName, toolTimeoutMs: number, firstOfKey: boolean): Promise<ShopFault> {
+  // The shop's own error: a sure answer, which Claude explains to the customer at once.
+  if (name === "failing") return { status: 503, body: JSON.stringify({ error: "the order system is down for maintenance" }) };
+  // It acts, and answers only after the caller gave up: the tool loop asks again with the same
+  // key, and the repeat is answered from what was done.
+  if (firstOfKey) await new Promise((resolve) => setTimeout(resolve, toolTimeoutMs + 1000));
   return undefined;
 }
 

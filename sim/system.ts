@@ -104,7 +104,12 @@ export async function startDemo(options: DemoOptions): Promise<DemoSystem> {
     }
     const shop = await new DemoShop((error) => sandbox.log.add({ kind: "business", text: `Demo shop error: ${String(error)}`, ok: false })).start();
     cleanups.push(() => shop.stop());
-    shop.fault = () => (sandbox.faults.shop ? shopFault(sandbox.faults.shop, DEMO_TOOL_TIMEOUT_MS) : undefined);
+    const keysSeen = new Set<string | undefined>();
+    shop.fault = (request) => {
+      const firstOfKey = !keysSeen.has(request.idempotencyKey);
+      keysSeen.add(request.idempotencyKey);
+      return sandbox.faults.shop ? shopFault(sandbox.faults.shop, DEMO_TOOL_TIMEOUT_MS, firstOfKey) : undefined;
+    };
     shop.observe = (request, status) =>
       sandbox.log.add({
         kind: "business",

@@ -294,7 +294,7 @@ describe("npm run demo's sandbox, through its JSON API", () => {
     await write({ from, text: "Status of A1002 please" });
     const reply = await firstReply(from, "the order's reply");
     expect(reply.text).toContain("could not get that from the shop's system");
-    expect(reply.text).toContain("HTTP 502");
+    expect(reply.text).toContain("HTTP 503");
     expect((await chat(from)).openDeadLetters).toBe(0);
   });
 
