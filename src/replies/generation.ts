@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { setTimeout } from "node:timers/promises";
-import { type CallUsage, type ClaudeAnswer, type ClaudeClient, citationsOf, type GeneratedReply, type ToolUse, textOf, toolUsesOf } from "../ai/claude.ts";
+import { type CallUsage, type ClaudeAnswer, type ClaudeClient, citationsOf, type GeneratedReply, textOf, toolUsesOf } from "../ai/claude.ts";
 import { estimateCostUsd, greatestCostUsd, type PriceOverrides } from "../ai/pricing.ts";
 import type { ChatTurn, ClaudeKnowledge, ToolResult } from "../ai/request.ts";
 import type { Clock } from "../clock.ts";
@@ -19,7 +19,7 @@ import { armGeneration, releaseGeneration } from "../state/replies.ts";
 import { finishToolCall, leaveToolCallUnknown, readSteps, recordStep, type StoredStep, type StoredToolCall, startToolCall } from "../state/steps.ts";
 import type { BusinessActions } from "../tools/actions.ts";
 import { HANDOFF_TOOL, type ToolDefinition } from "../tools/definitions.ts";
-import { idempotencyKeyFor } from "../tools/idempotency.ts";
+import { withKeys } from "../tools/idempotency.ts";
 import { conversationTurns, type HistoryDeps, type HistorySettings } from "./history.ts";
 
 /**
@@ -161,35 +161,6 @@ const unknownOutcome = (tool: string, why: string) =>
   `Outcome unknown: ${tool} was asked with an Idempotency-Key and never answered for sure (last: ${why}), so it may have been done. ` +
   "Do not call this tool again for it. Tell the customer a person will check whether it was done and get back to them; do not say it failed.";
 
-/**
- * The Idempotency-Key of each tool call Claude asks for: the same tool with the same input
- * (canonical JSON) as an earlier call of this round is the same action, with that call's key;
- * any other is keyed by its own tool_use id.
- */
-function withKeys(phoneNumberId: string, uses: readonly ToolUse[], steps: readonly StoredStep[]): (ToolUse & { idempotencyKey: string })[] {
-  const keys = new Map<string, string>();
-  for (const call of steps.flatMap((s) => s.toolCalls)) if (!keys.has(actionOf(call))) keys.set(actionOf(call), call.idempotencyKey);
-  return uses.map((use) => {
-    const action = actionOf(use);
-    const idempotencyKey = keys.get(action) ?? idempotencyKeyFor(phoneNumberId, use.id);
-    keys.set(action, idempotencyKey);
-    return { ...use, idempotencyKey };
-  });
-}
-
-const actionOf = (call: { name: string; input: unknown }) => JSON.stringify([call.name, canonical(call.input)]);
-
-/** A JSON value with every object's keys in order: the same input however Claude ordered it. */
-function canonical(value: unknown): unknown {
-  if (Array.isArray(value)) return value.map(canonical);
-  if (value === null || typeof value !== "object") return value;
-  return Object.fromEntries(
-    Object.keys(value)
-      .sort()
-      .map((key) => [key, canonical((value as Record<string, unknown>)[key])]),
-  );
-}
-
 /** How a stored step's tool calls were answered, for Claude to read. */
 const resultsOf = (step: StoredStep): ToolResult[] => step.toolCalls.map((c) => ({ toolUseId: c.id, text: c.answer ?? "", isError: c.isError ?? true }));
 
@@ -243,7 +214,11 @@ class ToolLoop {
           // Stored before any tool it asks for runs: a run that resumes never asks Claude for it
           // again. A refusal too: the handoff it leads to may not be recorded at once (law 4).
           const uses = answer.stopReason === "tool_use" ? toolUsesOf(answer.content) : [];
-          const calls = withKeys(conversation.phoneNumberId, uses, steps);
+          const calls = withKeys(
+            conversation.phoneNumberId,
+            uses,
+            steps.flatMap((s) => s.toolCalls),
+          );
           let stored: StoredStep | undefined;
           try {
             stored = await recordStep(this.deps.db, reply.id, steps.length, answer, calls, this.deps.clock.now());
