@@ -94,6 +94,37 @@ function bookingClaude(system: ChaosSystem): void {
   };
 }
 
+/** No Claude call of this worker in flight, and none answered in the last 300 ms (a step not yet stored dies with the process). */
+const claudeQuiet = (system: ChaosSystem, via: string) =>
+  (system.claudeInFlight.get(via) ?? 0) === 0 && Date.now() - (system.claudeAnsweredAt.get(via) ?? 0) >= 300;
+
+/**
+ * Up to `kills` times, as soon as `ready` picks a running worker (by its base path): told to
+ * `onKill`, SIGKILLed, and a new worker started in its place. Stops early when none is ready
+ * within `waitMs`; how many were killed, once their replacements run.
+ */
+async function killWorkersWhen(
+  system: ChaosSystem,
+  kills: number,
+  ready: (via: string) => boolean,
+  onKill?: (via: string) => void,
+  waitMs = 30_000,
+): Promise<number> {
+  let killed = 0;
+  const replacements: Promise<RoleProcess>[] = [];
+  while (killed < kills) {
+    const victim = await waitFor<RoleProcess>(() => system.runningWorkers.find((w) => ready(system.viaOf(w))), waitMs, 2);
+    if (!victim) break;
+    onKill?.(system.viaOf(victim));
+    victim.signal("SIGKILL");
+    killed++;
+    await victim.exited;
+    replacements.push(system.startWorker()); // meanwhile another worker may be caught too
+  }
+  await Promise.all(replacements);
+  return killed;
+}
+
 const totalClaudeInFlight = (system: ChaosSystem) => [...system.claudeInFlight.values()].reduce((a, b) => a + b, 0);
 
 export const SCENARIOS: Scenario[] = [
@@ -278,8 +309,7 @@ export const SCENARIOS: Scenario[] = [
         () =>
           system.runningWorkers.find((w) => {
             const via = system.viaOf(w);
-            const quietFor = Date.now() - (system.claudeAnsweredAt.get(via) ?? 0);
-            return system.graph.sendsInFlight(via) > 0 && (system.claudeInFlight.get(via) ?? 0) === 0 && quietFor >= 300;
+            return system.graph.sendsInFlight(via) > 0 && claudeQuiet(system, via);
           }),
         20_000,
         2,
@@ -357,30 +387,19 @@ export const SCENARIOS: Scenario[] = [
       // Kill a worker the shop is holding a request for, whose key it has seen once only (so no
       // key is cut off twice), and which has no Claude answer in flight or just received (a
       // step not yet stored dies with the process: that second call would be the fault's).
-      let killed = 0;
       let keysCut = 0;
-      const replacements: Promise<RoleProcess>[] = [];
-      while (killed < kills) {
-        const victim = await waitFor<RoleProcess>(
-          () =>
-            system.runningWorkers.find((w) => {
-              const via = system.viaOf(w);
-              const keys = [...(inFlight.get(via) ?? [])];
-              const quietFor = Date.now() - (system.claudeAnsweredAt.get(via) ?? 0);
-              return keys.length > 0 && keys.every((k) => seen.get(k) === 1) && (system.claudeInFlight.get(via) ?? 0) === 0 && quietFor >= 300;
-            }),
-          20_000,
-          2,
-        );
-        if (!victim) break;
-        keysCut += inFlight.get(system.viaOf(victim))?.size ?? 0;
-        victim.signal("SIGKILL");
-        killed++;
-        await victim.exited;
-        replacements.push(system.startWorker()); // meanwhile the other worker may be caught too
-      }
+      const killed = await killWorkersWhen(
+        system,
+        kills,
+        (via) => {
+          const keys = [...(inFlight.get(via) ?? [])];
+          return keys.length > 0 && keys.every((k) => seen.get(k) === 1) && claudeQuiet(system, via);
+        },
+        (via) => (keysCut += inFlight.get(via)?.size ?? 0),
+        20_000,
+      );
       writing = false;
-      await Promise.all([writer, ...replacements]);
+      await writer;
       return {
         note: `${customers} customers asking for bookings (one tool call each, the shop answering after ${holdMs} ms), 2 workers; ${killed} times a worker SIGKILLed while the shop held its request (${keysCut} keys cut off), a new worker started each time; the customers wrote until then`,
         deadline: Date.now() + 60_000,
@@ -422,28 +441,12 @@ export const SCENARIOS: Scenario[] = [
       })();
       // Kill a worker while the shop holds a request it acted on (before the tool's timeout, so
       // the killed worker never learned of it), with no Claude answer of its own in flight or just received.
-      let killed = 0;
-      const replacements: Promise<RoleProcess>[] = [];
-      while (killed < kills) {
-        const victim = await waitFor<RoleProcess>(
-          () =>
-            system.runningWorkers.find((w) => {
-              const via = system.viaOf(w);
-              const hung = Date.now() - (hungAt.get(via) ?? 0);
-              const quietFor = Date.now() - (system.claudeAnsweredAt.get(via) ?? 0);
-              return hung >= 300 && hung < 1500 && (system.claudeInFlight.get(via) ?? 0) === 0 && quietFor >= 300;
-            }),
-          30_000,
-          2,
-        );
-        if (!victim) break;
-        victim.signal("SIGKILL");
-        killed++;
-        await victim.exited;
-        replacements.push(system.startWorker());
-      }
+      const killed = await killWorkersWhen(system, kills, (via) => {
+        const hung = Date.now() - (hungAt.get(via) ?? 0);
+        return hung >= 300 && hung < 1500 && claudeQuiet(system, via);
+      });
       writing = false;
-      await Promise.all([writer, ...replacements]);
+      await writer;
       return {
         note: `${customers} customers asking for bookings, 2 workers; the shop books on each key's first request and never answers it (past the tool's 2 s timeout); ${killed} times a worker SIGKILLed while the shop held such a request, a new worker started each time`,
         deadline: Date.now() + 90_000,

@@ -8,6 +8,7 @@ import { migrate } from "../src/db/migrate.ts";
 import { type KnowledgeBase, type KnowledgeBaseDeps, type KnowledgeForClaude, startKnowledgeBase } from "../src/knowledge/knowledge.ts";
 import { loadSettings } from "../src/settings.ts";
 import { problemsOf } from "./support/config-problems.ts";
+import { filler } from "./support/filler.ts";
 import { dropSchema, eventually, type Harness, startHarness, TEST_DATABASE_URL, testEnv, withSchema } from "./support/harness.ts";
 import { PHONE_NUMBER_ID, textWebhook } from "./support/webhook-bodies.ts";
 
@@ -151,22 +152,6 @@ describe("KNOWLEDGE_LANGUAGE", () => {
     expect(turn.find((block) => block.type === "search_result")).toMatchObject({ title: "policies.md › Sending shoes back" });
   });
 });
-
-/** Words shared with no question of these tests: syllables, and "the" and "is" in every sentence. */
-function filler(seed: number, wordCount: number): string {
-  const syllables = ["ka", "lo", "mi", "ne", "pu", "zo", "vi", "da", "ge", "bo"];
-  let state = seed * 7919 + 13;
-  const next = () => {
-    state = (state * 1103515245 + 12345) % 2147483648;
-    return state;
-  };
-  const out: string[] = [];
-  while (out.length < wordCount) {
-    const word = () => Array.from({ length: 2 + (next() % 3) }, () => syllables[next() % syllables.length]).join("");
-    out.push("the", word(), "is", word(), `${word()}.`);
-  }
-  return out.slice(0, wordCount).join(" ");
-}
 
 function escapeRegExp(text: string): string {
   return text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");

@@ -9,6 +9,7 @@ import { KnowledgeDirectory } from "../src/knowledge/directory.ts";
 import { type KnowledgeBase, type KnowledgeBaseDeps, type KnowledgeForClaude, startKnowledgeBase } from "../src/knowledge/knowledge.ts";
 import { PASSAGE_MAX_WORDS, PASSAGE_MIN_WORDS, splitIntoPassages } from "../src/knowledge/passages.ts";
 import type { Logger } from "../src/logger.ts";
+import { filler } from "./support/filler.ts";
 import { dropSchema, eventually, TEST_DATABASE_URL, withSchema } from "./support/harness.ts";
 import { makePdf } from "./support/pdf.ts";
 
@@ -107,25 +108,6 @@ function passagesOf(answer: KnowledgeForClaude | undefined) {
 }
 
 const words = (text: string) => text.match(/\S+/g) ?? [];
-
-/**
- * Text that shares no word with the tests' questions, except the common words "the" and "is"
- * in every sentence (the 'simple' configuration keeps them; retrieval must see past them).
- */
-function filler(seed: number, wordCount: number): string {
-  const syllables = ["ka", "lo", "mi", "ne", "pu", "zo", "vi", "da", "ge", "bo"];
-  let state = seed * 7919 + 13;
-  const next = () => {
-    state = (state * 1103515245 + 12345) % 2147483648;
-    return state;
-  };
-  const out: string[] = [];
-  while (out.length < wordCount) {
-    const word = () => Array.from({ length: 2 + (next() % 3) }, () => syllables[next() % syllables.length]).join("");
-    out.push("the", word(), "is", word(), `${word()}.`);
-  }
-  return out.slice(0, wordCount).join(" ");
-}
 
 describe("knowledge sent whole", () => {
   it("small knowledge is sent as documents in path order: Markdown and text as text/plain, a PDF as its own bytes", async () => {

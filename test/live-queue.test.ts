@@ -1,10 +1,7 @@
-import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { buildApp } from "../src/app.ts";
-import { createMetrics } from "../src/metrics/metrics.ts";
 import { addStaff } from "../src/staff/accounts.ts";
 import { openStream } from "./support/event-stream.ts";
-import { eventually, type Harness, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
+import { anotherWeb, eventually, type Harness, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
 
 /**
@@ -83,7 +80,7 @@ describe("the live queue: GET /admin/events", () => {
 
   it("behind a load balancer: a change is told by every web process, and a page that reconnects to another one is caught up there", async () => {
     // A second web process: the same database and Redis, nothing else shared.
-    const other = buildApp({ config: h.config, logger: pino({ level: "silent" }), redis: h.redis, queues: h.queues, db: h.db, metrics: createMetrics() });
+    const other = anotherWeb(h);
     const otherBase = await other.listen({ port: 0, host: "127.0.0.1" });
     try {
       const here = await openStream(base, AUTH);

@@ -3,13 +3,10 @@ import { Validator } from "@seriousme/openapi-schema-validator";
 import { Ajv2020 } from "ajv/dist/2020.js";
 import addFormats from "ajv-formats";
 import type { LightMyRequestResponse } from "fastify";
-import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { buildApp } from "../src/app.ts";
-import { createMetrics } from "../src/metrics/metrics.ts";
 import { addStaff } from "../src/staff/accounts.ts";
 import { graphError } from "./support/fake-graph.ts";
-import { eventually, type Harness, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
+import { anotherWeb, eventually, type Harness, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
 
 /** Issue 11: the staff API describes itself as OpenAPI 3.1 at GET /admin/openapi.json, and its answers are what it says. */
@@ -82,7 +79,7 @@ const SENDING = ["/admin/dlq/{id}/retry", "/admin/dlq/{id}/regenerate", "/admin/
 describe("the OpenAPI document", () => {
   it("lists every /admin route Fastify registered, with its method; only the pages are left out", async () => {
     // The same app, built again, with a hook that sees every route as it is registered.
-    const app = buildApp({ config: h.config, logger: pino({ level: "silent" }), redis: h.redis, queues: h.queues, db: h.db, metrics: createMetrics() });
+    const app = anotherWeb(h);
     const registered: string[] = [];
     app.addHook("onRoute", (route) => {
       for (const method of [route.method].flat()) registered.push(`${method} ${route.url}`);

@@ -1,11 +1,8 @@
 import type { FastifyInstance } from "fastify";
-import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { buildApp } from "../src/app.ts";
-import { createMetrics } from "../src/metrics/metrics.ts";
 import { addStaff } from "../src/staff/accounts.ts";
 import { type EventStream, openStream } from "./support/event-stream.ts";
-import { eventually, type Harness, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
+import { anotherWeb, eventually, type Harness, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
 
 /**
  * The staff stream belongs to a session (issue 32.11): `GET /admin/events` over real sockets. A
@@ -70,15 +67,7 @@ describe("a staff stream belongs to its session", () => {
   beforeAll(async () => {
     h = await startHarness({ env: { ADMIN_SECURE_COOKIES: "false" } });
     base = await h.app.listen({ port: 0, host: "127.0.0.1" });
-    other = buildApp({
-      config: h.config,
-      logger: pino({ level: "silent" }),
-      redis: h.redis,
-      queues: h.queues,
-      db: h.db,
-      metrics: createMetrics(),
-      liveQueue: { sessionCheckMs: CHECK_MS },
-    });
+    other = anotherWeb(h, { liveQueue: { sessionCheckMs: CHECK_MS } });
     otherBase = await other.listen({ port: 0, host: "127.0.0.1" });
   }, 30_000);
 

@@ -1,13 +1,10 @@
-import pino from "pino";
 import { afterEach, describe, expect, it } from "vitest";
-import { buildApp } from "../src/app.ts";
-import { createMetrics } from "../src/metrics/metrics.ts";
 import { inboundJobId } from "../src/queue/catalog.ts";
 import { closeQueues, createQueues } from "../src/queue/queues.ts";
 import { createFailFastRedis, untilReady } from "../src/queue/redis.ts";
 import { signMetaBody } from "../src/webhook/signature.ts";
 import { deliverOverHttp, type EntryPoint, runEntryPoint } from "./support/entry-point.ts";
-import { eventually, type Harness, startHarness, TEST_APP_SECRET, TEST_VERIFY_TOKEN } from "./support/harness.ts";
+import { anotherWeb, eventually, type Harness, startHarness, TEST_APP_SECRET, TEST_VERIFY_TOKEN } from "./support/harness.ts";
 import { accepts, freePorts } from "./support/ports.ts";
 import { PrivateRedis } from "./support/private-redis.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
@@ -109,16 +106,7 @@ describe("the web's start-up", () => {
 });
 
 /** The harness's web, waiting `graceMs` at most for a Redis connection that is coming back. */
-const webWithGrace = (h: Harness, graceMs: number) =>
-  buildApp({
-    config: h.config,
-    logger: pino({ level: "silent" }),
-    redis: h.redis,
-    queues: h.queues,
-    db: h.db,
-    metrics: createMetrics(),
-    redisGraceMs: graceMs,
-  });
+const webWithGrace = (h: Harness, graceMs: number) => anotherWeb(h, { redisGraceMs: graceMs });
 
 describe("a webhook while the web's Redis connection is coming back", () => {
   it("waits for the reconnection and is answered 200, its job queued once Redis is back", async () => {

@@ -4,7 +4,7 @@ import type { FastifyInstance, LightMyRequestResponse } from "fastify";
 import type { Redis } from "ioredis";
 import pg from "pg";
 import pino from "pino";
-import { buildApp } from "../../src/app.ts";
+import { type AppDeps, buildApp } from "../../src/app.ts";
 import { createDb, type Db } from "../../src/db/client.ts";
 import { migrate } from "../../src/db/migrate.ts";
 import { startConfiguredWorkers, type Workers } from "../../src/jobs/workers.ts";
@@ -177,6 +177,14 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
   };
   harness.startWorkers(options.workers ?? 1);
   return harness;
+}
+
+/**
+ * Another web process beside the harness's: the same settings, Redis, queues and database, a
+ * silent log and metrics of its own, and whatever `options` adds (a shorter check, a grace).
+ */
+export function anotherWeb(h: Harness, options: Partial<AppDeps> = {}): FastifyInstance {
+  return buildApp({ config: h.config, logger: pino({ level: "silent" }), redis: h.redis, queues: h.queues, db: h.db, metrics: createMetrics(), ...options });
 }
 
 export function withSchema(databaseUrl: string, schema: string): string {
