@@ -1,5 +1,6 @@
 import { fmt, table } from "../bench/stats.ts";
 import type { DeliveryStats } from "../sim/meta/deliverer.ts";
+import { ledgerHolds } from "../test/support/ledger-reading.ts";
 import type { Scenario } from "./scenarios.ts";
 import type { Settled } from "./settle.ts";
 
@@ -39,15 +40,6 @@ export function missedGoals(r: ScenarioResult): string[] {
   if (b && (b.maxSightings > sightings || b.bookings !== b.bookingKeys || b.toolCalls !== b.keys || b.toolCallsUnanswered > 0)) missed.push("business");
   if (!ledgerHolds(t.ledger)) missed.push("ledger");
   return missed;
-}
-
-/**
- * Every answer Anthropic billed is a settled row with the same tokens; a call whose answer
- * nobody read (its worker killed) is a row left at its reservation, never a call missing.
- */
-function ledgerHolds(l: ScenarioResult["outcome"]["tally"]["ledger"]): boolean {
-  if (l.unsettled === 0) return l.answered === l.billedAnswers && l.tokens === l.billedTokens;
-  return l.answered + l.unsettled >= l.billedAnswers && l.tokens <= l.billedTokens;
 }
 
 /** One call per answer, and one more per answer Claude gave as a stored step (a tool use). */

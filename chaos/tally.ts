@@ -1,5 +1,6 @@
 import pg from "pg";
 import type { DemoShop } from "../sim/business/shop.ts";
+import { billedTokens, type LedgerReading } from "../test/support/ledger-reading.ts";
 import type { ChaosSystem } from "./system.ts";
 
 /**
@@ -36,21 +37,7 @@ export interface Tally {
   /** Replies still generating/ready, and parts of live replies not accepted: work someone may still do. */
   unfinished: number;
   business?: BusinessTally;
-  ledger: LedgerTally;
-}
-
-/**
- * The ledger of Claude calls (claude_calls) against what the fake Anthropic billed, over the
- * whole run: each answer it gave is a settled row with the same tokens; a call whose answer
- * nobody read (a worker killed mid-call) is a row left at its reservation.
- */
-export interface LedgerTally {
-  answered: number;
-  /** Rows never settled (reserved, or unknown: no answer read); counted at their reservation. */
-  unsettled: number;
-  tokens: number;
-  billedAnswers: number;
-  billedTokens: number;
+  ledger: LedgerReading;
 }
 
 export interface BusinessTally {
@@ -196,7 +183,7 @@ function businessTally(shop: DemoShop, toolCalls: { state: string }[]): Business
 /** Every message answered, dead-lettered or deliberately skipped. */
 export const allResolved = (t: Tally) => t.answered + t.deadLettered + t.skipped === t.sentIn;
 
-function ledgerTally(system: ChaosSystem, rows: { state: string; n: string; tokens: string | null }[]): LedgerTally {
+function ledgerTally(system: ChaosSystem, rows: { state: string; n: string; tokens: string | null }[]): LedgerReading {
   const of = (...states: string[]) => rows.filter((r) => states.includes(r.state));
   const billed = system.claude.usages;
   return {
@@ -204,6 +191,6 @@ function ledgerTally(system: ChaosSystem, rows: { state: string; n: string; toke
     unsettled: of("reserved", "unknown").reduce((n, r) => n + Number(r.n), 0),
     tokens: of("answered").reduce((n, r) => n + Number(r.tokens ?? 0), 0),
     billedAnswers: billed.length,
-    billedTokens: billed.reduce((n, u) => n + u.input_tokens + u.output_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens, 0),
+    billedTokens: billed.reduce((n, u) => n + billedTokens(u), 0),
   };
 }

@@ -16,6 +16,7 @@ import { loadSettings, type Settings } from "../../src/settings.ts";
 import { signMetaBody } from "../../src/webhook/signature.ts";
 import { FakeAnthropic } from "./fake-anthropic.ts";
 import { FakeGraph } from "./fake-graph.ts";
+import { ledgerHolds, readLedger } from "./ledger-reading.ts";
 
 /**
  * One isolated copy of the whole system for a test: its own Postgres schema, its own Redis
@@ -166,6 +167,9 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
     },
     async close() {
       await harness.stopWorkers();
+      // Every test that made Claude calls checks the ledger against what was billed (issue 32.6);
+      // a database a test took away (a private Postgres stopped) has nothing to say.
+      const ledger = await readLedger(db, claude.usages).catch(() => undefined);
       await app.close();
       await closeQueues(queues);
       await deleteKeys(redis, prefix).catch(() => undefined);
@@ -173,6 +177,7 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
       await db.$disconnect();
       await dropSchema(schema, options.databaseUrl);
       await Promise.all([graph.stop(), claude.stop()]);
+      if (ledger && !ledgerHolds(ledger)) throw new Error(`the ledger of Claude calls does not hold what Anthropic billed: ${JSON.stringify(ledger)}`);
     },
   };
   harness.startWorkers(options.workers ?? 1);

@@ -3,9 +3,8 @@ import type { Db } from "../../src/db/client.ts";
 import type { BilledUsage } from "./fake-anthropic.ts";
 
 /**
- * Issue 32.6: every paid Claude call is in the ledger. Its rows, summed, hold exactly what the
- * fake Anthropic billed: one answered row per answer given, the same tokens, and no call left
- * reserved (none was lost in flight in the tests that use this).
+ * Issue 32.6, the strict form (ledger-reading.ts has the rule every test is held to at its
+ * end), for a test where every call's answer was read: one settled row per answer, the same tokens, by kind.
  */
 export async function expectLedgerToMatchBilled(db: Db, billed: readonly BilledUsage[]): Promise<void> {
   const rows = await db.claudeCall.findMany();
