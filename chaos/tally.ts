@@ -1,6 +1,6 @@
 import pg from "pg";
 import type { DemoShop } from "../sim/business/shop.ts";
-import { billedTokens, type LedgerReading } from "../test/support/ledger-reading.ts";
+import { billedOf, type LedgerReading } from "../test/support/ledger-reading.ts";
 import type { ChaosSystem } from "./system.ts";
 
 /**
@@ -185,12 +185,11 @@ export const allResolved = (t: Tally) => t.answered + t.deadLettered + t.skipped
 
 function ledgerTally(system: ChaosSystem, rows: { state: string; n: string; tokens: string | null }[]): LedgerReading {
   const of = (...states: string[]) => rows.filter((r) => states.includes(r.state));
-  const billed = system.claude.usages;
   return {
     answered: of("answered").reduce((n, r) => n + Number(r.n), 0),
     unsettled: of("reserved", "unknown").reduce((n, r) => n + Number(r.n), 0),
+    unknown: of("unknown").reduce((n, r) => n + Number(r.n), 0),
     tokens: of("answered").reduce((n, r) => n + Number(r.tokens ?? 0), 0),
-    billedAnswers: billed.length,
-    billedTokens: billed.reduce((n, u) => n + billedTokens(u), 0),
+    ...billedOf(system.claude),
   };
 }

@@ -68,8 +68,12 @@ export abstract class MessagesApiServer extends LocalService {
   /** Called with every request as it arrives, before onRequest (the fake records them here). */
   protected received(_request: ClaudeRequest): void {}
 
-  /** Called with the usage of every answer, as Anthropic would bill it (the fake keeps them, for the tests' hand counts). */
-  protected billed(_usage: Record<string, unknown>): void {}
+  /**
+   * Called with the usage of every answer, as Anthropic would bill it (the fake keeps them, for
+   * the tests' hand counts); `read` false when the caller had hung up before it (a client's
+   * timeout, a killed worker): billed, and never read.
+   */
+  protected billed(_usage: Record<string, unknown>, _read: boolean): void {}
 
   protected async handle(req: IncomingMessage, raw: Buffer, res: ServerResponse): Promise<void> {
     const path = req.url ?? "";
@@ -99,7 +103,7 @@ export abstract class MessagesApiServer extends LocalService {
       const blocks: AnswerBlock[] = "text" in answer ? [{ type: "text", text: answer.text }] : answer.content;
       const stopReason = ("stopReason" in answer ? answer.stopReason : undefined) ?? (blocks.some((b) => b.type === "tool_use") ? "tool_use" : "end_turn");
       const usage = { ...this.cache.account(request), output_tokens: 20 };
-      this.billed(usage);
+      this.billed(usage, !(res.destroyed || !res.socket || res.socket.destroyed));
       sendJson(
         res,
         200,

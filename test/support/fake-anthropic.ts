@@ -29,6 +29,8 @@ export class FakeAnthropic extends MessagesApiServer {
   readonly requests: ClaudeRequest[] = [];
   /** The usage of every answer given, as Anthropic reports it: what the calls are billed for. */
   readonly usages: BilledUsage[] = [];
+  /** Of those, the answers whose caller had hung up (a timeout, a killed worker): billed, never read. */
+  readonly unread: BilledUsage[] = [];
   private readonly script: ClaudeAnswer[] = [];
   reply: (request: ClaudeRequest) => string = (request) => `Reply #${this.requests.indexOf(request) + 1}`;
   /** Answers what the script does not, when it has an answer (a scenario's tool use); else `reply` does. */
@@ -47,8 +49,9 @@ export class FakeAnthropic extends MessagesApiServer {
     this.requests.push(request);
   }
 
-  protected override billed(usage: Record<string, unknown>): void {
+  protected override billed(usage: Record<string, unknown>, read: boolean): void {
     this.usages.push(usage as unknown as BilledUsage);
+    if (!read) this.unread.push(usage as unknown as BilledUsage);
   }
 
   /** The text of every user turn the model was shown in request `i`. */

@@ -169,7 +169,7 @@ export async function startHarness(options: HarnessOptions = {}): Promise<Harnes
       await harness.stopWorkers();
       // Every test that made Claude calls checks the ledger against what was billed (issue 32.6);
       // a database a test took away (a private Postgres stopped) has nothing to say.
-      const ledger = await readLedger(db, claude.usages).catch(() => undefined);
+      const ledger = await readLedger(db, claude).catch(() => undefined);
       await app.close();
       await closeQueues(queues);
       await deleteKeys(redis, prefix).catch(() => undefined);
