@@ -339,8 +339,8 @@ function explainFailure(failure: ExplainedFailure): Explanation {
       return {
         kind: "budget",
         title: "The number's daily budget is spent",
-        text: "This number has spent its daily budget (dailyBudget), so Claude was not asked; the customer was told a person will answer.",
-        next: "Write the reply yourself and send it, or regenerate (this asks Claude, at a cost). New answers wait for a person until the next UTC day.",
+        text: "This number has spent its daily budget for Claude (dailyBudget, in USD), so Claude was not asked; the customer was told a person will answer (once that day).",
+        next: "Write the reply yourself and send it. Regenerating asks Claude, so it too waits for the next UTC day, when new answers resume by themselves.",
       };
     case "window":
       if (code === "template_missing") {
