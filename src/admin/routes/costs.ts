@@ -2,10 +2,11 @@ import type { FastifyInstance } from "fastify";
 import { z } from "zod";
 import type { PriceOverrides } from "../../ai/pricing.ts";
 import type { Clock } from "../../clock.ts";
-import { costsByDay, totalOf, utcDay } from "../../costs/ledger.ts";
+import { costsByDay, totalOf } from "../../costs/ledger.ts";
 import type { MetaRates } from "../../costs/meta-rates.ts";
 import type { Db } from "../../db/client.ts";
-import { answer, problem, requestPart, staffRoute, type ZodParts } from "../schema.ts";
+import { badRange, dayRangeQuery, resolveDayRange } from "../range.ts";
+import { answer, staffRoute, type ZodParts } from "../schema.ts";
 
 /**
  * `GET /admin/costs`: what replies cost, per business number and UTC day (issue 20): Claude's
@@ -18,27 +19,6 @@ export interface CostRoutesDeps {
   costs: { modelPrices: PriceOverrides; metaRates: MetaRates | undefined };
   clock: Clock;
 }
-
-/** Seven days ending today, by default; at most a year at once. */
-const DEFAULT_DAYS = 7;
-const MAX_DAYS = 366;
-const DAY_MS = 86_400_000;
-
-const day = (name: string) => z.iso.date({ error: `${name} must be a day as YYYY-MM-DD (UTC)` });
-
-const costsQuery = requestPart(
-  z.strictObject(
-    {
-      from: day("from")
-        .optional()
-        .describe(`the first UTC day, YYYY-MM-DD; default ${DEFAULT_DAYS - 1} days before \`to\``),
-      to: day("to").optional().describe("the last UTC day, YYYY-MM-DD, included; default today"),
-      phoneNumberId: z.string().regex(/^\d+$/, { error: "phoneNumberId must be a phone_number_id (digits)" }).optional(),
-    },
-    { error: (issue) => (issue.code === "unrecognized_keys" ? `unknown parameter: ${issue.keys.join(", ")}; use from, to, phoneNumberId` : undefined) },
-  ),
-  { status: 400, error: (error) => `bad range: ${error.issues.map((issue) => issue.message).join("; ")}` },
-);
 
 const count = z.number().int().nonnegative();
 const byCategory = z.record(z.string(), count).describe("by Meta's pricing category (service, utility, marketing, authentication, ...)");
@@ -77,15 +57,14 @@ export function registerCostRoutes(app: FastifyInstance, deps: CostRoutesDeps): 
         operationId: "listCosts",
         summary: "What replies cost, per business number and UTC day: Claude's tokens and USD, Meta's messages by category and amount",
         tags: ["costs"],
-        querystring: costsQuery,
-        response: { 200: costsAnswer, 400: problem("a bad range: a day that is not YYYY-MM-DD, `from` after `to`, or over a year (the body says which)") },
+        querystring: dayRangeQuery,
+        response: { 200: costsAnswer, 400: badRange },
       }),
     },
     async (request, reply) => {
-      const to = request.query.to ?? utcDay(deps.clock.now());
-      const from = request.query.from ?? utcDay(new Date(Date.parse(to) - (DEFAULT_DAYS - 1) * DAY_MS));
-      if (from > to) return reply.code(400).send({ error: `bad range: from (${from}) is after to (${to})` });
-      if ((Date.parse(to) - Date.parse(from)) / DAY_MS + 1 > MAX_DAYS) return reply.code(400).send({ error: `bad range: at most ${MAX_DAYS} days at once` });
+      const range = resolveDayRange(request.query, deps.clock);
+      if ("error" in range) return reply.code(400).send(range);
+      const { from, to } = range;
       const days = await costsByDay(deps.db, { from, to, phoneNumberId: request.query.phoneNumberId }, deps.costs.modelPrices);
       return { from, to, rateCard: deps.costs.metaRates !== undefined, days, total: totalOf(days) };
     },
