@@ -17,7 +17,18 @@ import { TemplateCatalog } from "./whatsapp/templates.ts";
 export interface AppDeps {
   config: Pick<
     Settings,
-    "whatsapp" | "servedNumbers" | "adminToken" | "adminSecureCookies" | "queuePrefix" | "trustProxy" | "http" | "metrics" | "redisWait" | "costs"
+    | "whatsapp"
+    | "servedNumbers"
+    | "adminToken"
+    | "adminSecureCookies"
+    | "queuePrefix"
+    | "trustProxy"
+    | "http"
+    | "metrics"
+    | "redisWait"
+    | "costs"
+    | "numbers"
+    | "knowledge"
   >;
   logger: Logger;
   redis: RedisClient;
@@ -97,12 +108,18 @@ export function buildApp(deps: AppDeps): FastifyInstance {
       keyPrefix: deps.config.queuePrefix,
       secureCookies: deps.config.adminSecureCookies,
       costs: deps.config.costs,
+      knowledge: { dirs: knowledgeDirs(deps.config.numbers), limits: deps.config.knowledge.limits },
       templates: templateCatalog(deps.config.whatsapp, clock),
       clock,
       liveQueue: deps.liveQueue,
     }),
   );
   return app;
+}
+
+/** Each number's knowledgeDir, for the knowledge GET /admin/insights lists. */
+function knowledgeDirs(numbers: Settings["numbers"]): Map<string, string> {
+  return new Map([...numbers].flatMap(([id, number]) => (number.knowledgeDir ? [[id, number.knowledgeDir] as const] : [])));
 }
 
 /** The staff page's approved templates, read with the web role's own Graph client; none without WHATSAPP_BUSINESS_ACCOUNT_ID. */

@@ -9,6 +9,7 @@ import { registerStaffPage } from "./page.ts";
 import { type CostRoutesDeps, registerCostRoutes } from "./routes/costs.ts";
 import { registerDeadLetterRoutes } from "./routes/dlq.ts";
 import { registerHandoffRoutes } from "./routes/handoff.ts";
+import { type InsightRoutesDeps, registerInsightRoutes } from "./routes/insights.ts";
 import { ChangeFeed, type LiveQueueSettings, registerLiveQueue } from "./routes/live.ts";
 import { registerPresenceRoutes } from "./routes/presence.ts";
 import { registerQueueBoard } from "./routes/queues.ts";
@@ -19,6 +20,8 @@ export interface AdminDeps extends StaffAuthDeps {
   queues: Queues;
   /** The cost ledger's prices (GET /admin/costs). */
   costs: CostRoutesDeps["costs"];
+  /** Each number's knowledgeDir and the caps of a reading (GET /admin/insights lists the files). */
+  knowledge: InsightRoutesDeps["knowledge"];
   /** The business account's approved templates (WHATSAPP_BUSINESS_ACCOUNT_ID); undefined: none configured. */
   templates: TemplateCatalog | undefined;
   /** The live queue's clocks and bounds (GET /admin/events); its own defaults when absent. */
@@ -52,6 +55,7 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
     registerPresenceRoutes(scope, { db: deps.db, clock: deps.clock });
     registerTemplateRoutes(scope, { ...sends, templates: deps.templates, metaRates: deps.costs.metaRates });
     registerCostRoutes(scope, { db: deps.db, costs: deps.costs, clock: deps.clock });
+    registerInsightRoutes(scope, { db: deps.db, costs: deps.costs, knowledge: deps.knowledge, clock: deps.clock });
     registerLiveQueue(scope, liveQueue);
     await registerQueueBoard(scope, deps.queues);
   };
