@@ -272,6 +272,17 @@ describe("the staff API answers what the document says", () => {
     expectDocumented("GET", "/admin/costs", await call("GET", "/admin/costs?from=soon"));
   });
 
+  it("insights: every day's figures and what lies behind them (of the replies the tests before made), and 400 for a bad range", async () => {
+    const res = await call("GET", "/admin/insights");
+    expect(res.statusCode).toBe(200);
+    expect(res.json().total.conversations).toBeGreaterThan(0);
+    expectDocumented("GET", "/admin/insights", res);
+    const bad = await call("GET", "/admin/insights?from=2026-12-02&to=2026-12-01");
+    expect(bad.statusCode).toBe(400);
+    expectDocumented("GET", "/admin/insights", bad);
+    expectDocumented("GET", "/admin/insights", await call("GET", "/admin/insights?from=soon"));
+  });
+
   it("a person's session: sign in, who am I, a change without the CSRF token (403), sign out", async () => {
     await addStaff(h.db, "dee@example.com", "correct horse battery staple");
     const wrong = await call("POST", "/admin/session", { email: "dee@example.com", password: "wrong password!" }, {});
