@@ -84,7 +84,12 @@ async function lastPartOf(from: string): Promise<string> {
 }
 
 /** A status webhook for one of our messages, and its job run to the end. */
-async function status(wamid: string, name: "delivered" | "read", to: string, pricing?: Record<string, unknown>): Promise<void> {
+async function status(
+  wamid: string,
+  name: "delivered" | "read",
+  to: string,
+  pricing?: { pricing_model: string; type: string; category: string },
+): Promise<void> {
   expect((await h.deliver(statusWebhook({ id: wamid, status: name, recipient_id: to, ...(pricing ? { pricing } : {}) }))).statusCode).toBe(200);
   await eventually(async () => (await h.queues.status.getJob(statusJobId(wamid, name)))?.finishedOn, `the ${name} status of ${wamid}`, WAIT);
 }
