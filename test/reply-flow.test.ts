@@ -1,5 +1,4 @@
 import { spawn } from "node:child_process";
-import { setTimeout as sleep } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
 import { inboundJobId } from "../src/queue/catalog.ts";
 import { MAIN_JS } from "./support/build.ts";
@@ -272,7 +271,9 @@ describe("one conversation, one voice at a time (law 8)", () => {
     h.claude.latencyMs = 300;
     for (let i = 0; i < 6; i++) {
       await h.deliver(textWebhook({ text: `message ${i}` }).body);
-      await sleep(60); // pacing, not waiting for anything: the next message comes while Claude writes the last one's answer
+      // The next message comes while Claude writes an answer, however loaded the machine (a
+      // fixed pause let a slow worker gather all six into one reply, with nothing to overlap).
+      await eventually(() => h.claude.inFlight > 0, "Claude to be writing", 20_000);
     }
     await eventually(async () => (await h.db.inboundMessage.count({ where: { replyId: null } })) === 0 && h.claude.inFlight === 0, "every message answered");
     await eventually(async () => (await h.db.reply.count({ where: { state: { not: "sent" } } })) === 0, "every reply sent");
