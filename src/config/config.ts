@@ -150,6 +150,8 @@ export interface Config {
     readonly holdingReply: string;
     /** A person wrote from the WhatsApp Business app: the bot stays out of that conversation this long (0 = it does not). */
     readonly humanReplyPauseMinutes: number;
+    /** Asking the customer how it went (issue 33.3, src/jobs/csat.ts); undefined when CSAT_AFTER_SECONDS is unset: never asked. */
+    readonly csat: CsatSettings | undefined;
   };
   /** The voice notes' transcriber (src/ai/transcriber.ts); undefined when TRANSCRIBE_BASE_URL is unset. */
   readonly transcription: { readonly baseUrl: string; readonly apiKey: string | undefined; readonly model: string } | undefined;
@@ -351,6 +353,17 @@ function tracingOf(e: Env): Config["tracing"] {
   return traces === undefined ? undefined : { tracesUrl: traces, headers: e.OTEL_EXPORTER_OTLP_HEADERS, serviceName: e.OTEL_SERVICE_NAME };
 }
 
+/** How the customer is asked how it went: the quiet after the bot's answer, how often at most, the words. */
+export interface CsatSettings {
+  readonly afterMs: number;
+  /** Not asked again within this many days of the last ask (0: every time). */
+  readonly everyDays: number;
+  readonly question: string;
+  readonly buttons: { readonly good: string; readonly okay: string; readonly bad: string };
+  /** Said once for the rating; empty = nothing. */
+  readonly thanks: string;
+}
+
 function conversationOf(e: Env): Config["conversation"] {
   return {
     mediaReply: e.MEDIA_REPLY,
@@ -367,5 +380,15 @@ function conversationOf(e: Env): Config["conversation"] {
     handoffReply: e.HANDOFF_REPLY,
     holdingReply: e.HOLDING_REPLY,
     humanReplyPauseMinutes: e.HUMAN_REPLY_PAUSE_MINUTES,
+    csat:
+      e.CSAT_AFTER_SECONDS === undefined
+        ? undefined
+        : {
+            afterMs: e.CSAT_AFTER_SECONDS * 1000,
+            everyDays: e.CSAT_EVERY_DAYS,
+            question: e.CSAT_QUESTION,
+            buttons: { good: e.CSAT_BUTTONS[0], okay: e.CSAT_BUTTONS[1], bad: e.CSAT_BUTTONS[2] },
+            thanks: e.CSAT_THANKS,
+          },
   };
 }

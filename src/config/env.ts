@@ -1,5 +1,6 @@
 import { z } from "zod";
 import {
+  csatButtons,
   emailList,
   hostPorts,
   int,
@@ -158,6 +159,16 @@ export const envSchema = z.object({
   HANDOFF_KEYWORDS: keywords("human,agent,person,humano,atendente,agente,persona"),
   HANDOFF_REPLY: sayOrNothing("Got it: a person from our team will answer you here."),
   HOLDING_REPLY: sayOrNothing("Thanks for your message. A person from our team will get back to you here shortly."),
+  // Ask the customer how it went (issue 33.3): unset, never asked.
+  CSAT_AFTER_SECONDS: optionalInt("CSAT_AFTER_SECONDS", 1, 7 * 24 * 60 * 60),
+  CSAT_EVERY_DAYS: int("CSAT_EVERY_DAYS", 7, 0, 365),
+  CSAT_QUESTION: z
+    .string()
+    .optional()
+    .transform((v) => (v ?? "").trim() || "How did we do?")
+    .refine((v) => v.length <= 1024, { error: "CSAT_QUESTION must be at most 1024 characters (WhatsApp's limit for an interactive message's body)" }),
+  CSAT_BUTTONS: csatButtons,
+  CSAT_THANKS: sayOrNothing("Thank you!"),
   HUMAN_REPLY_PAUSE_MINUTES: int("HUMAN_REPLY_PAUSE_MINUTES", 30, 0, 7 * 24 * 60),
   OTEL_EXPORTER_OTLP_ENDPOINT: optionalHttpUrl("OTEL_EXPORTER_OTLP_ENDPOINT"),
   OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: optionalHttpUrl("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),

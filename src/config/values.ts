@@ -300,3 +300,32 @@ export const textSearchConfiguration = (name: string, fallback: string) =>
       });
       return z.NEVER;
     });
+
+/** WhatsApp's limit for a reply button's title (WHATSAPP.md, interactive messages). */
+export const BUTTON_TITLE_MAX = 20;
+
+/**
+ * CSAT_BUTTONS: the three reply buttons' titles, good, okay and bad in that order, separated by
+ * "|" (a title may hold a comma); each at most 20 characters, as WhatsApp requires.
+ */
+export const csatButtons = z
+  .string()
+  .optional()
+  .transform((value, ctx) => {
+    if (value === undefined || value.trim() === "") return ["👍 Good", "😐 Okay", "👎 Bad"] as const;
+    const titles = value.split("|").map((t) => t.trim());
+    if (titles.length !== 3 || titles.some((t) => t === "")) {
+      ctx.addIssue({ code: "custom", message: `CSAT_BUTTONS must be three titles separated by "|" (good|okay|bad), got ${titles.length}` });
+      return z.NEVER;
+    }
+    // Characters as the customer sees them: an emoji is one, whatever its UTF-16 length.
+    const long = titles.find((t) => [...t].length > BUTTON_TITLE_MAX);
+    if (long !== undefined) {
+      ctx.addIssue({
+        code: "custom",
+        message: `CSAT_BUTTONS: each title must be at most ${BUTTON_TITLE_MAX} characters (WhatsApp's limit), "${long}" is longer`,
+      });
+      return z.NEVER;
+    }
+    return titles as [string, string, string];
+  });

@@ -4,10 +4,12 @@ import type { Db } from "../db/client.ts";
 import { afterDeadLetters, type DeadLetterDeps, holdingReplyFor } from "../dlq/dead-letters.ts";
 import type { Logger } from "../logger.ts";
 import { type Control, controlOf } from "../messages/controls.ts";
+import { type CsatRating, csatRatingOf } from "../messages/csat.ts";
 import { adContext, describeInbound } from "../messages/describe.ts";
 import { type InboundJobData, senderOf, storableCopy } from "../queue/catalog.ts";
 import { scheduleReply } from "../queue/queues.ts";
 import { changeUserId, resolveContact } from "../state/contacts.ts";
+import { rateCsat } from "../state/csat.ts";
 import { deadLetterMessage } from "../state/dead-letters.ts";
 import { type InboundRecord, recordInbound } from "../state/inbound.ts";
 import { applyEdit, recordDeletion } from "../state/messages.ts";
@@ -71,12 +73,27 @@ export async function processInbound(deps: InboundDeps, settings: InboundSetting
     const moved = await changeUserId(deps.db, changed);
     log.info({ event: moved ? "contact.user_id_changed" : "contact.user_id_unknown", contact: moved?.id }, "the customer's BSUID changed");
   }
+  const rating = csatRatingOf(message as Record<string, unknown>);
+  // Again on a redelivery too: a run that stored the tap and died before recording it (the rating and thanks are made once).
+  if (rating) await recordRating(deps, settings, stored.conversationId, rating, sentAt, log);
   if (stored.skipReason) {
     log.info({ event: "inbound.skipped", type: message.type, reason: stored.skipReason }, "message stored, not answered");
     return;
   }
   log.info({ event: "inbound.stored", conversation: stored.conversationId, type: message.type }, "message stored");
   await scheduleReply(deps.queues, stored.conversationId, settings.replyDebounceMs);
+}
+
+/** A tap on a CSAT button: the rating of the conversation's latest ask, thanked once (CSAT_THANKS) through the reply job; never Claude's. */
+async function recordRating(deps: InboundDeps, settings: InboundSettings, conversationId: string, rating: CsatRating, at: Date, log: Logger): Promise<void> {
+  const thanks = settings.conversation.csat?.thanks ?? "";
+  const rated = await rateCsat(deps.db, conversationId, { rating, at }, thanks, deps.clock.now());
+  if (!rated.recorded) {
+    log.info({ event: "csat.rating_without_ask", conversation: conversationId }, "a CSAT rating for a conversation never asked; not recorded");
+    return;
+  }
+  log.info({ event: "csat.rated", conversation: conversationId, csat: rated.askId, rating }, "CSAT rating recorded");
+  if (rated.thanksReplyId) await scheduleReply(deps.queues, conversationId, 0);
 }
 
 const userIdChangeSchema = z

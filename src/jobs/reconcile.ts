@@ -1,5 +1,6 @@
 import { randomUUID } from "node:crypto";
 import type { Job } from "bullmq";
+import type { CsatSettings } from "../config/config.ts";
 import type { Db } from "../db/client.ts";
 import { afterDeadLetters, type DeadLetterDeps, holdingReplyFor } from "../dlq/dead-letters.ts";
 import { forTheQueue } from "../errors.ts";
@@ -7,9 +8,11 @@ import type { Logger } from "../logger.ts";
 import { type EventJobData, type InboundJobData, type ReplyJobData, readJob, type StatusJobData, senderOf } from "../queue/catalog.ts";
 import { hasLiveReplyJob, type Queues, scheduleReply } from "../queue/queues.ts";
 import type { RedisClient } from "../queue/redis.ts";
+import { dueCsatAsks } from "../state/csat.ts";
 import { deadLetterConversation } from "../state/dead-letters.ts";
 import { findPartOfStatus, markAccepted } from "../state/parts.ts";
 import { storeDraft } from "../state/replies.ts";
+import { runCsatAsk } from "./csat.ts";
 import { keepForStaff, keepUnreadableMessage } from "./inbound.ts";
 import { isInfrastructureFailure } from "./policy.ts";
 import type { Processor } from "./processor.ts";
@@ -21,6 +24,8 @@ import { deadLetterFailedDelivery } from "./status.ts";
  *   - stored messages that are neither answered, nor dead-lettered, nor deliberately skipped,
  *     and replies never finished, older than RECONCILE_AFTER_MS, whose conversation has no
  *     reply job that will run: driven again once; found so a second time, dead-lettered;
+ *   - CSAT asks due and still pending (their delayed job lost, or due while no worker ran):
+ *     asked now, or cancelled or skipped as their job would have;
  *   - jobs in BullMQ's failed set (attempts spent on a bug, a job stalled twice): driven again
  *     once; failed a second time, recorded as a dead letter (or, for a receipt, logged), and
  *     removed: the durable record is Postgres.
@@ -37,10 +42,14 @@ export interface ReconcileDeps extends DeadLetterDeps {
   logger: Logger;
 }
 
-/** How old unanswered work must be before the sweep acts on it (RECONCILE_AFTER_MS), and what a customer whose reply it gives up on is told. */
+/**
+ * How old unanswered work must be before the sweep acts on it (RECONCILE_AFTER_MS), what a
+ * customer whose reply it gives up on is told, and how CSAT asks are made (for those due).
+ */
 export interface ReconcileSettings {
   afterMs: number;
   holdingReply: string;
+  csat?: CsatSettings | undefined;
 }
 
 /** A mark lives long enough to tell "driven again and stuck again" from a new problem, days later. */
@@ -64,6 +73,7 @@ export async function reconcile(deps: ReconcileDeps, settings: ReconcileSettings
   const result: SweepResult = { redriven: 0, deadLettered: 0, failedJobs: 0, skipped: 0 };
   await settleFailedJobs(deps, settings, result);
   await settleStuckConversations(deps, settings, result);
+  await settleDueCsatAsks(deps, settings, result);
   if (result.redriven + result.deadLettered + result.failedJobs + result.skipped > 0) {
     deps.logger.warn({ event: "reconcile.swept", ...result }, "reconciler drove or dead-lettered work nobody was doing");
   }
@@ -121,6 +131,20 @@ async function settleStuckConversations(deps: ReconcileDeps, settings: Reconcile
         reason: "The reply was never completed: it was driven again and stalled again. Review the conversation and resend or discard.",
       });
       log.error({ event: "reconcile.dead_lettered" }, "unanswered work stalled twice; dead-lettered");
+    });
+  }
+}
+
+/** CSAT asks whose job never woke them: each run as its job would have (at most once: only one run moves an ask out of pending). */
+async function settleDueCsatAsks(deps: ReconcileDeps, settings: ReconcileSettings, result: SweepResult): Promise<void> {
+  if (!settings.csat) return;
+  for (const ask of await dueCsatAsks(deps.db, deps.clock.now(), BATCH)) {
+    await isolated(deps, result, { csat: ask.id }, async () => {
+      const asked = await runCsatAsk(deps, settings.csat, ask.id);
+      if (asked.outcome === "sent") {
+        result.redriven++;
+        deps.logger.warn({ event: "reconcile.csat_asked", csat: ask.id, conversation: ask.conversationId }, "a CSAT ask whose job never ran was sent");
+      }
     });
   }
 }

@@ -21,6 +21,7 @@ import {
 import { templateInstead } from "../replies/template-instead.ts";
 import { hearVoiceNotes, type VoiceNoteDeps } from "../replies/voice-notes.ts";
 import { type BeginSettings, type Begun, beginReply, type ConversationView } from "../state/conversations.ts";
+import { dropUnsentCsat } from "../state/csat.ts";
 import { handOff, openHandoffItem } from "../state/dead-letters.ts";
 import type { Lease } from "../state/fence.ts";
 import { markAccepted, markRefused, markSending, type Outbox, unsentParts } from "../state/parts.ts";
@@ -28,6 +29,7 @@ import { markReplySent, storeDraft } from "../state/replies.ts";
 import { type GraphClient, type Recipient, SendTooLate } from "../whatsapp/graph-client.ts";
 import { windowOpen } from "../whatsapp/window.ts";
 import { type RetryDelaySettings, retryDelayMs } from "./backoff.ts";
+import { planCsatAsk } from "./csat.ts";
 import { decideFate, isInfrastructureFailure, isLastAttempt } from "./policy.ts";
 import type { Processor } from "./processor.ts";
 
@@ -215,6 +217,12 @@ async function completeReply(
   if (planned) showTyping(deps, conversation, planned.messages.at(-1)!.wamid, log);
   const kept = data.draft;
   let outbox: Outbox | undefined;
+  // A CSAT ask or its thanks past the window is not sent at all: a template in its place would ask nothing.
+  if (isCsat(reply.kind) && !windowOpen(conversation.lastInboundAt, deps.clock.now())) {
+    if (await dropUnsentCsat(deps.db, lease, reply.id, deps.clock.now()))
+      log.info({ event: "csat.window_closed", kind: reply.kind }, "the 24-hour window closed before the CSAT message went out; not sent");
+    return;
+  }
   // Checked before Claude is paid for a reply that could not be sent anyway, and again after.
   if (!windowOpen(conversation.lastInboundAt, deps.clock.now()))
     await templateInstead(deps.db, config.numbers, lease, conversation, reply, log, deps.clock.now());
@@ -266,8 +274,15 @@ async function completeReply(
     } else outbox = stored.outbox;
   }
   const sent = await sendParts(deps, config, lease, conversation, outbox ?? (await unsentParts(deps.db, reply.id)), keep, log);
-  if (sent || (await markReplySent(deps.db, reply.id, deps.clock.now()))) log.info({ event: "reply.sent" }, "reply sent");
+  if (sent || (await markReplySent(deps.db, reply.id, deps.clock.now()))) {
+    log.info({ event: "reply.sent" }, "reply sent");
+    // The bot has answered: the customer is asked how it went once they have been quiet a while.
+    if (reply.kind === "ai") await planCsatAsk(deps, config.conversation.csat, conversation.id, log);
+  }
 }
+
+/** A CSAT ask (its buttons) or its thanks (src/jobs/csat.ts). */
+const isCsat = (kind: string) => kind === "csat" || kind === "csat_thanks";
 
 function showTyping(deps: ReplyDeps, conversation: ConversationView, wamid: string, log: Logger): void {
   deps.graph.markReadWithTyping(conversation.phoneNumberId, wamid).catch((error: unknown) => {
@@ -318,24 +333,32 @@ async function sendParts(
       log.warn({ event: "reply.resend_unconfirmed", part: part.id }, "no status came for an earlier send of this part; sending it again");
     let wamid: string;
     try {
-      ({ wamid } = template
-        ? await deps.graph.sendTemplate({
+      ({ wamid } = part.interactive
+        ? await deps.graph.sendInteractive({
             phoneNumberId: conversation.phoneNumberId,
             to,
-            name: template.name,
-            language: template.language,
-            parameters: "parameters" in template ? template.parameters : undefined,
+            interactive: part.interactive,
             bizOpaqueCallbackData: part.id,
             startBy,
           })
-        : await deps.graph.sendText({
-            phoneNumberId: conversation.phoneNumberId,
-            to,
-            text: part.text,
-            bizOpaqueCallbackData: part.id,
-            replyTo: part.seq === firstSeq ? quote : undefined,
-            startBy,
-          }));
+        : template
+          ? await deps.graph.sendTemplate({
+              phoneNumberId: conversation.phoneNumberId,
+              to,
+              name: template.name,
+              language: template.language,
+              parameters: "parameters" in template ? template.parameters : undefined,
+              bizOpaqueCallbackData: part.id,
+              startBy,
+            })
+          : await deps.graph.sendText({
+              phoneNumberId: conversation.phoneNumberId,
+              to,
+              text: part.text,
+              bizOpaqueCallbackData: part.id,
+              replyTo: part.seq === firstSeq ? quote : undefined,
+              startBy,
+            }));
     } catch (error) {
       if (error instanceof SendTooLate) await sentTooLate(deps, part.id, attempt, leaseMs);
       // Meta answered with its error body, so it did not take the message: safe to send again.

@@ -18,6 +18,7 @@ import { type BusinessActions, businessActions } from "../tools/actions.ts";
 import type { Tracing } from "../tracing/tracing.ts";
 import { GraphClient } from "../whatsapp/graph-client.ts";
 import { type RetryDelaySettings, retryDelayMs } from "./backoff.ts";
+import { csatProcessor } from "./csat.ts";
 import { eventsProcessor } from "./events.ts";
 import { type FetchSlots, type WorkerKind, watchFetching } from "./fetch-watchdog.ts";
 import { inboundProcessor } from "./inbound.ts";
@@ -139,8 +140,9 @@ function configuredProcessors(settings: Settings, infra: WorkerShared & WorkerCl
     events: eventsProcessor({ db, logger, clock }, { conversation }),
     reconcile: reconcileProcessor(
       { ...deadLetters, redis: infra.connection, prefix: settings.queuePrefix, logger },
-      { afterMs: settings.reconcile.afterMs, holdingReply: conversation.holdingReply },
+      { afterMs: settings.reconcile.afterMs, holdingReply: conversation.holdingReply, csat: conversation.csat },
     ),
+    csat: csatProcessor({ db, queues, logger, clock }, conversation.csat),
     notify: notifier && notifyProcessor(notifier),
   };
 }

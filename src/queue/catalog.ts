@@ -88,6 +88,8 @@ const SCHEMAS = {
     accepted: z.record(uuid, z.string().min(1)).optional(),
   }),
   reconcile: z.object({}).passthrough(),
+  // A CSAT ask falling due (src/jobs/csat.ts): Postgres holds the ask; this only wakes it.
+  csat: z.object({ askId: uuid }),
   notify: z.object({ notificationId: uuid.optional() }),
 } as const;
 
@@ -113,6 +115,8 @@ const eventJobId = (event: z.output<typeof SCHEMAS.events>) =>
       : stableId("id", event.previous, event.current);
 /** One reply job per conversation at a time (law 8): BullMQ's deduplication id of its reply jobs. */
 export const replyDeduplicationId = (conversationId: string) => `conv.${conversationId}`;
+/** One job per ask and due time: scheduling the same ask again is harmless, and a moved ask gets a job of its own. */
+export const csatJobId = (askId: string, dueAtMs: number) => `csat.${askId}.${dueAtMs}`;
 export const deliverJobId = (notificationId: string) => `notify.${notificationId}`;
 
 /** Kept briefly for operators to inspect; the durable record is Postgres. */
@@ -199,6 +203,15 @@ export const JOBS = {
     traced: false,
     processor: "src/jobs/reconcile.ts",
   }),
+  /** A CSAT ask falling due (issue 33.3); the reconciler sends one whose job was lost. */
+  csat: job(SCHEMAS.csat, {
+    attempts: "JOB_ATTEMPTS",
+    concurrency: () => 2,
+    retention: KEEP_FOR_INSPECTION,
+    invalid: "logged",
+    traced: false,
+    processor: "src/jobs/csat.ts",
+  }),
   /** Staff notifications (src/notify/): a "collect" job (no data) or a "deliver" job of one notification. */
   notify: job(SCHEMAS.notify, {
     attempts: 1,
@@ -220,6 +233,7 @@ export type ReplyJobData = JobData<"reply">;
 export type StatusJobData = JobData<"status">;
 export type EventJobData = JobData<"events">;
 export type NotifyJobData = JobData<"notify">;
+export type CsatJobData = JobData<"csat">;
 /** What the business side tells us (the events job). */
 export type BusinessEvent = EventJobData;
 /** Claude's answer for one reply, kept in its job while Postgres could not take it (law 4). */

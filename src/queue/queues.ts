@@ -3,7 +3,7 @@ import { Queue } from "bullmq";
 import calculateSlot from "cluster-key-slot";
 import { Cluster, type Redis } from "ioredis";
 import { connectionOf, deduplicationKey, issueAdd } from "./bullmq-internals.ts";
-import { JOB_NAMES, JOBS, type JobData, type JobName, replyDeduplicationId, type WebhookJob } from "./catalog.ts";
+import { csatJobId, JOB_NAMES, JOBS, type JobData, type JobName, replyDeduplicationId, type WebhookJob } from "./catalog.ts";
 import type { RedisClient } from "./redis.ts";
 import type { ReplicaCount } from "./replicas.ts";
 
@@ -218,4 +218,9 @@ export async function oldestReadySince(queue: Queue, now: number): Promise<numbe
  */
 function readySince(job: Pick<Job, "timestamp" | "processedOn" | "delay">): number {
   return (job.processedOn ?? job.timestamp) + (job.delay ?? 0);
+}
+
+/** Wakes a CSAT ask when it falls due; its id derives from the ask and the due time (catalog.ts, csatJobId). */
+export async function scheduleCsatJob(queues: Queues, askId: string, dueAt: Date, now: Date): Promise<void> {
+  await queues.csat.add("csat", { askId }, { jobId: csatJobId(askId, dueAt.getTime()), delay: Math.max(0, dueAt.getTime() - now.getTime()) });
 }

@@ -37,7 +37,8 @@ export interface Recorded {
 /**
  * Stores the message in one statement: upserts the contact by the one identifier it is known
  * by, upserts the conversation (which extends the window: the newest of Meta's timestamps
- * wins), inserts the message unless its wamid is there already. A sender whose phone and BSUID
+ * wins), inserts the message unless its wamid is there already, and cancels a CSAT ask waiting
+ * for the customer's quiet. A sender whose phone and BSUID
  * belong to two contacts (they must be merged) is resolved first, then stored the same way.
  */
 export async function recordInbound(db: Db, who: { sender: Sender } | { contactId: string }, phoneNumberId: string, message: InboundRecord): Promise<Recorded> {
@@ -103,6 +104,11 @@ async function storeOnce(db: Db, contact: Prisma.Sql, phoneNumberId: string, m: 
       FROM conversation
       ON CONFLICT (wamid) DO NOTHING
       RETURNING id, skip_reason
+    ),
+    -- The customer wrote: a CSAT ask waiting for their quiet is cancelled (state/csat.ts).
+    cancelled AS (
+      UPDATE csat_asks a SET state = 'cancelled', reason = 'the customer wrote', updated_at = now()
+      FROM conversation, message WHERE a.conversation_id = conversation.id AND a.state = 'pending'
     )
     SELECT conversation.id AS "conversationId", EXISTS (SELECT 1 FROM message) AS inserted, (SELECT id FROM message) AS "messageId",
            (SELECT skip_reason FROM message) AS "skipReason"

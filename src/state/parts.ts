@@ -23,6 +23,8 @@ export interface PartView {
   /** Set when a person chose the template (issue 21): its language and body parameters; null: the number's windowClosedTemplate. */
   templateLanguage: string | null;
   templateParameters: string[] | null;
+  /** Set when it goes out as an interactive message (a CSAT ask's buttons): Graph's `interactive` object. */
+  interactive: Record<string, unknown> | null;
   sendState: "pending" | "sending" | "accepted" | "unconfirmed";
   resendAfter: Date | null;
 }
@@ -45,7 +47,7 @@ export const outboxOf = (row: OutboxJson): Outbox => ({
   quote: row.quote ?? undefined,
 });
 
-export const partJson = Prisma.sql`jsonb_build_object('id', p.id, 'seq', p.seq, 'text', p.text, 'template', p.template, 'templateLanguage', p.template_language, 'templateParameters', p.template_parameters, 'sendState', p.send_state, 'resendAfter', p.resend_after)`;
+export const partJson = Prisma.sql`jsonb_build_object('id', p.id, 'seq', p.seq, 'text', p.text, 'template', p.template, 'templateLanguage', p.template_language, 'templateParameters', p.template_parameters, 'interactive', p.interactive, 'sendState', p.send_state, 'resendAfter', p.resend_after)`;
 
 /** By storage order: Meta's timestamps have one-second resolution, too coarse for a burst. */
 export const quoteOf = (replyId: string) => Prisma.sql`(

@@ -63,7 +63,7 @@ export async function storeDraft(
       INSERT INTO outbound_messages (id, reply_id, seq, text)
       SELECT gen_random_uuid(), stored.id, COALESCE(before.last, -1) + t.n, t.text
       FROM stored, before, unnest(${partsOf(draft.text)}::text[]) WITH ORDINALITY AS t(text, n)
-      RETURNING id, seq, text, template, template_language, template_parameters, send_state, resend_after
+      RETURNING id, seq, text, template, template_language, template_parameters, interactive, send_state, resend_after
     )
     SELECT COALESCE((SELECT held FROM conversation), false) AS held, (SELECT last_inbound_at FROM conversation) AS "lastInboundAt",
            EXISTS (SELECT 1 FROM stored) AS stored,

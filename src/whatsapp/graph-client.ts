@@ -155,6 +155,24 @@ export class GraphClient {
     });
   }
 
+  /** An interactive message (reply buttons: a CSAT ask), Graph's `interactive` object as given; free-form, so inside the 24-hour window only. */
+  async sendInteractive(input: {
+    phoneNumberId: string;
+    to: Recipient;
+    interactive: Record<string, unknown>;
+    bizOpaqueCallbackData: string;
+    startBy?: number | undefined;
+  }): Promise<{ wamid: string }> {
+    return this.sent("interactive", input.phoneNumberId, input.bizOpaqueCallbackData, input.startBy, {
+      messaging_product: "whatsapp",
+      recipient_type: "individual",
+      ...addressed(input.to),
+      type: "interactive",
+      interactive: input.interactive,
+      biz_opaque_callback_data: input.bizOpaqueCallbackData,
+    });
+  }
+
   /**
    * The business account's message templates (WHATSAPP.md §12), every page. Pages are followed
    * by their `after` cursor on our own base URL rather than by `paging.next`'s URL: the token
@@ -177,7 +195,7 @@ export class GraphClient {
 
   /** One send, in a span of its own (ids only: no text, no phone number). */
   private sent(
-    type: "text" | "template",
+    type: "text" | "template" | "interactive",
     phoneNumberId: string,
     partId: string,
     startBy: number | undefined,

@@ -109,6 +109,11 @@ export class FakeGraph extends LocalService {
     return this.requests.filter((r) => r.body.type === "template");
   }
 
+  /** Interactive messages we sent (a CSAT ask's reply buttons). */
+  get interactiveSends(): RecordedRequest[] {
+    return this.requests.filter((r) => r.body.type === "interactive");
+  }
+
   /** Text messages we sent (not read receipts). */
   get sends(): RecordedRequest[] {
     return this.requests.filter((r) => r.body.type === "text");
