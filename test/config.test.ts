@@ -108,6 +108,28 @@ describe("configuration", () => {
     ]);
   });
 
+  it("CSAT: off unless CSAT_AFTER_SECONDS is set; the question, buttons and thanks have defaults; a button title over 20 characters is named", () => {
+    expect(loadSettings(testEnv()).conversation.csat).toBeUndefined();
+    expect(loadSettings(testEnv({ CSAT_AFTER_SECONDS: "600" })).conversation.csat).toEqual({
+      afterMs: 600_000,
+      everyDays: 7,
+      question: "How did we do?",
+      buttons: { good: "👍 Good", okay: "😐 Okay", bad: "👎 Bad" },
+      thanks: "Thank you!",
+    });
+    expect(loadSettings(testEnv({ CSAT_AFTER_SECONDS: "60", CSAT_BUTTONS: "Great, thanks|Fine|Not good" })).conversation.csat?.buttons).toEqual({
+      good: "Great, thanks",
+      okay: "Fine",
+      bad: "Not good",
+    });
+    expect(problemsOf(testEnv({ CSAT_AFTER_SECONDS: "0", CSAT_EVERY_DAYS: "-1", CSAT_BUTTONS: "Good|A title far longer than twenty|Bad" }))).toEqual([
+      'CSAT_AFTER_SECONDS must be an integer from 1 to 604800, got "0"',
+      'CSAT_EVERY_DAYS must be an integer from 0 to 365, got "-1"',
+      'CSAT_BUTTONS: each title must be at most 20 characters (WhatsApp\'s limit), "A title far longer than twenty" is longer',
+    ]);
+    expect(problemsOf(testEnv({ CSAT_BUTTONS: "Good|Bad" }))).toEqual(['CSAT_BUTTONS must be three titles separated by "|" (good|okay|bad), got 2']);
+  });
+
   it("an unreadable SYSTEM_PROMPT_FILE is named", () => {
     expect(problemsOf(testEnv({ SYSTEM_PROMPT_FILE: "/nonexistent/prompt.txt" }))[0]).toMatch(/^SYSTEM_PROMPT_FILE cannot be read/);
   });

@@ -119,7 +119,13 @@ describe("asking how it went (CSAT)", () => {
         const conversation = await h.db.conversation.findFirstOrThrow();
         const day = 24 * 3_600_000;
         return h.db.csatAsk.create({
-          data: { conversationId: conversation.id, state: "sent", answeredAt: new Date(Date.now() - day), dueAt: new Date(Date.now() - day), askedAt: new Date(Date.now() - day) },
+          data: {
+            conversationId: conversation.id,
+            state: "sent",
+            answeredAt: new Date(Date.now() - day),
+            dueAt: new Date(Date.now() - day),
+            askedAt: new Date(Date.now() - day),
+          },
         });
       },
     ],
@@ -128,7 +134,10 @@ describe("asking how it went (CSAT)", () => {
     const h = await harness({ env: { CSAT_AFTER_SECONDS: "2", CSAT_EVERY_DAYS: "7" } });
     await answered(h);
     await arrange(h);
-    const ask = await eventually(async () => (await h.db.csatAsk.findFirst({ where: { state: { not: "sent" }, reason: { not: null } } })) ?? undefined, "the ask settled");
+    const ask = await eventually(
+      async () => (await h.db.csatAsk.findFirst({ where: { state: { not: "sent" }, reason: { not: null } } })) ?? undefined,
+      "the ask settled",
+    );
     expect(ask).toMatchObject({ state: "skipped", reason, askedAt: null });
     await sleep(300);
     expect(h.graph.interactiveSends).toHaveLength(0);
