@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
-import { eventually, type Harness } from "./support/harness.ts";
+import { eventually, type Harness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
 import { harnessPerTest } from "./support/per-test.ts";
 import { envelope, messagesChange, metaWire, PHONE_NUMBER_ID, statusWebhook, textWebhook, uniqueWamid } from "./support/webhook-bodies.ts";
 
@@ -211,5 +211,26 @@ describe("restart-safe: sent once, whatever stops", () => {
     await sleep(2000);
     expect(h.graph.interactiveSends).toHaveLength(1);
     expect((await asks(h)).map((a) => a.state)).toEqual(["sent"]);
+  });
+
+  it("GET /admin/insights counts each ask and its latest rating on the day it was asked; a tap is a rating, not a customer message", async () => {
+    const h = await harness({ env: { CSAT_AFTER_SECONDS: "1" } });
+    await answered(h);
+    await asked(h);
+    await h.deliver(buttonTap("csat:good", "👍 Good"));
+    await h.deliver(buttonTap("csat:bad", "👎 Bad"));
+    await eventually(async () => (await asks(h))[0]?.rating === "bad", "the second tap to replace the first");
+    const today = new Date().toISOString().slice(0, 10);
+    const res = await h.app.inject({
+      method: "GET",
+      url: `/admin/insights?from=${today}&to=${today}`,
+      headers: { authorization: `Bearer ${TEST_ADMIN_TOKEN}` },
+    });
+    expect(res.statusCode, res.body).toBe(200);
+    const { days, total } = res.json();
+    const csat = { asked: 1, answered: 1, good: 0, okay: 0, bad: 1 };
+    expect(days[0].csat).toEqual(csat);
+    expect(total.csat).toEqual(csat);
+    expect(total.inbound).toBe(1);
   });
 });

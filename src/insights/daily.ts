@@ -1,4 +1,5 @@
 import { type Db, Prisma } from "../db/client.ts";
+import { CSAT_SKIP_REASON } from "../messages/csat.ts";
 
 /**
  * Whether the bot helps, per UTC day (issue 33), counted by SQL over what is stored, never by
@@ -45,11 +46,12 @@ const dayOf = (column: string) => Prisma.sql`to_char(${Prisma.raw(column)} AT TI
 /**
  * A message the customer wrote (inbound_messages `m`): not a reaction, a deletion (nor the erased
  * row it leaves), a system notice (a changed number), a chat opened without a word
- * (`request_welcome`), or an edit folded into the message it edits. Echoes of the Business app
- * and status webhooks are never stored here (they are replies and parts).
+ * (`request_welcome`), an edit folded into the message it edits, or a tap on a CSAT button (a
+ * rating, counted under `csat`). Echoes of the Business app and status webhooks are never
+ * stored here (they are replies and parts).
  */
 export const CUSTOMER_MESSAGE = Prisma.sql`(m.type NOT IN ('reaction', 'revoke', 'deleted', 'system', 'request_welcome')
-  AND NOT (m.type = 'edit' AND m.skip_reason IS NOT NULL))`;
+  AND NOT (m.type = 'edit' AND m.skip_reason IS NOT NULL) AND NOT starts_with(COALESCE(m.skip_reason, ''), ${CSAT_SKIP_REASON}))`;
 
 /** A reply the bot wrote: Claude's, or a configured answer (src/state/replies.ts names the kinds). */
 const BOT_REPLY = Prisma.sql`('ai', 'canned')`;
