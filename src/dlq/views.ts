@@ -1,9 +1,7 @@
-import type { Citation } from "../ai/claude.ts";
+import { contactView, controlsView, repliesIn, repliesWork, timelineOf } from "../conversations/views.ts";
 import type { Db } from "../db/client.ts";
-import type { Contact, DeadLetterState, InboundMessage, OutboundMessage, Prisma, ToolCall } from "../generated/prisma/client.ts";
-import { contactLabel } from "../state/contacts.ts";
+import type { DeadLetterState, Prisma } from "../generated/prisma/client.ts";
 import { delivered, maybeSent } from "../state/parts.ts";
-import { windowOpen } from "../whatsapp/window.ts";
 import { explain, type ReasonKind } from "./explain.ts";
 import { reasonWhere } from "./reasons.ts";
 
@@ -87,11 +85,6 @@ const contactMatches = (q: string) => {
   return [{ waId: phone }, { userId: part }, { parentUserId: part }, { username: part }, { name: part }];
 };
 
-/** What staff see of a customer: a name, and the phone, or else the @username or BSUID (WHATSAPP.md §9). */
-function contactView(contact: Pick<Contact, "waId" | "userId" | "username" | "name">) {
-  return { waId: contact.waId, userId: contact.userId, username: contact.username, name: contact.name, label: contactLabel(contact) };
-}
-
 /**
  * One dead letter with everything staff need to decide: the conversation around it (both
  * sides, with delivery states), the draft, the full error, whether the 24-hour window is still
@@ -108,13 +101,9 @@ export async function getDeadLetter(db: Db, id: string, now: Date, around = 30) 
     db.inboundMessage.findMany({ where: { conversationId }, orderBy: { createdAt: "desc" }, take: around }),
     db.outboundMessage.findMany({ where: { reply: { conversationId } }, orderBy: { createdAt: "desc" }, take: around }),
   ]);
-  const replyIds = [
-    ...new Set([...(row.replyId ? [row.replyId] : []), ...parts.map((p) => p.replyId), ...inbound.flatMap((m) => (m.replyId ? [m.replyId] : []))]),
-  ];
-  const replies = await repliesWork(db, replyIds);
+  const replies = await repliesWork(db, repliesIn(inbound, parts, row.replyId ? [row.replyId] : []));
   const workOf = (replyId: string) => replies.find((r) => r.id === replyId);
   const timeline = timelineOf(inbound, parts);
-  const lastInboundAt = row.conversation.lastInboundAt;
   const uncertain = row.reply?.parts.some(maybeSent) ?? false;
   return {
     id: row.id,
@@ -127,12 +116,7 @@ export async function getDeadLetter(db: Db, id: string, now: Date, around = 30) 
       id: conversationId,
       phoneNumberId: row.conversation.phoneNumberId,
       contact: contactView(row.conversation.contact),
-      lastInboundAt,
-      windowOpen: windowOpen(lastInboundAt, now),
-      // Paused by a person (a staff member, the customer's request, or someone writing from the
-      // WhatsApp Business app): the bot answers nothing until then.
-      pausedUntil: row.conversation.pausedUntil && row.conversation.pausedUntil > now ? row.conversation.pausedUntil : null,
-      pausedBy: row.conversation.pausedUntil && row.conversation.pausedUntil > now ? row.conversation.pausedBy : null,
+      ...controlsView(row.conversation, now),
     },
     reply: row.reply
       ? {
@@ -152,72 +136,4 @@ export async function getDeadLetter(db: Db, id: string, now: Date, around = 30) 
     actions: row.actions.map((a) => ({ actor: a.actor, action: a.action, detail: a.detail, at: a.createdAt })),
     handled: row.state === "open" ? null : { by: row.actedBy, at: row.actedAt, note: row.note },
   };
-}
-
-/** Why the bot said what it said, for each of these replies: the knowledge it cited, the actions it took. */
-async function repliesWork(db: Db, replyIds: string[]) {
-  const work = await db.reply.findMany({
-    where: { id: { in: replyIds } },
-    orderBy: { createdAt: "asc" },
-    select: { id: true, state: true, kind: true, text: true, citations: true, toolCalls: { orderBy: [{ requestedAt: "asc" }, { id: "asc" }] } },
-  });
-  return work.map((r) => ({
-    id: r.id,
-    state: r.state,
-    kind: r.kind,
-    text: r.text,
-    citations: citationsOf(r.citations),
-    toolCalls: r.toolCalls.map(toolCallView),
-  }));
-}
-
-/** Both sides of the conversation, oldest first: the customer's messages and our parts, with their delivery states. */
-function timelineOf(inbound: InboundMessage[], parts: OutboundMessage[]) {
-  return [
-    ...inbound.map((m) => ({
-      direction: "in" as const,
-      at: m.createdAt,
-      wamid: m.wamid,
-      /** When the customer sent it (Meta's timestamp); `at` is when it reached us. */
-      sentAt: m.sentAt,
-      type: m.type,
-      text: m.text,
-      replyId: m.replyId,
-      skipReason: m.skipReason,
-      deleted: m.deletedAt !== null,
-    })),
-    ...parts.map((p) => ({
-      direction: "out" as const,
-      at: p.acceptedAt ?? p.createdAt,
-      wamid: p.wamid,
-      text: p.text,
-      replyId: p.replyId,
-      template: p.template,
-      sendState: p.sendState,
-      status: p.status,
-      statusAt: p.statusAt,
-    })),
-  ].sort((a, b) => a.at.getTime() - b.at.getTime());
-}
-
-/** A reply's stored citations (written by storeDraft from Claude's own), as the staff API gives them. */
-function citationsOf(stored: Prisma.JsonValue): Citation[] {
-  return Array.isArray(stored) ? (stored as unknown as Citation[]) : [];
-}
-
-function toolCallView(call: ToolCall) {
-  const state = call.state === "done" || call.state === "failed" || call.state === "unknown" ? call.state : "requested";
-  return {
-    id: call.id,
-    name: call.name,
-    input: call.input,
-    state,
-    attempts: call.attempts,
-    request: (call.request as { method: string; url: string } | null) ?? null,
-    answer: call.answer,
-    isError: call.isError,
-    status: call.status,
-    requestedAt: call.requestedAt,
-    finishedAt: call.finishedAt,
-  } as const;
 }
