@@ -29,6 +29,7 @@ export interface AppDeps {
     | "costs"
     | "numbers"
     | "knowledge"
+    | "searchLanguage"
   >;
   logger: Logger;
   redis: RedisClient;
@@ -109,6 +110,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
       secureCookies: deps.config.adminSecureCookies,
       costs: deps.config.costs,
       knowledge: { dirs: knowledgeDirs(deps.config.numbers), limits: deps.config.knowledge.limits },
+      searchLanguage: deps.config.searchLanguage,
       templates: templateCatalog(deps.config.whatsapp, clock),
       clock,
       liveQueue: deps.liveQueue,

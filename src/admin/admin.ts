@@ -6,6 +6,7 @@ import { registerStaffAuth, type StaffAuthDeps } from "./auth.ts";
 import { registerIdempotency } from "./idempotency.ts";
 import { describeStaffApi } from "./openapi.ts";
 import { registerStaffPage } from "./page.ts";
+import { registerConversationRoutes } from "./routes/conversations.ts";
 import { type CostRoutesDeps, registerCostRoutes } from "./routes/costs.ts";
 import { registerDeadLetterRoutes } from "./routes/dlq.ts";
 import { registerHandoffRoutes } from "./routes/handoff.ts";
@@ -26,6 +27,8 @@ export interface AdminDeps extends StaffAuthDeps {
   templates: TemplateCatalog | undefined;
   /** The live queue's clocks and bounds (GET /admin/events); its own defaults when absent. */
   liveQueue?: LiveQueueSettings | undefined;
+  /** KNOWLEDGE_LANGUAGE: the text-search configuration conversations are searched with. */
+  searchLanguage: string;
 }
 
 /**
@@ -56,6 +59,7 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
     registerTemplateRoutes(scope, { ...sends, templates: deps.templates, metaRates: deps.costs.metaRates });
     registerCostRoutes(scope, { db: deps.db, costs: deps.costs, clock: deps.clock });
     registerInsightRoutes(scope, { db: deps.db, costs: deps.costs, knowledge: deps.knowledge, clock: deps.clock });
+    registerConversationRoutes(scope, { db: deps.db, clock: deps.clock, searchLanguage: deps.searchLanguage, modelPrices: deps.costs.modelPrices });
     registerLiveQueue(scope, liveQueue);
     await registerQueueBoard(scope, deps.queues);
   };

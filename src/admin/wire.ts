@@ -1,4 +1,6 @@
 import { z } from "zod";
+import { decodeCursor } from "../conversations/cursor.ts";
+import { RATINGS } from "../conversations/list.ts";
 import { REASON_KINDS, type ReasonKind } from "../dlq/explain.ts";
 import { DeadLetterState, ReplyState, SendState } from "../generated/prisma/enums.ts";
 import { WHATSAPP_TEXT_LIMIT } from "../whatsapp/split.ts";
@@ -328,3 +330,102 @@ export const templatesUnavailable = problem("Meta's list of templates could not 
 export const queueUnavailable = problem("the queue is unreachable; the item is still open");
 export const deadLetterNotFound = problem("no such dead letter");
 export const conversationNotFound = problem("no such conversation");
+
+// Conversations (issue 33): every conversation, and one whole.
+
+/** A refusal naming each parameter at fault, and why. */
+const badParameter = (error: z.ZodError) =>
+  `bad parameter: ${error.issues
+    .map((issue) => (issue.code === "unrecognized_keys" ? `unknown ${issue.keys.join(", ")}` : `${issue.path.join(".")} (${issue.message})`))
+    .join("; ")}`;
+const cursor = (description: string) =>
+  z
+    .string()
+    .max(200)
+    .transform((text, ctx) => {
+      const decoded = decodeCursor(text);
+      if (decoded) return decoded;
+      ctx.addIssue({ code: "custom", message: "not a cursor this API gave" });
+      return z.NEVER;
+    })
+    .describe(description);
+const utcDayParameter = z.iso.date({ error: "a day as YYYY-MM-DD" });
+
+export const conversationListQuery = requestPart(
+  z
+    .strictObject({
+      q: z
+        .string()
+        .trim()
+        .min(1)
+        .max(140)
+        .optional()
+        .describe("any part of the customer's name, phone, @username or BSUID, or words either side wrote (full-text search, KNOWLEDGE_LANGUAGE)"),
+      phoneNumberId: z.string().regex(/^\d+$/, { error: "digits" }).optional(),
+      from: utcDayParameter.optional().describe("the last activity on or after this UTC day, YYYY-MM-DD"),
+      to: utcDayParameter.optional().describe("the last activity on or before this UTC day, YYYY-MM-DD"),
+      handedOff: z.literal("true", { error: "only true" }).optional().describe("only those a person holds now (the bot paused)"),
+      deadLettered: z
+        .literal("true", { error: "only true" })
+        .optional()
+        .describe("only those with an open item (a dead letter or a customer waiting for a person)"),
+      rating: z.enum(RATINGS).optional().describe("only those the customer rated so"),
+      limit: z.coerce.number().int().min(1).max(200).optional().describe("default 50, at most 200"),
+      cursor: cursor("the last page's `nextCursor`").optional(),
+    })
+    .refine((query) => !query.from || !query.to || query.from <= query.to, { error: "from is after to", path: ["from"] }),
+  { status: 400, error: badParameter },
+);
+
+export const conversationQuery = requestPart(
+  z.strictObject({
+    before: cursor("the last page's `olderCursor`: the entries older than it").optional(),
+    limit: z.coerce.number().int().min(1).max(500).optional().describe("timeline entries, newest first; default 100, at most 500"),
+  }),
+  { status: 400, error: badParameter },
+);
+
+/** A malformed id is a 400 here (the list's ids are UUIDs); an unknown one, 404. */
+export const conversationToRead = requestPart(z.object({ id }), { status: 400, error: "bad parameter: id (not a conversation id)" });
+
+const conversationItem = z.object({
+  id,
+  phoneNumberId: z.string(),
+  contact,
+  lastMessageAt: when.describe("when it last moved: a customer's message reached us, or Meta took one of ours"),
+  lastMessage: z.object({ direction: z.enum(["in", "out"]), text: z.string().nullable() }).nullable(),
+  messageCount: z.number().int().describe("both sides: the customer's messages and our parts"),
+  handedOff: z.boolean().describe("a person holds it now: the bot is paused"),
+  openItems: z.number().int().describe("open dead letters and customers waiting for a person"),
+  rating: z.enum(RATINGS).nullable().describe("the customer's latest CSAT answer"),
+});
+
+export const conversationList = answer(
+  z.object({ items: z.array(conversationItem), nextCursor: z.string().nullable().describe("pass as `cursor` for the next page; null on the last") }),
+  "the conversations that match, newest activity first",
+);
+
+export const conversationDetail = answer(
+  z.object({
+    id,
+    phoneNumberId: z.string(),
+    contact,
+    lastInboundAt: when.nullable(),
+    windowOpen: z.boolean().describe("the 24-hour window is still open"),
+    pausedUntil: when.nullable(),
+    pausedBy: z.string().nullable(),
+    timeline: z.array(z.discriminatedUnion("direction", [inbound, outbound])).describe("both sides, oldest first: the newest `limit` entries before `before`"),
+    replies: z.array(replyWork).describe("each reply in the timeline, with the knowledge it cited and the business actions it took, oldest first"),
+    olderCursor: z.string().nullable().describe("pass as `before` for the older entries; null when this page reaches the start"),
+    items: z
+      .array(z.object({ id, state, source: z.string(), reason: z.string(), createdAt: when }))
+      .describe("every dead letter and handoff of the conversation, oldest first"),
+    ratings: z.array(z.unknown()).describe("the customer's CSAT answers (none until they are stored)"),
+    cost: z.object({
+      claudeUsd: z.number().describe("its replies' Claude calls, by the cost ledger"),
+      tokens: z.object({ input: z.number().int(), output: z.number().int(), cacheRead: z.number().int(), cacheWrite: z.number().int() }),
+      meta: z.number().describe("what Meta billed for its messages, in META_RATES_FILE's currency"),
+    }),
+  }),
+  "the conversation whole (or a page of its timeline), why the bot said each thing, its items and what it cost",
+);

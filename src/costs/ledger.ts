@@ -178,3 +178,44 @@ export function totalOf(days: readonly CostDay[]): CostTotals {
   }
   return total;
 }
+
+/** What one conversation cost: its replies' Claude calls, and the messages Meta billed for it. */
+export interface ConversationCost {
+  claudeUsd: number;
+  tokens: CostTotals["tokens"];
+  /** In META_RATES_FILE's currency. */
+  meta: number;
+}
+
+/**
+ * One conversation's costs from the same ledger as costsByDay: its replies' Claude calls (priced
+ * as each answered, or now when its model had no price then), and its parts and their other
+ * copies as Meta priced them.
+ */
+export async function costOfConversation(db: Db, conversationId: string, prices: PriceOverrides = NO_OVERRIDES): Promise<ConversationCost> {
+  const [calls, meta] = await Promise.all([
+    db.$queryRaw<(Required<Usage> & { model: string; costUsd: number | null; state: string })[]>`
+      SELECT k.model, k.state, k.cost_usd AS "costUsd", k.input_tokens AS "inputTokens", k.output_tokens AS "outputTokens",
+             k.cache_read_tokens AS "cacheReadTokens", k.cache_creation_tokens AS "cacheCreationTokens", k.cache_creation_1h_tokens AS "cacheCreation1hTokens"
+      FROM claude_calls k JOIN replies r ON r.id = k.reply_id
+      WHERE r.conversation_id = ${conversationId}::uuid`,
+    db.$queryRaw<{ amount: number }[]>`
+      SELECT COALESCE(sum(m.amount), 0)::float8 AS amount FROM (
+        SELECT p.meta_amount AS amount FROM outbound_messages p JOIN replies r ON r.id = p.reply_id
+        WHERE r.conversation_id = ${conversationId}::uuid AND p.wamid IS NOT NULL
+        UNION ALL
+        SELECT o.meta_amount FROM outbound_copies o JOIN outbound_messages p ON p.id = o.part_id JOIN replies r ON r.id = p.reply_id
+        WHERE r.conversation_id = ${conversationId}::uuid
+      ) m`,
+  ]);
+  const cost: ConversationCost = { claudeUsd: 0, tokens: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0 }, meta: meta[0]?.amount ?? 0 };
+  for (const call of calls) {
+    cost.tokens.input += call.inputTokens ?? 0;
+    cost.tokens.output += call.outputTokens ?? 0;
+    cost.tokens.cacheRead += call.cacheReadTokens ?? 0;
+    cost.tokens.cacheWrite += call.cacheCreationTokens ?? 0;
+    if (call.costUsd !== null) cost.claudeUsd += call.costUsd;
+    else if (call.state === "answered") cost.claudeUsd += estimateCostUsd(call.model, call, prices) ?? 0;
+  }
+  return cost;
+}

@@ -335,6 +335,7 @@ export async function moveConversations(tx: Tx, gone: { contactId: string }, kee
     letters AS (UPDATE dead_letters d SET conversation_id = p.twin FROM pairs p WHERE d.conversation_id = p.gone)
     UPDATE conversations k SET
       last_inbound_at = GREATEST(k.last_inbound_at, g.last_inbound_at),
+      last_message_at = GREATEST(k.last_message_at, g.last_message_at),
       opted_out_at = COALESCE(k.opted_out_at, g.opted_out_at),
       paused_until = GREATEST(k.paused_until, g.paused_until),
       paused_by = CASE WHEN g.paused_until > k.paused_until OR k.paused_until IS NULL THEN g.paused_by ELSE k.paused_by END

@@ -92,9 +92,11 @@ async function storeOnce(db: Db, contact: Prisma.Sql, phoneNumberId: string, m: 
   const [row] = await db.$queryRaw<Recorded[]>`
     WITH contact AS (${contact}),
     conversation AS (
-      INSERT INTO conversations AS c (id, phone_number_id, contact_id, last_inbound_at, updated_at)
-      SELECT gen_random_uuid(), ${phoneNumberId}, contact.id, ${m.sentAt}, now() FROM contact
-      ON CONFLICT (phone_number_id, contact_id) DO UPDATE SET last_inbound_at = GREATEST(c.last_inbound_at, EXCLUDED.last_inbound_at)
+      INSERT INTO conversations AS c (id, phone_number_id, contact_id, last_inbound_at, last_message_at, updated_at)
+      SELECT gen_random_uuid(), ${phoneNumberId}, contact.id, ${m.sentAt}, now(), now() FROM contact
+      ON CONFLICT (phone_number_id, contact_id) DO UPDATE SET last_inbound_at = GREATEST(c.last_inbound_at, EXCLUDED.last_inbound_at),
+        -- The list's order (GET /admin/conversations): when it reached us, as the message's created_at.
+        last_message_at = GREATEST(c.last_message_at, EXCLUDED.last_message_at)
       RETURNING c.id
     ),
     message AS (

@@ -144,7 +144,20 @@ export async function markAccepted(
            -- arrival is the webhook's receipt in µs (absent on older rows: then when it was stored)
            (SELECT max(COALESCE(m.arrival / 1000.0, extract(epoch FROM m.created_at) * 1000))::float8
               FROM sent JOIN inbound_messages m ON m.reply_id = sent.id) AS "answersSinceMs"`;
+  if (row!.accepted) await conversationMoved(db, partId, now);
   return row!;
+}
+
+/**
+ * Meta took one of our messages: the conversation moved (its place in GET /admin/conversations).
+ * A statement of its own, after the part's: taking the conversation's row inside the part's
+ * statement would lock the two in the opposite order to a person's resend, which could deadlock.
+ */
+async function conversationMoved(db: Db, partId: string, at: Date): Promise<void> {
+  await db.$executeRaw`
+    UPDATE conversations c SET last_message_at = ${at}::timestamptz
+    FROM outbound_messages p JOIN replies r ON r.id = p.reply_id
+    WHERE p.id = ${partId}::uuid AND c.id = r.conversation_id AND c.last_message_at < ${at}::timestamptz`;
 }
 
 /** ready → sent, in the statement that accepted `accepted`'s part, when it was the reply's last one outstanding. */
@@ -225,6 +238,7 @@ export async function recordDeliveryStatus(
   if (!row?.partId || !row.replyId) return { outcome: "unknown" };
   const part = { partId: row.partId, replyId: row.replyId };
   if (row.knownAs !== null && row.knownAs !== status.wamid) return { outcome: "superseded", ...part };
+  if (row.reconciled) await conversationMoved(db, part.partId, now);
   const facts = { ...part, reconciled: row.reconciled, replySent: row.replySent };
   if (!row.advanced) return { outcome: "stale", ...facts };
   return { outcome: status.status === "failed" ? "failed" : "recorded", ...facts };

@@ -269,6 +269,9 @@ export async function recordBusinessReply(db: Db, conversationId: string, echo: 
         parts: { create: [{ seq: 0, text: echo.text, sendState: "accepted", wamid: echo.wamid, acceptedAt: echo.at }] },
       },
     });
+    // The conversation moved (its place in GET /admin/conversations).
+    await db.$executeRaw`
+      UPDATE conversations SET last_message_at = ${echo.at}::timestamptz WHERE id = ${conversationId}::uuid AND last_message_at < ${echo.at}::timestamptz`;
     return true;
   } catch (error) {
     if (isUniqueViolation(error)) return false;
