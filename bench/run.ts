@@ -1,6 +1,7 @@
 import { execFileSync } from "node:child_process";
 import { availableParallelism, cpus, loadavg } from "node:os";
 import { runCacheBench } from "./cache.ts";
+import { conversationsSettings, conversationsTarget, formatConversations, runConversationsBench } from "./conversations.ts";
 import { formatIngest, ingestSettings, ingestTargets, runIngestBench } from "./ingest.ts";
 import { formatIsolation, isolationSettings, isolationTarget, runIsolationBench } from "./isolation.ts";
 import { LoadGenerator } from "./load.ts";
@@ -18,7 +19,8 @@ import { runWorkerBench } from "./worker-bench.ts";
  * answered message and the plans of every statement), benchmark 5 (webhook acks with the
  * workers saturated, in npm start's layouts), benchmark 6 (1 and 2 worker processes, on one
  * Redis and on a Redis Cluster), benchmark 7 (splitting a 100 000-unit reply, beside a floor
- * measured in the same run), benchmark 8 (start-up, compiled and through tsx), printed as
+ * measured in the same run), benchmark 8 (start-up, compiled and through tsx), benchmark 9
+ * (GET /admin/conversations at 100 000 conversations against an empty database), printed as
  * tables, then issues 10's and 22's
  * targets beside their figures. Needs Redis and Postgres as for the tests (TEST_REDIS_URL,
  * TEST_DATABASE_URL); each benchmark builds its own isolated harness and removes it after.
@@ -152,7 +154,15 @@ async function main(): Promise<void> {
   console.log(`\n${Targets.inline(startupLine)}`);
   targets.add(startupLine);
 
-  console.log("\n## Targets of issues 10 and 22 (baseline: main before the work: bench/BASELINE-issue-10.md, issue 22's text)\n");
+  console.log(`\n${machineLoad()}`);
+  console.log("\n## Benchmark 9: GET /admin/conversations, the first page and searches, at 100 000 conversations and on an empty database\n");
+  const conversations = await runConversationsBench(conversationsSettings(quick));
+  console.log(formatConversations(conversations));
+  const conversationsLine = conversationsTarget(conversations);
+  console.log(`\n${Targets.inline(conversationsLine)}`);
+  targets.add(conversationsLine);
+
+  console.log("\n## Targets of issues 10, 22 and 33 (baseline: main before the work: bench/BASELINE-issue-10.md, issue 22's text)\n");
   console.log(targets.format());
 
   console.log(`\n${machineLoad()} at the end; total bench time ${((Date.now() - started) / 1000).toFixed(0)} s`);

@@ -16,6 +16,9 @@ ALTER TABLE "conversations" ALTER COLUMN "last_message_at" SET DEFAULT CURRENT_T
 -- Read backwards for the list (newest first, the id breaking ties): keyset paging.
 CREATE INDEX "conversations_last_message_at_id_idx" ON "conversations"("last_message_at", "id");
 
+-- A customer found by the search below leads to their conversations: by contact, not scanning them all.
+CREATE INDEX "conversations_contact_id_idx" ON "conversations"("contact_id");
+
 -- Words either side wrote, by Postgres full-text search. An expression index must name one
 -- text-search configuration: this one names 'simple', KNOWLEDGE_LANGUAGE's default, and the
 -- search (src/conversations/list.ts) writes the same expression with the configured language,
