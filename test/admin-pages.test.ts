@@ -40,7 +40,7 @@ describe("/admin/queues (bull-board)", () => {
     expect(page.headers["content-type"]).toMatch(/^text\/html/);
     const api = await h.app.inject({ method: "GET", url: "/admin/queues/api/queues", headers: { cookie } });
     expect(api.statusCode).toBe(200);
-    expect((api.json().queues as { name: string }[]).map((q) => q.name).sort()).toEqual(["events", "inbound", "notify", "reconcile", "reply", "status"]);
+    expect((api.json().queues as { name: string }[]).map((q) => q.name).sort()).toEqual(["csat", "events", "inbound", "notify", "reconcile", "reply", "status"]);
   });
 
   it("refuses staff who are not operators (job payloads carry message text and phone numbers), page, assets and API", async () => {
@@ -79,6 +79,7 @@ describe("/admin/queues (bull-board)", () => {
     const api = await h.app.inject({ method: "GET", url: "/admin/queues/api/queues", headers: { authorization } });
     const queues = api.json().queues as { name: string; readOnlyMode: boolean }[];
     expect(queues.map((q) => [q.name, q.readOnlyMode]).sort()).toEqual([
+      ["csat", true],
       ["events", true],
       ["inbound", true],
       ["notify", true],

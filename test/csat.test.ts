@@ -213,7 +213,7 @@ describe("restart-safe: sent once, whatever stops", () => {
     expect((await asks(h)).map((a) => a.state)).toEqual(["sent"]);
   });
 
-  it("GET /admin/insights counts each ask and its latest rating on the day it was asked; a tap is a rating, not a customer message", async () => {
+  it("the staff API reads the ratings: insights count each ask and its latest rating on the day asked (a tap is not a customer message), and conversations filter and show it", async () => {
     const h = await harness({ env: { CSAT_AFTER_SECONDS: "1" } });
     await answered(h);
     await asked(h);
@@ -232,5 +232,16 @@ describe("restart-safe: sent once, whatever stops", () => {
     expect(days[0].csat).toEqual(csat);
     expect(total.csat).toEqual(csat);
     expect(total.inbound).toBe(1);
+
+    const get = async (url: string) => {
+      const answer = await h.app.inject({ method: "GET", url, headers: { authorization: `Bearer ${TEST_ADMIN_TOKEN}` } });
+      expect(answer.statusCode, answer.body).toBe(200);
+      return answer.json();
+    };
+    const bad = await get("/admin/conversations?rating=bad");
+    expect(bad.items).toEqual([expect.objectContaining({ rating: "bad" })]);
+    expect((await get("/admin/conversations?rating=good")).items).toEqual([]);
+    const detail = await get(`/admin/conversations/${bad.items[0].id}`);
+    expect(detail.ratings).toEqual([{ rating: "bad", askedAt: expect.any(String), ratedAt: expect.any(String) }]);
   });
 });

@@ -420,7 +420,9 @@ export const conversationDetail = answer(
     items: z
       .array(z.object({ id, state, source: z.string(), reason: z.string(), createdAt: when }))
       .describe("every dead letter and handoff of the conversation, oldest first"),
-    ratings: z.array(z.unknown()).describe("the customer's CSAT answers (none until they are stored)"),
+    ratings: z
+      .array(z.object({ rating: z.enum(RATINGS), askedAt: when.nullable(), ratedAt: when.nullable() }))
+      .describe("the customer's CSAT answers, oldest first: each ask's latest tap"),
     cost: z.object({
       claudeUsd: z.number().describe("its replies' Claude calls, by the cost ledger"),
       tokens: z.object({ input: z.number().int(), output: z.number().int(), cacheRead: z.number().int(), cacheWrite: z.number().int() }),

@@ -40,10 +40,15 @@ export async function getConversation(
     LIMIT ${limit + 1}`;
   const shown = keys.slice(0, limit);
   const ids = (kind: "in" | "out") => shown.filter((k) => k.kind === kind).map((k) => k.id);
-  const [inbound, parts, cost] = await Promise.all([
+  const [inbound, parts, cost, ratings] = await Promise.all([
     db.inboundMessage.findMany({ where: { id: { in: ids("in") } }, orderBy: { createdAt: "asc" } }),
     db.outboundMessage.findMany({ where: { id: { in: ids("out") } }, orderBy: { createdAt: "asc" } }),
     costOfConversation(db, id, prices),
+    db.csatAsk.findMany({
+      where: { conversationId: id, rating: { not: null } },
+      orderBy: { ratedAt: "asc" },
+      select: { rating: true, askedAt: true, ratedAt: true },
+    }),
   ]);
   const oldest = shown.at(-1);
   return {
@@ -55,8 +60,7 @@ export async function getConversation(
     replies: await repliesWork(db, repliesIn(inbound, parts)),
     olderCursor: keys.length > limit && oldest ? encodeCursor({ at: oldest.at, id: oldest.id }) : null,
     items: conversation.deadLetters.map((d) => ({ id: d.id, state: d.state, source: d.source, reason: d.reason, createdAt: d.createdAt })),
-    // No ratings until CSAT answers are stored (the csat_asks table, not yet here).
-    ratings: [] as never[],
+    ratings,
     cost,
   };
 }

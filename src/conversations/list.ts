@@ -42,6 +42,10 @@ export function configurationSql(language: string): Prisma.Sql {
   return Prisma.raw(`'${language.replaceAll("'", "''")}'::regconfig`);
 }
 
+/** The conversation's CSAT rating: the latest tap on the latest rated ask (src/state/csat.ts). */
+const latestRating = (conversation: Prisma.Sql) =>
+  Prisma.sql`(SELECT a.rating FROM csat_asks a WHERE a.conversation_id = ${conversation} AND a.rating IS NOT NULL ORDER BY a.rated_at DESC LIMIT 1)`;
+
 /** A search for "any part of": LIKE's wildcards in what the person typed taken literally. */
 const anyPart = (text: string) => `%${text.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
 
@@ -58,12 +62,11 @@ interface Row {
   lastText: string | null;
   messageCount: number;
   openItems: number;
+  rating: Rating | null;
 }
 
 export async function listConversations(db: Db, filter: ConversationFilter, now: Date, language: string) {
   const limit = filter.limit ?? DEFAULT_PAGE;
-  // No conversation has a rating until CSAT answers are stored (the csat_asks table, not yet here).
-  if (filter.rating) return { items: [], nextCursor: null };
   const since = filter.from ? new Date(`${filter.from}T00:00:00.000Z`) : null;
   const until = filter.to ? new Date(Date.parse(`${filter.to}T00:00:00.000Z`) + DAY_MS) : null;
   // One statement's text whether or not each filter is set (a few prepared statements in all):
@@ -79,6 +82,7 @@ export async function listConversations(db: Db, filter: ConversationFilter, now:
         AND (${filter.phoneNumberId ?? null}::text IS NULL OR c.phone_number_id = ${filter.phoneNumberId ?? null}::text)
         AND (${filter.handedOff ?? null}::boolean IS NULL OR c.paused_until > ${now}::timestamptz)
         AND (${filter.deadLettered ?? null}::boolean IS NULL OR EXISTS (SELECT 1 FROM dead_letters d WHERE d.conversation_id = c.id AND d.state = 'open'))
+        AND (${filter.rating ?? null}::text IS NULL OR ${latestRating(Prisma.sql`c.id`)} = ${filter.rating ?? null}::text)
         ${filter.q ? Prisma.sql`AND c.id IN (${found(filter.q, language)})` : Prisma.empty}
       ORDER BY c.last_message_at DESC, c.id DESC
       LIMIT ${limit + 1}
@@ -88,7 +92,8 @@ export async function listConversations(db: Db, filter: ConversationFilter, now:
            last.direction AS "lastDirection", last.text AS "lastText",
            ((SELECT count(*) FROM inbound_messages m WHERE m.conversation_id = page.id)
              + (SELECT count(*) FROM outbound_messages p JOIN replies r ON r.id = p.reply_id WHERE r.conversation_id = page.id))::int AS "messageCount",
-           (SELECT count(*) FROM dead_letters d WHERE d.conversation_id = page.id AND d.state = 'open')::int AS "openItems"
+           (SELECT count(*) FROM dead_letters d WHERE d.conversation_id = page.id AND d.state = 'open')::int AS "openItems",
+           ${latestRating(Prisma.sql`page.id`)} AS rating
     FROM page
     JOIN contacts ct ON ct.id = page.contact_id
     LEFT JOIN LATERAL (
@@ -114,7 +119,7 @@ export async function listConversations(db: Db, filter: ConversationFilter, now:
       messageCount: row.messageCount,
       handedOff: row.pausedUntil !== null && row.pausedUntil > now,
       openItems: row.openItems,
-      rating: null,
+      rating: row.rating,
     })),
     nextCursor: more && last ? encodeCursor({ at: last.lastMessageAt, id: last.id }) : null,
   };
