@@ -231,6 +231,17 @@ const replyWork = z.object({
   toolCalls: z.array(toolCall),
 });
 
+/** A conversation as both its pages show it: who, which number, and whether the bot may speak. */
+const conversationControls = {
+  id,
+  phoneNumberId: z.string(),
+  contact,
+  lastInboundAt: when.nullable(),
+  windowOpen: z.boolean().describe("the 24-hour window is still open"),
+  pausedUntil: when.nullable(),
+  pausedBy: z.string().nullable(),
+};
+
 export const deadLetterDetail = answer(
   z.object({
     id,
@@ -239,15 +250,7 @@ export const deadLetterDetail = answer(
     attempts: z.number().int(),
     error: z.object({ source: z.string(), code: z.string().nullable(), reason: z.string(), detail: details }),
     explanation,
-    conversation: z.object({
-      id,
-      phoneNumberId: z.string(),
-      contact,
-      lastInboundAt: when.nullable(),
-      windowOpen: z.boolean().describe("the 24-hour window is still open"),
-      pausedUntil: when.nullable(),
-      pausedBy: z.string().nullable(),
-    }),
+    conversation: z.object(conversationControls),
     reply: z
       .object({
         id,
@@ -407,13 +410,7 @@ export const conversationList = answer(
 
 export const conversationDetail = answer(
   z.object({
-    id,
-    phoneNumberId: z.string(),
-    contact,
-    lastInboundAt: when.nullable(),
-    windowOpen: z.boolean().describe("the 24-hour window is still open"),
-    pausedUntil: when.nullable(),
-    pausedBy: z.string().nullable(),
+    ...conversationControls,
     timeline: z.array(z.discriminatedUnion("direction", [inbound, outbound])).describe("both sides, oldest first: the newest `limit` entries before `before`"),
     replies: z.array(replyWork).describe("each reply in the timeline, with the knowledge it cited and the business actions it took, oldest first"),
     olderCursor: z.string().nullable().describe("pass as `before` for the older entries; null when this page reaches the start"),
