@@ -162,7 +162,7 @@ describe("GET /admin/conversations", () => {
     expect(await ids("?handedOff=true")).toEqual([who.dana]);
     expect(await ids("?deadLettered=true")).toEqual([who.carl]);
     expect(await ids("?deadLettered=true&q=zebra")).toEqual([]);
-    // No conversation is rated until CSAT answers are stored.
+    // Nobody was asked here (CSAT_AFTER_SECONDS unset): no conversation is rated. test/csat.test.ts rates one.
     expect(await ids("?rating=good")).toEqual([]);
   });
 

@@ -48,7 +48,7 @@ const figures = {
   read: count.describe("of those, the ones it reported read"),
   csat: z
     .object({ asked: count, answered: count, good: count, okay: count, bad: count })
-    .describe("customers asked how it went, those who answered, and their ratings (0 until CSAT is stored)"),
+    .describe("customers asked how it went (CSAT_AFTER_SECONDS) that day, those who answered, and their latest ratings"),
   claudeUsd: z.number().describe("Claude's calls in USD, as GET /admin/costs counts them"),
   meta: z.number().describe("Meta's billed messages in META_RATES_FILE's currency (0 without a rate card), as GET /admin/costs counts them"),
 };
