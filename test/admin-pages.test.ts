@@ -40,7 +40,15 @@ describe("/admin/queues (bull-board)", () => {
     expect(page.headers["content-type"]).toMatch(/^text\/html/);
     const api = await h.app.inject({ method: "GET", url: "/admin/queues/api/queues", headers: { cookie } });
     expect(api.statusCode).toBe(200);
-    expect((api.json().queues as { name: string }[]).map((q) => q.name).sort()).toEqual(["csat", "events", "inbound", "notify", "reconcile", "reply", "status"]);
+    expect((api.json().queues as { name: string }[]).map((q) => q.name).sort()).toEqual([
+      "csat",
+      "events",
+      "inbound",
+      "notify",
+      "reconcile",
+      "reply",
+      "status",
+    ]);
   });
 
   it("refuses staff who are not operators (job payloads carry message text and phone numbers), page, assets and API", async () => {
