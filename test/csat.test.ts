@@ -84,6 +84,8 @@ describe("asking how it went (CSAT)", () => {
   it("a customer message before it is due cancels it; the customer is asked once, after the last answer", async () => {
     const h = await harness({ env: { CSAT_AFTER_SECONDS: "2" } });
     await answered(h, "Do you ship to Lisbon?");
+    // The reply job plans the ask just after the answer goes out: the next message comes once it is planned.
+    await eventually(async () => (await asks(h)).length === 1, "the first ask to be planned");
     await answered(h, "And to Porto?");
     await asked(h);
     const all = await asks(h);
@@ -218,6 +220,8 @@ describe("restart-safe: sent once, whatever stops", () => {
     await answered(h);
     await asked(h);
     await h.deliver(buttonTap("csat:good", "👍 Good"));
+    await eventually(async () => (await asks(h))[0]?.rating === "good", "the first tap");
+    await sleep(1100); // the second tap a second later, by Meta's timestamp (whole seconds), which orders taps
     await h.deliver(buttonTap("csat:bad", "👎 Bad"));
     await eventually(async () => (await asks(h))[0]?.rating === "bad", "the second tap to replace the first");
     const today = new Date().toISOString().slice(0, 10);
