@@ -91,6 +91,20 @@ export class RoleProcess {
     await this.exited;
   }
 
+  /**
+   * The end of its log, for an error message: CI keeps only what the test printed, and the log
+   * folder is gone with the machine.
+   */
+  async logTail(lines = 15): Promise<string> {
+    const log = await readFile(this.logPath, "utf8").catch(() => "");
+    return log.trimEnd().split("\n").slice(-lines).join("\n");
+  }
+
+  /** Why it stopped, for an error message: how it exited and its log's last lines. */
+  async stoppedBecause(what: string): Promise<Error> {
+    return new Error(`${this.name} ${what} (${this.exit ?? "still running"}; ${this.logPath} ends:\n${await this.logTail()})`);
+  }
+
   /** Resolves once the process has logged `event` (a pino line with "event":"…"). */
   async waitForEvent(event: string, timeoutMs: number): Promise<void> {
     const needle = `"event":"${event}"`;
@@ -98,7 +112,7 @@ export class RoleProcess {
     for (;;) {
       const log = await readFile(this.logPath, "utf8").catch(() => "");
       if (log.includes(needle)) return;
-      if (!this.running) throw new Error(`${this.name} exited before logging ${event} (see ${this.logPath})`);
+      if (!this.running) throw await this.stoppedBecause(`exited before logging ${event}`);
       if (Date.now() > deadline) throw new Error(`${this.name} did not log ${event} within ${timeoutMs} ms (see ${this.logPath})`);
       await sleep(100);
     }
@@ -111,6 +125,6 @@ export class RoleProcess {
       await this.kill();
       throw new Error(`${this.name} did not finish within ${timeoutMs} ms (see ${this.logPath})`);
     }
-    if (outcome.code !== 0) throw new Error(`${this.name} exited with ${outcome.code ?? outcome.signal} (see ${this.logPath})`);
+    if (outcome.code !== 0) throw await this.stoppedBecause("failed");
   }
 }

@@ -291,7 +291,7 @@ export class ChaosSystem {
         () => false,
       );
       if (ok) return;
-      if (!started.running) throw new Error(`${started.name} exited at start-up (see ${started.logPath})`);
+      if (!started.running) throw await started.stoppedBecause("exited at start-up");
       if (Date.now() > deadline) throw new Error(`${started.name} not ready within ${START_TIMEOUT_MS} ms (see ${started.logPath})`);
       await sleep(200);
     }
