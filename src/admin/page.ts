@@ -1,4 +1,5 @@
 import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
 import type { FastifyInstance } from "fastify";
 
 /**
@@ -8,11 +9,32 @@ import type { FastifyInstance } from "fastify";
  */
 
 const read = (name: string) => readFileSync(new URL(`./page/${name}`, import.meta.url), "utf8");
+const resolve = createRequire(import.meta.url).resolve;
 // ES modules, loaded by the browser as they are (app.js imports the others).
-const SCRIPTS = ["app.js", "api.js", "dom.js", "queue.js", "detail.js", "templates.js", "presence.js", "costs.js", "live.js"];
+const SCRIPTS = [
+  "app.js",
+  "api.js",
+  "dom.js",
+  "chat.js",
+  "queue.js",
+  "detail.js",
+  "templates.js",
+  "presence.js",
+  "costs.js",
+  "conversations.js",
+  "insights.js",
+  "charts.js",
+  "live.js",
+];
+const JS = "text/javascript; charset=utf-8";
+const CSS = "text/css; charset=utf-8";
 const ASSETS: Record<string, { type: string; body: string }> = {
-  ...Object.fromEntries(SCRIPTS.map((name) => [name, { type: "text/javascript; charset=utf-8", body: read(name) }])),
-  "style.css": { type: "text/css; charset=utf-8", body: read("style.css") },
+  ...Object.fromEntries(SCRIPTS.map((name) => [name, { type: JS, body: read(name) }])),
+  "style.css": { type: CSS, body: read("style.css") },
+  // The Insights view's charts: uPlot (MIT), a maintained chart library, served as its package
+  // ships it, so that its version is package-lock.json's and nothing is copied into src.
+  "uPlot.esm.js": { type: JS, body: readFileSync(resolve("uplot/dist/uPlot.esm.js"), "utf8") },
+  "uPlot.min.css": { type: CSS, body: readFileSync(resolve("uplot/dist/uPlot.min.css"), "utf8") },
 };
 const INDEX = read("index.html");
 

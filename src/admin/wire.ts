@@ -1,8 +1,8 @@
 import { z } from "zod";
 import { decodeCursor } from "../conversations/cursor.ts";
-import { RATINGS } from "../conversations/list.ts";
 import { REASON_KINDS, type ReasonKind } from "../dlq/explain.ts";
 import { DeadLetterState, ReplyState, SendState } from "../generated/prisma/enums.ts";
+import { CSAT_RATINGS } from "../messages/csat.ts";
 import { WHATSAPP_TEXT_LIMIT } from "../whatsapp/split.ts";
 import { answer, problem, requestPart } from "./schema.ts";
 
@@ -181,6 +181,7 @@ const inbound = z.object({
   text: z.string().nullable(),
   replyId: id.nullable(),
   skipReason: z.string().nullable(),
+  rating: z.enum(CSAT_RATINGS).nullable().describe("a tap on the CSAT buttons: the rating it gave"),
   deleted: z.boolean(),
 });
 const outbound = z.object({
@@ -372,7 +373,7 @@ export const conversationListQuery = requestPart(
         .literal("true", { error: "only true" })
         .optional()
         .describe("only those with an open item (a dead letter or a customer waiting for a person)"),
-      rating: z.enum(RATINGS).optional().describe("only those the customer rated so"),
+      rating: z.enum(CSAT_RATINGS).optional().describe("only those the customer rated so"),
       limit: z.coerce.number().int().min(1).max(200).optional().describe("default 50, at most 200"),
       cursor: cursor("the last page's `nextCursor`").optional(),
     })
@@ -400,7 +401,7 @@ const conversationItem = z.object({
   messageCount: z.number().int().describe("both sides: the customer's messages and our parts"),
   handedOff: z.boolean().describe("a person holds it now: the bot is paused"),
   openItems: z.number().int().describe("open dead letters and customers waiting for a person"),
-  rating: z.enum(RATINGS).nullable().describe("the customer's latest CSAT answer"),
+  rating: z.enum(CSAT_RATINGS).nullable().describe("the customer's latest CSAT answer"),
 });
 
 export const conversationList = answer(
@@ -415,10 +416,21 @@ export const conversationDetail = answer(
     replies: z.array(replyWork).describe("each reply in the timeline, with the knowledge it cited and the business actions it took, oldest first"),
     olderCursor: z.string().nullable().describe("pass as `before` for the older entries; null when this page reaches the start"),
     items: z
-      .array(z.object({ id, state, source: z.string(), reason: z.string(), createdAt: when }))
+      .array(
+        z.object({
+          id,
+          state,
+          source: z.string(),
+          code: z.string().nullable(),
+          reason: z.string(),
+          kind: reasonKind.describe("as GET /admin/dlq/summary groups them"),
+          title: z.string().describe("why, in a few words, as the queue says it"),
+          createdAt: when,
+        }),
+      )
       .describe("every dead letter and handoff of the conversation, oldest first"),
     ratings: z
-      .array(z.object({ rating: z.enum(RATINGS), askedAt: when.nullable(), ratedAt: when.nullable() }))
+      .array(z.object({ rating: z.enum(CSAT_RATINGS), askedAt: when.nullable(), ratedAt: when.nullable() }))
       .describe("the customer's CSAT answers, oldest first: each ask's latest tap"),
     cost: z.object({
       claudeUsd: z.number().describe("its replies' Claude calls, by the cost ledger"),

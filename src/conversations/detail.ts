@@ -59,7 +59,7 @@ export async function getConversation(
     timeline: timelineOf(inbound, parts),
     replies: await repliesWork(db, repliesIn(inbound, parts)),
     olderCursor: keys.length > limit && oldest ? encodeCursor({ at: oldest.at, id: oldest.id }) : null,
-    items: conversation.deadLetters.map((d) => ({ id: d.id, state: d.state, source: d.source, reason: d.reason, createdAt: d.createdAt })),
+    items: conversation.deadLetters.map((d) => ({ id: d.id, state: d.state, source: d.source, code: d.code, reason: d.reason, createdAt: d.createdAt })),
     ratings,
     cost,
   };

@@ -1,4 +1,5 @@
 import { type Db, Prisma } from "../db/client.ts";
+import type { CsatRating } from "../messages/csat.ts";
 import { type Cursor, encodeCursor } from "./cursor.ts";
 import { contactView } from "./views.ts";
 
@@ -11,9 +12,6 @@ import { contactView } from "./views.ts";
  * the indexes are prisma/migrations/20261205030100_conversation_search's.
  */
 
-export const RATINGS = ["good", "okay", "bad"] as const;
-export type Rating = (typeof RATINGS)[number];
-
 export interface ConversationFilter {
   q?: string | undefined;
   phoneNumberId?: string | undefined;
@@ -24,7 +22,7 @@ export interface ConversationFilter {
   handedOff?: boolean | undefined;
   /** Only those with an open item (a dead letter or a customer waiting for a person). */
   deadLettered?: boolean | undefined;
-  rating?: Rating | undefined;
+  rating?: CsatRating | undefined;
   limit?: number | undefined;
   /** The last page's `nextCursor`. */
   cursor?: Cursor | undefined;
@@ -62,7 +60,7 @@ interface Row {
   lastText: string | null;
   messageCount: number;
   openItems: number;
-  rating: Rating | null;
+  rating: CsatRating | null;
 }
 
 export async function listConversations(db: Db, filter: ConversationFilter, now: Date, language: string) {

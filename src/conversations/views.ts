@@ -1,6 +1,7 @@
 import type { Citation } from "../ai/claude.ts";
 import type { Db } from "../db/client.ts";
 import type { Contact, Conversation, InboundMessage, OutboundMessage, Prisma, ToolCall } from "../generated/prisma/client.ts";
+import { csatRatingStored } from "../messages/csat.ts";
 import { contactLabel } from "../state/contacts.ts";
 import { windowOpen } from "../whatsapp/window.ts";
 
@@ -66,6 +67,8 @@ export function timelineOf(inbound: InboundMessage[], parts: OutboundMessage[]) 
       text: m.text,
       replyId: m.replyId,
       skipReason: m.skipReason,
+      /** A tap on our CSAT buttons: the rating it gave (it is not a message to answer). */
+      rating: csatRatingStored(m.skipReason),
       deleted: m.deletedAt !== null,
     })),
     ...parts.map((p) => ({

@@ -11,6 +11,14 @@ export type CsatRating = (typeof CSAT_RATINGS)[number];
 /** Why a tap on one of our buttons is stored and not answered (law 6): it is a rating, recorded on its ask. */
 export const CSAT_SKIP_REASON = "a CSAT rating";
 
+/** The skip reason a rating is stored with, naming the rating. */
+export const csatSkipReason = (rating: CsatRating) => `${CSAT_SKIP_REASON} (${rating})`;
+
+/** The rating a stored message was: its skip reason read back (csatSkipReason); null for any other message. */
+export function csatRatingStored(skipReason: string | null): CsatRating | null {
+  return CSAT_RATINGS.find((rating) => skipReason === csatSkipReason(rating)) ?? null;
+}
+
 /** Our buttons' ids: what a tap sends back. */
 export const csatButtonId = (rating: CsatRating) => `csat:${rating}`;
 

@@ -1,6 +1,6 @@
 import { z } from "zod";
 import type { InboundMessagePayload } from "../whatsapp/webhook-payload.ts";
-import { CSAT_SKIP_REASON, csatRatingOf } from "./csat.ts";
+import { csatRatingOf, csatSkipReason } from "./csat.ts";
 
 /**
  * Every inbound message type gets a deliberate outcome (law 6): words for Claude to answer,
@@ -151,7 +151,7 @@ export function describeInbound(message: InboundMessagePayload, settings: Descri
 /** A tapped reply button or list option, or a Flow's answers; a tap on our CSAT buttons is a rating, never Claude's to answer (src/jobs/inbound.ts records it). */
 function describeInteractive(raw: Record<string, unknown>, settings: DescribeSettings): InboundOutcome {
   const rating = csatRatingOf(raw);
-  if (rating) return { kind: "skip", reason: `${CSAT_SKIP_REASON} (${rating})` };
+  if (rating) return { kind: "skip", reason: csatSkipReason(rating) };
   const parsed = interactive.safeParse(raw.interactive);
   if (parsed.success && parsed.data.nfm_reply) return { kind: "answer", text: formAnswers(parsed.data.nfm_reply) };
   const choice = parsed.success ? (parsed.data.button_reply ?? parsed.data.list_reply) : undefined;

@@ -1,14 +1,17 @@
 // The staff page: static files over the JSON API (the one way actions happen), no build step.
-// This module routes between sign-in, the list and one item (#/item/<id>), keeps the view
-// fresh as the live queue (live.js) says things change, and owns the keyboard shortcuts.
+// This module routes between sign-in, the queue and one item (#/item/<id>), the conversations
+// and one (#/conversations/<id>), insights and costs; keeps the view fresh as the live feed
+// (live.js) says things change, and owns the keyboard shortcuts.
 
 import { api, onSignedOut, setCsrfToken } from "./api.js";
+import { loadConversations, openConversation, opened, refreshConversation, wireConversations } from "./conversations.js";
 import { loadCosts, wireCosts } from "./costs.js";
 import { act, detail, neighbour, openItem, refreshDetail, wireDraft } from "./detail.js";
-import { $, isTyping } from "./dom.js";
+import { $, isTyping, moveInList } from "./dom.js";
+import { loadInsights, wireInsights } from "./insights.js";
 import { startLive, stopLive } from "./live.js";
 import { leavePresence } from "./presence.js";
-import { focusItemAt, loadQueue, moveInList, queue, wireQueue } from "./queue.js";
+import { focusItemAt, loadQueue, queue, wireQueue } from "./queue.js";
 import { wireTemplates } from "./templates.js";
 
 let view = "sign-in";
@@ -16,12 +19,14 @@ let signedIn = false;
 
 function show(section) {
   view = section;
-  for (const id of ["sign-in", "queue", "detail", "costs"]) $(`#${id}`).hidden = id !== section;
+  for (const id of ["sign-in", "queue", "detail", "conversations", "conversation", "insights", "costs"]) $(`#${id}`).hidden = id !== section;
   $("#sign-out").hidden = section === "sign-in";
   $("#views").hidden = section === "sign-in";
-  // The queue's link stays current on an item: it is part of the queue.
+  // A view's link stays current on one of its own: an item is part of the queue, a conversation of the list.
   for (const [link, current] of [
-    ["#nav-queue", section !== "costs"],
+    ["#nav-queue", section === "queue" || section === "detail"],
+    ["#nav-conversations", section === "conversations" || section === "conversation"],
+    ["#nav-insights", section === "insights"],
     ["#nav-costs", section === "costs"],
   ]) {
     if (current) $(link).setAttribute("aria-current", "page");
@@ -29,18 +34,26 @@ function show(section) {
   }
 }
 
-const refreshView = () => (view === "detail" ? refreshDetail() : view === "queue" ? loadQueue() : view === "costs" ? loadCosts() : Promise.resolve());
+const REFRESH = {
+  detail: refreshDetail,
+  queue: loadQueue,
+  conversations: loadConversations,
+  conversation: refreshConversation,
+  insights: loadInsights,
+  costs: loadCosts,
+};
+const refreshView = () => REFRESH[view]?.() ?? Promise.resolve();
 
 /**
- * Something changed: the list or the item on screen is read again (refreshDetail never writes
- * over a reply box someone is in or has changed). Costs are not: the person may be choosing
- * days. Changes that come while a refresh runs make one more, not one each; a hidden page reads
- * again when it is shown (visibilitychange).
+ * Something changed: the list, the item or the conversation on screen is read again
+ * (refreshDetail never writes over a reply box someone is in or has changed). Costs and insights
+ * are not: the person may be choosing days. Changes that come while a refresh runs make one more,
+ * not one each; a hidden page reads again when it is shown (visibilitychange).
  */
 let refreshing = false;
 let changedMeanwhile = false;
 async function onChange() {
-  if (document.hidden || view === "costs" || view === "sign-in") return;
+  if (document.hidden || view === "costs" || view === "insights" || view === "sign-in") return;
   if (refreshing) {
     changedMeanwhile = true;
     return;
@@ -89,27 +102,63 @@ async function showItem(id) {
   $("#detail-title").focus({ preventScroll: false });
 }
 
-async function showCosts() {
+/** A view of figures (costs, insights): not refreshed by the live feed, since the person may be choosing days; a new visit or Show reads again. */
+async function showFigures(section, title, load) {
+  leaveItem();
+  show(section);
+  document.title = `${title} · Support queue`;
+  await load();
+  if (view === section) $(`#${section}-title`).focus({ preventScroll: true });
+}
+
+async function showConversations() {
+  leaveItem();
+  const returningFrom = opened.id;
+  opened.id = null;
+  show("conversations");
+  document.title = "Conversations · Support queue";
+  await loadConversations();
+  if (view !== "conversations") return;
+  // Back from a conversation: the keyboard lands on it in the list.
+  const link = returningFrom && $(`#conversation-list [data-conversation-id="${returningFrom}"]`);
+  if (link) link.focus();
+  else $("#conversations-title").focus({ preventScroll: true });
+}
+
+async function showConversation(id) {
+  leaveItem();
+  const found = await openConversation(id, () => routeConversation === id);
+  if (routeConversation !== id) return;
+  if (!found) {
+    opened.id = null;
+    $("#conversations-status").textContent = "That conversation could not be found.";
+    return go("#/conversations");
+  }
+  show("conversation");
+  $("#conversation-title").focus({ preventScroll: false });
+}
+
+/** Leaving an item for another view: nobody is shown as on it any more. */
+function leaveItem() {
   detail.current = null;
   leavePresence();
-  show("costs");
-  document.title = "Costs · Support queue";
-  // Not refreshed by the live queue: the person may be choosing days; a new visit or the Show button reads it again.
-  await loadCosts();
-  if (view === "costs") $("#costs-title").focus({ preventScroll: true });
 }
 
 let routeId = null;
+let routeConversation = null;
 let pendingMessage;
 
-/** The address says what to show: #/item/<id> for an item, anything else for the list. */
+/** The address says what to show: a view by name, #/item/<id>, #/conversations/<id>, anything else the queue. */
 function route() {
   if (!signedIn) return;
   const previous = routeId;
-  if (location.hash === "#/costs") {
-    routeId = null;
-    return showCosts();
-  }
+  const conversation = /^#\/conversations\/([0-9a-f-]{36})$/.exec(location.hash);
+  routeConversation = conversation ? conversation[1] : null;
+  if (conversation || ["#/costs", "#/insights", "#/conversations"].includes(location.hash)) routeId = null;
+  if (conversation) return showConversation(conversation[1]);
+  if (location.hash === "#/conversations") return showConversations();
+  if (location.hash === "#/insights") return showFigures("insights", "Insights", loadInsights);
+  if (location.hash === "#/costs") return showFigures("costs", "Costs", loadCosts);
   const match = /^#\/item\/([0-9a-f-]{36})$/.exec(location.hash);
   routeId = match ? match[1] : null;
   if (match) return showItem(match[1]);
@@ -151,11 +200,17 @@ function onKey(event) {
     if (help.open) help.scrollIntoView({ block: "nearest" });
     return event.preventDefault();
   }
-  if (view === "queue") {
-    if (key === "j" || key === "ArrowDown") moveInList(1);
-    else if (key === "k" || key === "ArrowUp") moveInList(-1);
-    else if (key === "/") $("#search").focus();
+  const lists = { queue: ["#items [data-dead-letter-id]", "#search"], conversations: ["#conversation-list [data-conversation-id]", "#conversation-search"] };
+  if (lists[view]) {
+    const [rows, search] = lists[view];
+    if (key === "j" || key === "ArrowDown") moveInList(rows, 1);
+    else if (key === "k" || key === "ArrowUp") moveInList(rows, -1);
+    else if (key === "/") $(search).focus();
     else return;
+    return event.preventDefault();
+  }
+  if (view === "conversation" && key === "Escape") {
+    go("#/conversations");
     return event.preventDefault();
   }
   if (view === "detail") {
@@ -179,6 +234,8 @@ document.addEventListener("DOMContentLoaded", () => {
   wireDraft();
   wireTemplates();
   wireCosts();
+  wireInsights();
+  wireConversations();
   $("#sign-in").addEventListener("submit", async (event) => {
     event.preventDefault();
     const form = new FormData(event.target);
@@ -187,6 +244,7 @@ document.addEventListener("DOMContentLoaded", () => {
     if (status === 200) start();
   });
   $("#back").addEventListener("click", () => go(""));
+  $("#conversation-back").addEventListener("click", () => go("#/conversations"));
   $("#prev").addEventListener("click", () => neighbour(-1) && go(`#/item/${neighbour(-1)}`));
   $("#next").addEventListener("click", () => neighbour(1) && go(`#/item/${neighbour(1)}`));
   $("#sign-out").addEventListener("click", async () => {

@@ -2,7 +2,8 @@
 // words, the reply to send, and the actions. Refreshed while open, never over a person's typing.
 
 import { api } from "./api.js";
-import { $, $$, ago, clock, dayName, fullDate, h, messageWords } from "./dom.js";
+import { chatItems } from "./chat.js";
+import { $, $$, ago, fullDate, h } from "./dom.js";
 import { lookAgain, startedAnswering, watchPresence } from "./presence.js";
 import { queue } from "./queue.js";
 import { renderTemplates, templateRequest } from "./templates.js";
@@ -165,119 +166,13 @@ function renderNotes(data) {
   }
 }
 
-/** A delivery tick as WhatsApp shows it, with words for screen readers and a hover title. */
-function ticks(entry, failedReply) {
-  const tick = (glyph, words, kind) =>
-    h("span", { class: `tick tick-${kind}`, title: words }, h("span", { "aria-hidden": "true" }, glyph), h("span", { class: "sr-only" }, words));
-  if (entry.status === "read") return tick("✓✓", "Read", "read");
-  if (entry.status === "delivered") return tick("✓✓", "Delivered", "delivered");
-  if (entry.status === "failed") return tick("!", "Not delivered", "failed");
-  if (entry.status === "sent" || entry.sendState === "accepted") return tick("✓", "Sent", "sent");
-  if (entry.sendState === "sending" || entry.sendState === "unconfirmed") return tick("?", "May have arrived: Meta never answered", "maybe");
-  if (failedReply) return tick("!", "Not delivered", "failed");
-  return tick("🕓", "Waiting to be sent", "pending");
-}
-
-function bubble(entry, failedReply) {
-  const inbound = entry.direction === "in";
-  const at = inbound ? (entry.sentAt ?? entry.at) : entry.at;
-  const failed = !inbound && failedReply && entry.status !== "delivered" && entry.status !== "read";
-  return h(
-    "li",
-    { class: `bubble ${inbound ? "in" : "out"}${failed ? " failed" : ""}${entry.deleted ? " deleted" : ""}` },
-    h("span", { class: "sr-only" }, inbound ? "Customer: " : "Business: "),
-    failed ? h("span", { class: "flag" }, "This reply did not reach the customer") : null,
-    entry.template ? h("span", { class: "flag flag-template" }, `Template “${entry.template}”`) : null,
-    h("span", { class: "text" }, inbound ? messageWords(entry) : entry.text),
-    h("span", { class: "meta" }, h("time", { datetime: at, title: fullDate(at) }, clock(at)), inbound ? null : " ", inbound ? null : ticks(entry, failedReply)),
-  );
-}
-
-const TOOL_STATE_WORDS = {
-  requested: "asked for; no answer stored (it may have reached the business)",
-  done: "answered",
-  failed: "failed",
-  unknown: "never confirmed, even asked again with the same key: it may have been done (a person checks)",
-};
-
-/** The citations and business actions behind one reply, as a fold under its bubble; nothing when it had none. */
-function replyWork(work) {
-  if (work.citations.length === 0 && work.toolCalls.length === 0) return [];
-  const citations = work.citations.map((c) =>
-    h(
-      "li",
-      { class: "citation" },
-      h("span", { class: "source" }, c.title && c.title !== c.source ? `${c.title} (${c.source})` : c.source),
-      c.location ? ` · ${c.location}` : "",
-      h("blockquote", {}, c.citedText),
-    ),
-  );
-  const calls = work.toolCalls.map((call) =>
-    h(
-      "li",
-      { class: `tool-call tool-${call.state}${call.isError ? " tool-error" : ""}` },
-      h("span", { class: "source" }, call.name),
-      ` · ${TOOL_STATE_WORDS[call.state] ?? call.state}`,
-      call.status ? ` · HTTP ${call.status}` : "",
-      call.attempts > 1 ? ` · sent ${call.attempts} times with the same key` : "",
-      h("code", { class: "tool-input" }, JSON.stringify(call.input)),
-      call.request ? h("span", { class: "tool-request" }, `${call.request.method} ${call.request.url}`) : null,
-      call.answer !== null ? h("pre", { class: "tool-answer" }, call.answer) : null,
-    ),
-  );
-  const summary = [
-    work.citations.length ? `${work.citations.length} source${work.citations.length === 1 ? "" : "s"} cited` : null,
-    work.toolCalls.length ? `${work.toolCalls.length} business action${work.toolCalls.length === 1 ? "" : "s"}` : null,
-  ]
-    .filter(Boolean)
-    .join(", ");
-  return [
-    h(
-      "li",
-      { class: "work" },
-      h(
-        "details",
-        {},
-        h("summary", {}, `Why the bot said this: ${summary}`),
-        citations.length ? h("ol", { class: "citations", "aria-label": "Sources cited" }, citations) : null,
-        calls.length ? h("ol", { class: "tool-calls", "aria-label": "Business actions" }, calls) : null,
-      ),
-    ),
-  ];
-}
-
 function renderTimeline(data) {
   const replyId = data.reply?.id;
   const failedReply = data.state === "open" && data.reply?.state === "dead" && !data.reply.deliveredAfterAll;
-  const items = [];
-  let lastDay = "";
   const hasParts = data.timeline.some((entry) => entry.direction === "out" && entry.replyId === replyId);
-  const lastAnswered = data.timeline.findLastIndex((entry) => entry.direction === "in" && entry.replyId === replyId);
-  data.timeline.forEach((entry, index) => {
-    const at = entry.direction === "in" ? (entry.sentAt ?? entry.at) : entry.at;
-    const day = dayName(at);
-    if (day !== lastDay) items.push(h("li", { class: "day" }, day));
-    lastDay = day;
-    items.push(bubble(entry, failedReply && entry.replyId === replyId));
-    // What the reply stood on, under its last part: the knowledge it cited, the actions it took.
-    if (entry.direction === "out" && !data.timeline.slice(index + 1).some((later) => later.direction === "out" && later.replyId === entry.replyId)) {
-      const work = data.replies?.find((reply) => reply.id === entry.replyId);
-      if (work) items.push(...replyWork(work));
-    }
-    // A reply that was never written (Claude refused, the work stalled) still has its place: after the messages it answers.
-    if (replyId && !hasParts && index === lastAnswered) {
-      items.push(
-        h(
-          "li",
-          { class: "bubble out failed missing" },
-          h("span", { class: "flag" }, "No reply was sent"),
-          h("span", { class: "text" }, data.reply.draft ?? data.explanation.title),
-        ),
-      );
-    }
-  });
-  if (items.length === 0) items.push(h("li", { class: "day" }, "No messages stored for this conversation."));
-  $("#timeline").replaceChildren(...items);
+  // A reply that was never written (Claude refused, the work stalled) still has its place: after the messages it answers.
+  const missing = replyId && !hasParts ? { replyId, text: data.reply.draft ?? data.explanation.title } : undefined;
+  $("#timeline").replaceChildren(...chatItems(data.timeline, data.replies, { failedReplyId: failedReply ? replyId : undefined, missing }));
 }
 
 function renderDraft(data, fresh) {

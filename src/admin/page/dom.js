@@ -53,6 +53,16 @@ export function dayName(iso) {
   return at.toLocaleDateString([], { weekday: "long", day: "numeric", month: "long" });
 }
 
+/** Moves the keyboard to the next (+1) or previous (-1) of the links `selector` finds (a list's rows). */
+export function moveInList(selector, delta) {
+  const links = $$(selector);
+  if (links.length === 0) return;
+  const at = links.indexOf(document.activeElement);
+  const next = at === -1 ? (delta > 0 ? 0 : links.length - 1) : Math.min(links.length - 1, Math.max(0, at + delta));
+  links[next].focus();
+  links[next].scrollIntoView({ block: "nearest" });
+}
+
 /** True while a person is typing in a field: shortcuts must not fire then. */
 export function isTyping(target) {
   return target instanceof HTMLElement && (target.isContentEditable || ["INPUT", "TEXTAREA", "SELECT"].includes(target.tagName));
@@ -75,4 +85,8 @@ const TYPE_WORDS = {
 
 /** What a customer's message says, or what kind of message it was. */
 export const messageWords = (message) =>
-  message.deleted ? "This message was deleted" : message.text || (TYPE_WORDS[message.type] ? `(${TYPE_WORDS[message.type]})` : `(${message.type})`);
+  message.deleted
+    ? "This message was deleted"
+    : message.rating
+      ? `(Rated it: ${message.rating})`
+      : message.text || (TYPE_WORDS[message.type] ? `(${TYPE_WORDS[message.type]})` : `(${message.type})`);

@@ -112,16 +112,6 @@ function renderItems(data) {
   }
 }
 
-/** Moves the keyboard to the next (+1) or previous (-1) item. */
-export function moveInList(delta) {
-  const links = $$("#items [data-dead-letter-id]");
-  if (links.length === 0) return;
-  const at = links.indexOf(document.activeElement);
-  const next = at === -1 ? (delta > 0 ? 0 : links.length - 1) : Math.min(links.length - 1, Math.max(0, at + delta));
-  links[next].focus();
-  links[next].scrollIntoView({ block: "nearest" });
-}
-
 /** Puts the keyboard on the item at `index` (after one was handled: the next in line), or the search box. */
 export function focusItemAt(index) {
   const links = $$("#items [data-dead-letter-id]");

@@ -4,6 +4,7 @@ import type { Clock } from "../../clock.ts";
 import { getConversation } from "../../conversations/detail.ts";
 import { listConversations } from "../../conversations/list.ts";
 import type { Db } from "../../db/client.ts";
+import { explain } from "../../dlq/explain.ts";
 import { problem, staffRoute, type ZodParts } from "../schema.ts";
 import * as wire from "../wire.ts";
 
@@ -54,8 +55,15 @@ export function registerConversationRoutes(scope: FastifyInstance, deps: Convers
         response: { 200: wire.conversationDetail, 400: problem("a malformed id or a bad parameter (the body names it)"), 404: wire.conversationNotFound },
       }),
     },
-    async (request, reply) =>
-      (await getConversation(deps.db, request.params.id, deps.clock.now(), request.query, deps.modelPrices)) ??
-      reply.code(404).send({ error: "conversation not found" }),
+    async (request, reply) => {
+      const conversation = await getConversation(deps.db, request.params.id, deps.clock.now(), request.query, deps.modelPrices);
+      if (!conversation) return reply.code(404).send({ error: "conversation not found" });
+      // Each item named as the queue names it (src/dlq/explain.ts, the one place those words live).
+      const items = conversation.items.map((item) => {
+        const { kind, title } = explain(item);
+        return { ...item, kind, title };
+      });
+      return { ...conversation, items };
+    },
   );
 }

@@ -9,7 +9,8 @@ import { answer, problem, staffRoute, type ZodParts } from "../schema.ts";
 /**
  * `GET /admin/events`: the live queue (issue 21.3). Open staff pages hold a server-sent-events
  * stream and are told "something changed" whenever a dead letter appears or changes (its state,
- * its actions, its conversation's messages, its reply's parts and their status).
+ * its actions, its conversation's messages, its reply's parts and their status), and whenever
+ * any conversation gains a message or a rating (the Conversations view, issue 33).
  *
  * Why each web process reads a change cursor from Postgres, rather than LISTEN/NOTIFY or a Redis
  * channel: the changes are made by worker processes and by other web processes behind the load
@@ -82,9 +83,12 @@ const TICKS_DAYS = 2;
  * What the staff page shows, in one digest: the open items and those closed within
  * CLOSED_ITEMS_DAYS (each one's state and last change) and their history; for open items, their
  * conversations' latest message, their replies not yet sent or sent within TICKS_DAYS, those
- * replies' parts (send state, attempt, delivery status), and the conversations' pause. Every read
- * goes through an index ((state, created_at) for the items, then by item, conversation or reply)
- * and none reads a conversation's whole history: this runs every second in each web process.
+ * replies' parts (send state, attempt, delivery status), and the conversations' pause. For the
+ * Conversations view, the latest activity of any conversation and the latest CSAT rating: a new
+ * message or rating anywhere moves the cursor (a delivery tick on a conversation without an item
+ * shows on its next read). Every read goes through an index ((state, created_at) for the items,
+ * then by item, conversation or reply; the maxima read an index's end) and none reads a
+ * conversation's whole history: this runs every second in each web process.
  */
 async function readCursor(db: Db): Promise<string> {
   const [row] = await db.$queryRaw<{ cursor: string }[]>`
@@ -114,9 +118,12 @@ async function readCursor(db: Db): Promise<string> {
       SELECT coalesce(md5(string_agg(o.id::text || o.send_state::text || o.send_attempt || '.' || o.status_rank, ',' ORDER BY o.id)), '') AS v
       FROM outbound_messages o JOIN live_replies r ON r.id = o.reply_id),
     paused_v AS (
-      SELECT coalesce(max(c.updated_at)::text, '') AS v FROM conversations c WHERE c.id IN (SELECT id FROM open_conversations))
-    SELECT left(md5(concat_ws('|', letters_v.v, actions_v.v, inbound_v.v, replies_v.v, parts_v.v, paused_v.v)), 16) AS cursor
-    FROM letters_v, actions_v, inbound_v, replies_v, parts_v, paused_v`;
+      SELECT coalesce(max(c.updated_at)::text, '') AS v FROM conversations c WHERE c.id IN (SELECT id FROM open_conversations)),
+    activity_v AS (
+      SELECT coalesce((SELECT max(last_message_at) FROM conversations)::text, '') || '/' ||
+             coalesce((SELECT max(rated_at) FROM csat_asks)::text, '') AS v)
+    SELECT left(md5(concat_ws('|', letters_v.v, actions_v.v, inbound_v.v, replies_v.v, parts_v.v, paused_v.v, activity_v.v)), 16) AS cursor
+    FROM letters_v, actions_v, inbound_v, replies_v, parts_v, paused_v, activity_v`;
   if (!row) throw new Error("change cursor: no row");
   return row.cursor;
 }
