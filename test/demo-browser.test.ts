@@ -138,7 +138,7 @@ describe.runIf(chromiumAvailable("demo-browser.test.ts"))("the demo in Chromium"
     await staff.close();
   }, 60_000);
 
-  it("the shop's knowledge and tools: a cited answer, an order looked up, a complaint handed to a person; the staff page shows the citations and the tool call", async () => {
+  it("the shop's knowledge and tools: a cited answer, an order looked up, a complaint handed to a person; the staff page shows the citations and the tool call, the conversations and their insights", async () => {
     await page.getByLabel("Name", { exact: true }).fill("Rui Costa");
     await page.getByLabel("Phone number", { exact: true }).fill("+351 913 000 111");
     await page.getByRole("button", { name: "Add customer" }).click();
@@ -173,6 +173,17 @@ describe.runIf(chromiumAvailable("demo-browser.test.ts"))("the demo in Chromium"
     expect(await acted.locator(".tool-call").textContent()).toMatch(/lookup_order · answered · HTTP 200/);
     expect(await acted.locator(".tool-answer").textContent()).toContain('"status":"delivered"');
     if (process.env.SCREENSHOT_STAFF_WORK) await staff.screenshot({ path: process.env.SCREENSHOT_STAFF_WORK, fullPage: true });
+
+    // The demo's own conversations, and what they add up to.
+    await staff.getByRole("link", { name: "Conversations" }).click();
+    await staff.locator("#conversation-list [data-conversation-id]", { hasText: "Rui Costa" }).click();
+    await staff.locator("#conversation-timeline .bubble.out", { hasText: "Order A1003 is delivered" }).waitFor();
+    await staff.getByRole("link", { name: "Insights" }).click();
+    const conversations = staff.locator("#insights-totals .total", { has: staff.locator("dt", { hasText: /^Conversations$/ }) }).locator("strong");
+    await conversations.waitFor();
+    expect(Number(await conversations.textContent())).toBeGreaterThanOrEqual(4);
+    expect(await staff.locator("#knowledge-table tbody").textContent()).toContain("returns.md");
+    expect(await staff.locator("#tools-table tbody").textContent()).toContain("lookup_order");
     await staff.close();
   }, 60_000);
 });

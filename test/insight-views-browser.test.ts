@@ -248,6 +248,9 @@ describe.runIf(chromiumAvailable("insight-views-browser.test.ts"))("the Conversa
       await page.locator("#conversation-items a", { hasText: "The 24-hour window has closed" }).click();
       await page.locator("#why-headline", { hasText: "The 24-hour window has closed" }).waitFor();
       expect(page.url()).toMatch(/#\/item\/[0-9a-f-]{36}$/);
+      // And back from the item to the whole conversation.
+      await page.getByRole("link", { name: "The whole conversation" }).click();
+      await page.getByRole("heading", { level: 2, name: LENA.name }).waitFor();
     }),
     60_000,
   );

@@ -77,6 +77,7 @@ function render(data, { fresh }) {
   ]
     .filter(Boolean)
     .join(" · ");
+  $("#detail-conversation").href = `#/conversations/${data.conversation.id}`;
   renderPager(data.id);
   renderExplanation(data);
   renderNotes(data);
