@@ -1,5 +1,6 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
+import { graphError } from "./support/fake-graph.ts";
 import { eventually, type Harness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
 import { harnessPerTest } from "./support/per-test.ts";
 import { envelope, messagesChange, metaWire, PHONE_NUMBER_ID, statusWebhook, textWebhook, uniqueWamid } from "./support/webhook-bodies.ts";
@@ -156,12 +157,44 @@ describe("asking how it went (CSAT)", () => {
   });
 });
 
+describe("an ask that does not arrive", () => {
+  const HOLDING_REPLY = "A person will look at your message shortly.";
+
+  it("refused by Meta: no item for staff and no holding reply; the ask is skipped with why and not counted as asked", async () => {
+    const h = await harness({ env: { CSAT_AFTER_SECONDS: "1", HOLDING_REPLY, JOB_ATTEMPTS: "1" } });
+    await answered(h);
+    h.graph.answerSends({ status: 400, body: graphError(131026, "Message undeliverable", "Message Undeliverable.") });
+    const ask = await eventually(async () => (await h.db.csatAsk.findFirst({ where: { state: "skipped" } })) ?? undefined, "the ask skipped", 10_000);
+    expect(ask).toMatchObject({ askedAt: null, reason: expect.stringMatching(/^not delivered: /) });
+    expect((await h.db.reply.findUniqueOrThrow({ where: { id: ask.replyId! } })).state).toBe("dead");
+    await sleep(1000);
+    expect(await h.db.deadLetter.count()).toBe(0);
+    expect(h.graph.sentTexts).not.toContain(HOLDING_REPLY);
+    expect(h.graph.interactiveSends).toHaveLength(1);
+    const insights = await h.app.inject({ method: "GET", url: "/admin/insights", headers: { authorization: `Bearer ${TEST_ADMIN_TOKEN}` } });
+    expect(insights.json().total.csat).toEqual({ asked: 0, answered: 0, good: 0, okay: 0, bad: 0 });
+  });
+
+  it("reported failed by Meta after it took it: the same, quietly", async () => {
+    const h = await harness({ env: { CSAT_AFTER_SECONDS: "1", HOLDING_REPLY } });
+    await answered(h);
+    await asked(h);
+    const part = await eventually(() => h.db.outboundMessage.findFirst({ where: { reply: { kind: "csat" }, wamid: { not: null } } }), "the ask taken by Meta");
+    await h.deliver(statusWebhook({ id: part.wamid!, status: "failed", recipient_id: CUSTOMER, errors: [{ code: 131026, title: "Message undeliverable" }] }));
+    const ask = await eventually(async () => (await h.db.csatAsk.findFirst({ where: { state: "skipped" } })) ?? undefined, "the ask skipped", 10_000);
+    expect(ask).toMatchObject({ askedAt: null, reason: expect.stringMatching(/^not delivered: /) });
+    await sleep(1000);
+    expect(await h.db.deadLetter.count()).toBe(0);
+    expect(h.graph.sentTexts).not.toContain(HOLDING_REPLY);
+  });
+});
+
 describe("the customer's tap (a rating)", () => {
   it("is recorded as the rating of the latest ask, thanked once with CSAT_THANKS, and never sent to Claude; a second tap replaces it", async () => {
     const h = await harness({ env: { CSAT_AFTER_SECONDS: "1", CSAT_THANKS: "Thanks a lot!" } });
     await answered(h);
     await asked(h);
-    const askPart = await h.db.outboundMessage.findFirstOrThrow({ where: { interactive: { not: undefined }, wamid: { not: null } } });
+    const askPart = await h.db.outboundMessage.findFirstOrThrow({ where: { reply: { kind: "csat" }, wamid: { not: null } } });
     await h.deliver(buttonTap("csat:good", "👍 Good", askPart.wamid!));
     await eventually(() => h.graph.sentTexts.includes("Thanks a lot!"), "the thanks");
     expect((await asks(h))[0]).toMatchObject({ rating: "good", thanked: true });

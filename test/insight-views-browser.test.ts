@@ -85,7 +85,7 @@ describe.runIf(chromiumAvailable("insight-views-browser.test.ts"))("the Conversa
     const rui = await lastPartOf(RUI.phone);
     for (const status of ["delivered", "read"]) await h.deliver(statusWebhook({ id: rui, status, recipient_id: RUI.phone }));
     await eventually(() => h.graph.interactiveSends.length === 1, "Rui's CSAT ask");
-    const ask = await h.db.outboundMessage.findFirstOrThrow({ where: { interactive: { not: undefined }, wamid: { not: null } } });
+    const ask = await h.db.outboundMessage.findFirstOrThrow({ where: { reply: { kind: "csat" }, wamid: { not: null } } });
     const tap = {
       from: RUI.phone,
       id: uniqueWamid(),

@@ -45,9 +45,9 @@ export async function recordDeadLetter(
   input: Omit<DeadLetterInput, "holdingReply">,
   holder: DeadLetterHolder,
   holdingReply: string,
-): Promise<RecordedDeadLetter | null> {
+): Promise<RecordedDeadLetter | "csat_dropped" | null> {
   const recorded = await deadLetterReply(deps.db, { ...input, holdingReply: holdingReplyFor(holdingReply, input.failure) }, holder, deps.clock.now());
-  await afterDeadLetters(deps, input.conversationId, recorded ? [recorded] : [], input.failure);
+  await afterDeadLetters(deps, input.conversationId, recorded && recorded !== "csat_dropped" ? [recorded] : [], input.failure);
   return recorded;
 }
 

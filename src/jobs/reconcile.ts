@@ -269,7 +269,7 @@ async function settleFailedStatusJob(deps: ReconcileDeps, settings: ReconcileSet
   if (status && part) {
     const letter = await deadLetterFailedDelivery(deps, settings.holdingReply, status, part.replyId);
     log.error(
-      { event: "reconcile.dead_lettered", queue: "status", deadLetter: letter?.id, failedReason: job.failedReason },
+      { event: "reconcile.dead_lettered", queue: "status", deadLetter: letter === "csat_dropped" ? undefined : letter?.id, failedReason: job.failedReason },
       "failed-delivery status could not be processed; its reply dead-lettered",
     );
   } else {

@@ -184,6 +184,10 @@ async function settleFailedRun(
         { lease },
         config.conversation.holdingReply,
       );
+      if (letter === "csat_dropped") {
+        replyLog.warn({ event: "csat.not_delivered", code: fate.failure.code, reason: fate.failure.reason }, "CSAT message not delivered; dropped");
+        return "dead_lettered";
+      }
       replyLog.error(
         {
           event: "reply.dead_lettered",

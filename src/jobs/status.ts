@@ -58,6 +58,10 @@ export async function processStatus(deps: StatusDeps, settings: StatusSettings, 
       // Counted once, as the status moves to failed: a redelivered webhook is stale by now.
       deps.metrics.graphErrors.inc({ code: status.errors?.[0] ? String(status.errors[0].code) : "none", via: "status" });
       const letter = await deadLetterFailedDelivery(deps, settings.holdingReply, status, recorded.replyId);
+      if (letter === "csat_dropped") {
+        log.warn({ event: "csat.not_delivered", code: status.errors?.[0]?.code }, "CSAT message not delivered; dropped");
+        return "dead_lettered";
+      }
       log.error(
         { event: "reply.dead_lettered", deadLetter: letter?.id, joined: letter ? !letter.created : undefined, code: status.errors?.[0]?.code },
         "delivery failed; reply dead-lettered",

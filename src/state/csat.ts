@@ -13,6 +13,7 @@ import type { Lease } from "./fence.ts";
  *   pending ─recordInbound (a new customer message)─▶ cancelled
  *   sent ─rateCsat─▶ sent, rated (a later tap replaces the rating; thanked once)
  *   sent ─dropUnsentCsat─▶ skipped (the window closed before its reply went out)
+ *   sent ─deadLetterReply─▶ skipped (not delivered: no item, no holding reply; dead-letters.ts)
  *
  * The ask's message is a reply like any other: the reply job sends it (law 5), status
  * webhooks price it.

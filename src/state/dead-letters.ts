@@ -60,13 +60,19 @@ export type DeadLetterHolder = { lease: Lease } | "fence_off" | "unanswered";
 /**
  * any → dead, with the failure recorded: a new open item, or the open item of the same reply
  * joined (`created` false). Null when this very failure was recorded before (the same
- * dedupKey: a redelivered status webhook). Throws FencedOut when the run's lease is lost.
+ * dedupKey: a redelivered status webhook). "csat_dropped" for a CSAT ask or its thanks: it
+ * dies quietly (dropFailedCsat). Throws FencedOut when the run's lease is lost.
  */
-export async function deadLetterReply(db: Db, input: DeadLetterInput, holder: DeadLetterHolder, now: Date): Promise<RecordedDeadLetter | null> {
+export async function deadLetterReply(
+  db: Db,
+  input: DeadLetterInput,
+  holder: DeadLetterHolder,
+  now: Date,
+): Promise<RecordedDeadLetter | "csat_dropped" | null> {
   return db.$transaction((tx) => deadLetterIn(tx, input, holder, now));
 }
 
-async function deadLetterIn(tx: Tx, input: DeadLetterInput, holder: DeadLetterHolder, now: Date): Promise<RecordedDeadLetter | null> {
+async function deadLetterIn(tx: Tx, input: DeadLetterInput, holder: DeadLetterHolder, now: Date): Promise<RecordedDeadLetter | "csat_dropped" | null> {
   if (holder === "fence_off") await fenceOff(tx, input.conversationId);
   else if (holder !== "unanswered") await assertLease(tx, holder.lease);
   const existing = await tx.deadLetter.findUnique({ where: { dedupKey: input.dedupKey }, select: { id: true } });
@@ -77,6 +83,10 @@ async function deadLetterIn(tx: Tx, input: DeadLetterInput, holder: DeadLetterHo
     data: { state: "dead", generationDeadline: null, updatedAt: now },
     select: { kind: true },
   });
+  if (dead.kind === "csat" || dead.kind === "csat_thanks") {
+    await dropFailedCsat(tx, input.replyId, input.failure.reason, now);
+    return "csat_dropped";
+  }
   const failure = {
     source: input.failure.source,
     code: input.failure.code ?? null,
@@ -101,6 +111,18 @@ async function deadLetterIn(tx: Tx, input: DeadLetterInput, holder: DeadLetterHo
       ? await sayHolding(tx, input.conversationId, letter.id, input.holdingReply, { onceToday: failure.source === "budget" }, now)
       : false;
   return { id: letter.id, created: true, holding };
+}
+
+/**
+ * A CSAT message that could not be delivered (the ask, or the thanks for a rating) is a
+ * courtesy that did not arrive, not a customer left without an answer: no item for staff, no
+ * holding reply, nothing sent again. Its ask, never seen by the customer, is skipped with why
+ * (an ask Meta took and later reported failed included), so insights do not count it as asked.
+ */
+async function dropFailedCsat(tx: Tx, replyId: string, reason: string, now: Date): Promise<void> {
+  await tx.$executeRaw`
+    UPDATE csat_asks SET state = 'skipped', reason = ${`not delivered: ${reason}`}, asked_at = NULL, updated_at = ${now}::timestamptz
+    WHERE reply_id = ${replyId}::uuid AND state = 'sent' AND rating IS NULL`;
 }
 
 /**
@@ -165,7 +187,7 @@ export async function deadLetterConversation(
       const input = { conversationId, replyId, failure, attempts: 0, dedupKey: `${options.dedupPrefix}.${replyId}`, holdingReply: options.holdingReply };
       // Fenced off above, once for all of them.
       const letter = await deadLetterIn(tx, input, "unanswered", now);
-      if (letter) letters.push(letter);
+      if (letter && letter !== "csat_dropped") letters.push(letter);
     }
     return letters;
   });
@@ -187,7 +209,8 @@ export async function deadLetterMessage(
     const replyId = await bindStranded(tx, message.conversationId, now, message.messageId);
     if (!replyId) return null;
     const input = { conversationId: message.conversationId, replyId, failure, attempts: 0, dedupKey: `message.${message.messageId}`, holdingReply };
-    return deadLetterIn(tx, input, "unanswered", now);
+    const letter = await deadLetterIn(tx, input, "unanswered", now);
+    return letter === "csat_dropped" ? null : letter; // a bound message's reply is never a CSAT one
   });
 }
 
