@@ -74,6 +74,20 @@ describe("asking how it went (CSAT)", () => {
     expect(h.claude.requests).toHaveLength(1);
   });
 
+  it("follows a bot's answer confirmed only by its status webhook (Meta never answered the send) too", async () => {
+    const h = await harness({ env: { CSAT_AFTER_SECONDS: "1", GRAPH_TIMEOUT_MS: "300", SEND_RECONCILE_WAIT_MS: "4000" } });
+    h.graph.answerSends({ hang: true });
+    expect((await h.deliver(textWebhook({ text: "Do you ship to Lisbon?", from: CUSTOMER }).body)).statusCode).toBe(200);
+    const part = await eventually(() => h.db.outboundMessage.findFirst({ where: { sendState: "sending" } }), "the send started");
+    // Past the client's timeout: the answer is maybe-sent, its job waiting SEND_RECONCILE_WAIT_MS for its status, and nobody is asked yet.
+    await sleep(1500);
+    expect(h.graph.interactiveSends).toHaveLength(0);
+    await h.deliver(statusWebhook({ id: "wamid.CONFIRMED-BY-STATUS", status: "sent", recipient_id: CUSTOMER, biz_opaque_callback_data: part.id }));
+    await asked(h);
+    await sleep(1500);
+    expect(h.graph.interactiveSends).toHaveLength(1);
+  });
+
   it("is never asked while CSAT_AFTER_SECONDS is unset", async () => {
     const h = await harness();
     await answered(h);

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import type { CsatSettings } from "../config/config.ts";
 import { isBillable, type MetaRates, marketOf, metaAmount } from "../costs/meta-rates.ts";
 import { type DeadLetterDeps, recordDeadLetter } from "../dlq/dead-letters.ts";
 import type { Logger } from "../logger.ts";
@@ -9,6 +10,7 @@ import { type PartPricing, recordCopyPricing, recordDeliveryStatus, recordPartPr
 import { maskPhoneNumbers } from "../whatsapp/answer-shape.ts";
 import { ruleForGraphCode } from "../whatsapp/error-codes.ts";
 import type { GraphErrorsCount } from "../whatsapp/graph-client.ts";
+import { planCsatAsk } from "./csat.ts";
 import type { Processor } from "./processor.ts";
 
 /**
@@ -24,11 +26,12 @@ export interface StatusDeps extends DeadLetterDeps {
   metrics: DeadLetterDeps["metrics"] & { graphErrors: GraphErrorsCount } & Pick<Metrics, "metaMessages" | "metaCost">;
 }
 
-/** What the settings say of a receipt: what a billed message costs, and what a customer whose reply failed is told. */
+/** What the settings say of a receipt: what a billed message costs, what a customer whose reply failed is told, and whether they are asked how it went. */
 export interface StatusSettings {
   /** Meta's rate card (META_RATES_FILE); without it billed messages are counted, not priced. */
   metaRates: MetaRates | undefined;
   holdingReply: string;
+  csat: CsatSettings | undefined;
 }
 
 export function statusProcessor(deps: StatusDeps, settings: StatusSettings): Processor<"status"> {
@@ -41,6 +44,8 @@ export async function processStatus(deps: StatusDeps, settings: StatusSettings, 
   const recorded = await recordStatus(deps, status);
   if (recorded.outcome === "recorded" || recorded.outcome === "stale" || recorded.outcome === "superseded")
     await recordPricing(deps, settings.metaRates, status, { partId: recorded.partId, copy: recorded.outcome === "superseded" }, log);
+  // A send whose answer never came, confirmed here: a bot's answer is sent now, and the customer is asked how it went as after any other.
+  if ((recorded.outcome === "recorded" || recorded.outcome === "stale") && recorded.replySent) await afterReplySent(deps, settings.csat, recorded.replyId, log);
   switch (recorded.outcome) {
     case "unknown":
       log.info({ event: "status.unknown_message" }, "status for a message we did not send (or no longer track); ignored");
@@ -156,4 +161,10 @@ export async function deadLetterFailedDelivery(deps: DeadLetterDeps, holdingRepl
   );
   await scheduleReply(deps.queues, reply.conversationId, 0);
   return letter;
+}
+
+async function afterReplySent(deps: StatusDeps, csat: CsatSettings | undefined, replyId: string, log: Logger): Promise<void> {
+  if (!csat) return;
+  const reply = await deps.db.reply.findUniqueOrThrow({ where: { id: replyId }, select: { kind: true, conversationId: true } });
+  if (reply.kind === "ai") await planCsatAsk(deps, csat, reply.conversationId, log);
 }

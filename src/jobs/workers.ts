@@ -136,7 +136,10 @@ function configuredProcessors(settings: Settings, infra: WorkerShared & WorkerCl
   return {
     inbound: inboundProcessor({ ...deadLetters, logger }, { replyDebounceMs: settings.jobs.replyDebounceMs, conversation }),
     reply: replyProcessor(infra, replySettings(settings)),
-    status: statusProcessor({ ...deadLetters, logger, metrics }, { metaRates: settings.costs.metaRates, holdingReply: conversation.holdingReply }),
+    status: statusProcessor(
+      { ...deadLetters, logger, metrics },
+      { metaRates: settings.costs.metaRates, holdingReply: conversation.holdingReply, csat: conversation.csat },
+    ),
     events: eventsProcessor({ db, logger, clock }, { conversation }),
     reconcile: reconcileProcessor(
       { ...deadLetters, redis: infra.connection, prefix: settings.queuePrefix, logger },
