@@ -15,6 +15,7 @@ export interface ClaudeRequest {
   system: unknown;
   messages: { role: string; content: unknown }[];
   tools?: unknown;
+  tool_choice?: { type?: string; name?: string } | undefined;
   /** Automatic caching: a breakpoint on the prompt's last block. */
   cache_control?: unknown;
 }

@@ -39,10 +39,28 @@ export class OfflineClaude extends MessagesApiServer {
       this.observe({ answer: Number(fault), asked });
       return { status: Number(fault) };
     }
+    if (request.tool_choice?.type === "tool" && request.tool_choice.name === "grade") return gradeByOverlap(request);
     const grounded = groundedAnswer(request, latestWords(request).join(" "), openingLines(request).join("\n\n"));
     this.observe({ answer: 200, asked, ...(grounded ? { did: grounded.did } : {}) });
     return grounded ?? { text: offlineReply(request) };
   }
+}
+
+/**
+ * An eval's judge (src/eval/judge.ts) as the offline responder can be one: the rubric passes
+ * when the last answer holds most of its words (four letters or more, roughly stemmed). Crude,
+ * and said so on the eval's first line; Claude judges meaning.
+ */
+function gradeByOverlap(request: ClaudeRequest): ClaudeAnswer {
+  const text = latestWords(request).join("\n");
+  const rubric = /<rubric>\n?([\s\S]*?)\n?<\/rubric>/.exec(text)?.[1] ?? "";
+  const conversation = text.split("</conversation>")[0] ?? "";
+  const answer = conversation.slice(conversation.lastIndexOf("Assistant: ") + "Assistant: ".length).toLowerCase();
+  const words = [...new Set(rubric.toLowerCase().match(/\p{L}{4,}/gu) ?? [])].map((w) => w.replace(/(ing|ed|es|s)$/, ""));
+  const found = words.filter((w) => answer.includes(w));
+  const pass = words.length > 0 && found.length / words.length >= 0.5;
+  const reason = `${found.length} of the rubric's ${words.length} words are in the answer${pass ? "" : ` (missing: ${words.filter((w) => !found.includes(w)).join(", ")})`}`;
+  return { content: [{ type: "tool_use", name: "grade", input: { pass, reason } }], stopReason: "tool_use" };
 }
 
 interface MediaBlock {

@@ -50,8 +50,8 @@ export interface ClaudeAsk {
   systemPrompt: string;
   knowledge?: ClaudeKnowledge | undefined;
   tools?: readonly ToolDefinition[] | undefined;
-  /** "none" asks for an answer in words: the tool loop's bound was reached. */
-  toolChoice?: "auto" | "none" | undefined;
+  /** "none" asks for an answer in words: the tool loop's bound was reached; `{ tool }` makes Claude call that one (an eval's judge). */
+  toolChoice?: "auto" | "none" | { tool: string } | undefined;
   /** History, then the messages being answered (src/replies/history.ts). */
   turns: ChatTurn[];
   /** This reply's calls so far: what Claude answered, then what its tools answered. */
@@ -166,7 +166,9 @@ export function assembleRequest(
   return {
     system,
     messages,
-    ...(tools.length > 0 ? { tools, tool_choice: { type: ask.toolChoice ?? "auto" } } : {}),
+    ...(tools.length > 0
+      ? { tools, tool_choice: typeof ask.toolChoice === "object" ? { type: "tool", name: ask.toolChoice.tool } : { type: ask.toolChoice ?? "auto" } }
+      : {}),
   };
 }
 

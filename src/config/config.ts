@@ -68,6 +68,8 @@ export interface Config {
     readonly systemPrompt: string;
     readonly historyMessages: number;
     readonly historyTokenBudget: number;
+    /** EVAL_JUDGE_MODEL: the model `npm run eval` grades rubrics with. */
+    readonly judgeModel: string;
   };
   /**
    * The cost ledger's price files (issue 20), read at start-up by src/settings.ts: Claude
@@ -321,6 +323,7 @@ function anthropicOf(e: Env): Omit<Config["anthropic"], "systemPrompt"> {
     timeoutMs: e.ANTHROPIC_TIMEOUT_MS,
     historyMessages: e.HISTORY_MESSAGES,
     historyTokenBudget: e.HISTORY_TOKEN_BUDGET,
+    judgeModel: e.EVAL_JUDGE_MODEL ?? e.ANTHROPIC_MODEL,
   };
 }
 

@@ -60,6 +60,12 @@ export const envSchema = z.object({
   ANTHROPIC_MODEL: z.string().optional().default("claude-haiku-5-5"),
   ANTHROPIC_MAX_TOKENS: int("ANTHROPIC_MAX_TOKENS", 1024, 1, 64_000),
   ANTHROPIC_TIMEOUT_MS: int("ANTHROPIC_TIMEOUT_MS", 60_000, 100, 600_000),
+  // `npm run eval`'s judge of rubrics (src/eval/judge.ts); unset: ANTHROPIC_MODEL.
+  EVAL_JUDGE_MODEL: z
+    .string()
+    .trim()
+    .optional()
+    .transform((v) => v || undefined),
   // The cost ledger's prices (src/ai/prices-file.ts, src/costs/rates-file.ts): Claude's beyond src/ai/models.ts, Meta's rate card.
   MODEL_PRICES_FILE: z.string().trim().optional(),
   META_RATES_FILE: z.string().trim().optional(),

@@ -77,6 +77,11 @@ export interface KnowledgeBaseDeps {
   /** Passages returned per reply (default 8). */
   passageLimit?: number;
   /**
+   * Read the folders once and write nothing (an eval, the playground): passages past the budget
+   * are searched where a worker stored them, never stored, touched or deleted from here.
+   */
+  readOnly?: boolean;
+  /**
    * How long a stored version no process serves is kept (default 10 minutes): long enough for
    * every worker to have seen the same change, so none is left asking for a deleted version.
    */
@@ -107,7 +112,7 @@ type Passages = Extract<Served, { kind: "passages" }>;
 export async function startKnowledgeBase(deps: KnowledgeBaseDeps): Promise<KnowledgeBase> {
   const base = new WatchedKnowledge(deps);
   await base.poll();
-  base.schedule();
+  if (!deps.readOnly) base.schedule();
   return base;
 }
 
@@ -198,9 +203,9 @@ class WatchedKnowledge implements KnowledgeBase {
       }
       const served = entry.served;
       // Stored ahead of the first reply that needs them; on failure, tried again at every poll and by that reply.
-      if (served.kind === "passages") for (const phoneNumberId of entry.phoneNumberIds) this.indexAhead(phoneNumberId, served);
+      if (served.kind === "passages" && !this.deps.readOnly) for (const phoneNumberId of entry.phoneNumberIds) this.indexAhead(phoneNumberId, served);
     }
-    if (this.clock.monotonicMs() - this.lastTouch >= this.touchEveryMs) await this.touch();
+    if (!this.deps.readOnly && this.clock.monotonicMs() - this.lastTouch >= this.touchEveryMs) await this.touch();
   }
 
   private indexAhead(phoneNumberId: string, served: Passages): void {
@@ -279,8 +284,12 @@ class WatchedKnowledge implements KnowledgeBase {
 
   private async passagesFor(phoneNumberId: string, served: Passages, query: string): Promise<KnowledgeForClaude> {
     const target = { phoneNumberId, version: served.version };
+    if (this.deps.readOnly && !(await isIndexed(this.deps.db, target)))
+      throw new Error(
+        `the knowledge of ${phoneNumberId} is past KNOWLEDGE_TOKEN_BUDGET and its passages are not stored yet: start a worker on this database once to store them`,
+      );
     for (let attempt = 0; ; attempt++) {
-      await this.ensureIndexed(phoneNumberId, served);
+      if (!this.deps.readOnly) await this.ensureIndexed(phoneNumberId, served);
       const found = await searchPassages(this.deps.db, target, query, this.passageLimit, this.deps.language);
       if (found.length > 0) return { kind: "passages", version: served.version, match: "search", passages: found };
       const openings = await openingPassages(this.deps.db, target, this.passageLimit);

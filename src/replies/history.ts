@@ -7,7 +7,7 @@ import type { GraphClient } from "../whatsapp/graph-client.ts";
 /** What Claude is shown for a reply: recent history within its limits, then the messages to answer. */
 
 export interface HistoryDeps {
-  graph: GraphClient;
+  graph: Pick<GraphClient, "downloadMedia">;
 }
 
 /** How much history Claude is shown, and the largest file a message may show it. */
