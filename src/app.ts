@@ -1,14 +1,17 @@
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from "fastify";
 import { adminRoutes } from "./admin/admin.ts";
 import type { LiveQueueSettings } from "./admin/routes/live.ts";
+import { ClaudeClient } from "./ai/claude.ts";
 import { type Clock, systemClock } from "./clock.ts";
 import type { Db } from "./db/client.ts";
+import { Playground } from "./eval/playground.ts";
 import { healthRoutes } from "./http/health.ts";
 import type { Logger } from "./logger.ts";
 import { type Metrics, type MetricsSnapshot, metricsRoutes } from "./metrics/metrics.ts";
 import type { Queues } from "./queue/queues.ts";
 import type { RedisClient } from "./queue/redis.ts";
 import type { Settings } from "./settings.ts";
+import { businessActions } from "./tools/actions.ts";
 import type { Tracing } from "./tracing/tracing.ts";
 import { WebhookLogController, webhookRoutes } from "./webhook/routes.ts";
 import { GraphClient } from "./whatsapp/graph-client.ts";
@@ -30,6 +33,10 @@ export interface AppDeps {
     | "numbers"
     | "knowledge"
     | "searchLanguage"
+    | "anthropic"
+    | "tools"
+    | "businessTools"
+    | "conversation"
   >;
   logger: Logger;
   redis: RedisClient;
@@ -114,9 +121,36 @@ export function buildApp(deps: AppDeps): FastifyInstance {
       templates: templateCatalog(deps.config.whatsapp, clock),
       clock,
       liveQueue: deps.liveQueue,
+      playground: playgroundOf(deps, clock),
     }),
   );
   return app;
+}
+
+/** The staff page's "Try it": the worker's way of answering (src/eval/), with the web role's own Claude client. */
+function playgroundOf(deps: AppDeps, clock: Clock): Playground {
+  const { config } = deps;
+  return new Playground(
+    {
+      db: deps.db,
+      logger: deps.logger,
+      clock,
+      claude: new ClaudeClient({ ...config.anthropic }, deps.tracing?.provider),
+      metrics: deps.metrics,
+      actions: businessActions(config.businessTools, config.tools.answerMaxBytes, clock),
+      businessTools: config.businessTools,
+    },
+    {
+      numbers: config.numbers,
+      tools: config.tools,
+      modelPrices: config.costs.modelPrices,
+      historyMessages: config.anthropic.historyMessages,
+      historyTokenBudget: config.anthropic.historyTokenBudget,
+      mediaMaxBytes: config.conversation.mediaMaxBytes,
+      handoffReply: config.conversation.handoffReply,
+      knowledge: { tokenBudget: config.knowledge.tokenBudget, limits: config.knowledge.limits, language: config.searchLanguage },
+    },
+  );
 }
 
 /** Each number's knowledgeDir, for the knowledge GET /admin/insights lists. */

@@ -1,5 +1,6 @@
 import helmet from "@fastify/helmet";
 import type { FastifyInstance, FastifyPluginAsync } from "fastify";
+import type { Playground } from "../eval/playground.ts";
 import type { Queues } from "../queue/queues.ts";
 import type { TemplateCatalog } from "../whatsapp/templates.ts";
 import { registerStaffAuth, type StaffAuthDeps } from "./auth.ts";
@@ -12,6 +13,7 @@ import { registerDeadLetterRoutes } from "./routes/dlq.ts";
 import { registerHandoffRoutes } from "./routes/handoff.ts";
 import { type InsightRoutesDeps, registerInsightRoutes } from "./routes/insights.ts";
 import { ChangeFeed, type LiveQueueSettings, registerLiveQueue } from "./routes/live.ts";
+import { registerPlaygroundRoute } from "./routes/playground.ts";
 import { registerPresenceRoutes } from "./routes/presence.ts";
 import { registerQueueBoard } from "./routes/queues.ts";
 import { registerTemplateRoutes } from "./routes/templates.ts";
@@ -29,6 +31,8 @@ export interface AdminDeps extends StaffAuthDeps {
   liveQueue?: LiveQueueSettings | undefined;
   /** KNOWLEDGE_LANGUAGE: the text-search configuration conversations are searched with. */
   searchLanguage: string;
+  /** What the bot would answer, tried by operators (POST /admin/playground). */
+  playground: Playground;
 }
 
 /**
@@ -60,6 +64,7 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
     registerCostRoutes(scope, { db: deps.db, costs: deps.costs, clock: deps.clock });
     registerInsightRoutes(scope, { db: deps.db, costs: deps.costs, knowledge: deps.knowledge, clock: deps.clock });
     registerConversationRoutes(scope, { db: deps.db, clock: deps.clock, searchLanguage: deps.searchLanguage, modelPrices: deps.costs.modelPrices });
+    registerPlaygroundRoute(scope, deps.playground);
     registerLiveQueue(scope, liveQueue);
     await registerQueueBoard(scope, deps.queues);
   };

@@ -196,7 +196,7 @@ const outbound = z.object({
   statusAt: when.nullable(),
 });
 
-const citation = z
+export const citation = z
   .object({
     source: z.string().describe("the knowledge file (or passage source) cited"),
     title: z.string().nullable(),
@@ -338,10 +338,12 @@ export const conversationNotFound = problem("no such conversation");
 // Conversations (issue 33): every conversation, and one whole.
 
 /** A refusal naming each parameter at fault, and why. */
-const badParameter = (error: z.ZodError) =>
-  `bad parameter: ${error.issues
+/** "bad parameter: limit (…); unknown foo": every problem of a query or body, by its name. */
+export const badPart = (part: "parameter" | "body") => (error: z.ZodError) =>
+  `bad ${part}: ${error.issues
     .map((issue) => (issue.code === "unrecognized_keys" ? `unknown ${issue.keys.join(", ")}` : `${issue.path.join(".")} (${issue.message})`))
     .join("; ")}`;
+const badParameter = badPart("parameter");
 const cursor = (description: string) =>
   z
     .string()

@@ -10,7 +10,7 @@ import { z } from "zod";
 
 const object = z.record(z.string(), z.unknown());
 
-const stub = z.strictObject({
+export const toolStub = z.strictObject({
   input: object.optional().describe("matched as a subset of Claude's input; absent: any input"),
   answer: z.unknown().refine((v) => v !== undefined, { error: "answer is required" }),
   /** The business answered with an error (Claude reads it as one). */
@@ -53,14 +53,14 @@ const evalFileSchema = z.strictObject({
     .union([z.string(), z.number()])
     .transform(String)
     .pipe(z.string().regex(/^\d+$/, { error: "number is a phone_number_id: digits" })),
-  tools: z.record(z.string(), z.array(stub)).optional(),
+  tools: z.record(z.string(), z.array(toolStub)).optional(),
   cases: z.array(evalCase).min(1, { error: "the file has no cases" }),
 });
 
 export type EvalFile = z.output<typeof evalFileSchema>;
 export type EvalCase = EvalFile["cases"][number];
 export type Expectation = EvalCase["expect"];
-export type ToolStub = z.output<typeof stub>;
+export type ToolStub = z.output<typeof toolStub>;
 
 /** The file's problems, each "FILE:LINE: what", for the CLI to print before it exits 2. */
 export class EvalFileError extends Error {

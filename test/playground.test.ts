@@ -1,0 +1,144 @@
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { addStaff } from "../src/staff/accounts.ts";
+import { type AnswerBlock, FakeAnthropic } from "./support/fake-anthropic.ts";
+import { type Harness, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
+import { PHONE_NUMBER_ID } from "./support/webhook-bodies.ts";
+
+/**
+ * Issue 34.2: POST /admin/playground answers a customer's words as the bot would, for
+ * operators and the ADMIN_TOKEN (staff 403): the knowledge cited, a read (GET) run for real, an
+ * action (POST) not run, a stubbed tool answered by its stub, the cost; nothing sent to
+ * WhatsApp and nothing stored.
+ */
+
+const PASSWORD = "correct horse battery staple";
+const toolUse = (id: string, name: string, input: unknown): AnswerBlock => ({ type: "tool_use", id, name, input });
+
+let root: string;
+let business: Server;
+const businessRequests: string[] = [];
+let claude: FakeAnthropic;
+let h: Harness;
+
+beforeAll(async () => {
+  root = await mkdtemp(join(tmpdir(), "playground-"));
+  business = createServer((req, res) => {
+    businessRequests.push(`${req.method} ${req.url}`);
+    res.writeHead(200, { "content-type": "application/json" }).end('{"orderId":"A1003","status":"delivered"}');
+  });
+  await new Promise<void>((resolve) => business.listen(0, "127.0.0.1", resolve));
+  const shop = `http://127.0.0.1:${(business.address() as AddressInfo).port}`;
+  await mkdir(join(root, "knowledge"));
+  await writeFile(join(root, "knowledge", "hours.md"), "Closed on Sundays.");
+  const tool = (name: string, method: string, url: string, required: string[]) => ({
+    name,
+    description: name,
+    input_schema: { type: "object", properties: { orderId: { type: "string" }, day: { type: "string" } }, required },
+    request: { method, url },
+    allowPrivateNetwork: true,
+  });
+  await writeFile(
+    join(root, "tools.json"),
+    JSON.stringify({
+      tools: [
+        tool("lookup_order", "GET", `${shop}/orders/{orderId}`, ["orderId"]),
+        tool("book_fitting", "POST", `${shop}/fittings`, ["day"]),
+        tool("check_stock", "GET", `${shop}/stock/{orderId}`, ["orderId"]),
+      ],
+    }),
+  );
+  await writeFile(join(root, "numbers.json"), JSON.stringify({ [PHONE_NUMBER_ID]: { knowledgeDir: "knowledge", toolsFile: "tools.json" } }));
+  // Its own fake: the harness's checks its Messages API against the cost ledger, which a try never enters.
+  claude = await new FakeAnthropic().start();
+  h = await startHarness({ env: { PHONE_NUMBERS_FILE: join(root, "numbers.json"), ANTHROPIC_BASE_URL: claude.url } });
+  await addStaff(h.db, "ops@example.com", PASSWORD, "operator");
+  await addStaff(h.db, "ana@example.com", PASSWORD);
+});
+
+afterAll(async () => {
+  await h?.close();
+  await Promise.all([claude?.stop(), new Promise((resolve) => business?.close(resolve))]);
+  await rm(root, { recursive: true, force: true });
+});
+
+async function cookieOf(email: string): Promise<{ cookie: string; csrf: string }> {
+  const signIn = await h.app.inject({ method: "POST", url: "/admin/session", payload: { email, password: PASSWORD } });
+  return { cookie: String(signIn.headers["set-cookie"]).split(";")[0]!, csrf: signIn.json().csrfToken };
+}
+
+const play = (payload: unknown, headers: Record<string, string> = { authorization: `Bearer ${TEST_ADMIN_TOKEN}` }) =>
+  h.app.inject({ method: "POST", url: "/admin/playground", headers, payload: payload as Record<string, unknown> });
+
+describe("POST /admin/playground", () => {
+  it("answers as the bot would: the knowledge cited, a read run for real, an action not run, a stub's answer, the cost; nothing sent or stored", async () => {
+    claude.answer(
+      {
+        content: [
+          {
+            type: "text",
+            text: "We are closed on Sundays.",
+            citations: [
+              {
+                type: "char_location",
+                cited_text: "Closed on Sundays.",
+                document_index: 0,
+                document_title: "hours.md",
+                start_char_index: 0,
+                end_char_index: 18,
+              },
+            ],
+          },
+        ],
+      },
+      { content: [toolUse("toolu_1", "lookup_order", { orderId: "A1003" }), toolUse("toolu_2", "check_stock", { orderId: "A1003" })] },
+      { text: "Your order was delivered, and it is in stock." },
+      { content: [toolUse("toolu_3", "book_fitting", { day: "Monday" })] },
+      { text: "I cannot book that from here." },
+    );
+    const answer = await play({
+      phoneNumberId: PHONE_NUMBER_ID,
+      turns: ["Are you open on Sunday?", "Where is A1003, and is it in stock?", "Book me a fitting on Monday"],
+      tools: { check_stock: [{ answer: { inStock: true } }] },
+    });
+    expect(answer.statusCode, answer.body).toBe(200);
+    const body = answer.json();
+    expect(body.answers).toEqual(["We are closed on Sundays.", "Your order was delivered, and it is in stock.", "I cannot book that from here."]);
+    expect(body.citations).toEqual([expect.objectContaining({ turn: 0, source: "hours.md", citedText: "Closed on Sundays." })]);
+    expect(body.toolCalls.map((c: { turn: number; name: string; how: string }) => [c.turn, c.name, c.how])).toEqual([
+      [1, "lookup_order", "executed"],
+      [1, "check_stock", "stubbed"],
+      [2, "book_fitting", "not_run"],
+    ]);
+    expect(body.handoff).toBeNull();
+    expect(body.usage.calls).toBe(5);
+    expect(body.costUsd).toBeGreaterThan(0);
+    // The read went to the business; the stubbed read and the action did not.
+    expect(businessRequests).toEqual(["GET /orders/A1003"]);
+    expect(JSON.stringify(claude.requests.at(-1)!.messages)).toContain("Not run: book_fitting is not called here");
+    // Nothing sent, nothing stored.
+    expect(h.graph.requests).toEqual([]);
+    expect(await h.db.conversation.count()).toBe(0);
+    expect(await h.db.reply.count()).toBe(0);
+    expect(await h.db.claudeCall.count()).toBe(0);
+  });
+
+  it("is for operators and the ADMIN_TOKEN: staff are refused, a bad body or an unknown number named", async () => {
+    const staff = await cookieOf("ana@example.com");
+    const refused = await play({ phoneNumberId: PHONE_NUMBER_ID, turns: ["hi"] }, { cookie: staff.cookie, "x-csrf-token": staff.csrf });
+    expect(refused.statusCode).toBe(403);
+    const operator = await cookieOf("ops@example.com");
+    const before = claude.requests.length;
+    expect((await play({ phoneNumberId: PHONE_NUMBER_ID, turns: ["hi"] }, { cookie: operator.cookie, "x-csrf-token": operator.csrf })).statusCode).toBe(200);
+    expect(claude.requests.length).toBe(before + 1);
+    expect((await play({ phoneNumberId: PHONE_NUMBER_ID, turns: [] })).json()).toEqual({ error: expect.stringMatching(/^bad body: turns/) });
+    expect((await play({ phoneNumberId: "999", turns: ["hi"] })).json()).toEqual({
+      error: "bad body: phoneNumberId (999 is not an entry of PHONE_NUMBERS_FILE)",
+    });
+    expect(claude.requests.length).toBe(before + 1);
+  });
+});
