@@ -13,7 +13,7 @@ import { registerDeadLetterRoutes } from "./routes/dlq.ts";
 import { registerHandoffRoutes } from "./routes/handoff.ts";
 import { type InsightRoutesDeps, registerInsightRoutes } from "./routes/insights.ts";
 import { ChangeFeed, type LiveQueueSettings, registerLiveQueue } from "./routes/live.ts";
-import { registerPlaygroundRoute } from "./routes/playground.ts";
+import { registerPlaygroundRoutes } from "./routes/playground.ts";
 import { registerPresenceRoutes } from "./routes/presence.ts";
 import { registerQueueBoard } from "./routes/queues.ts";
 import { registerTemplateRoutes } from "./routes/templates.ts";
@@ -64,7 +64,7 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
     registerCostRoutes(scope, { db: deps.db, costs: deps.costs, clock: deps.clock });
     registerInsightRoutes(scope, { db: deps.db, costs: deps.costs, knowledge: deps.knowledge, clock: deps.clock });
     registerConversationRoutes(scope, { db: deps.db, clock: deps.clock, searchLanguage: deps.searchLanguage, modelPrices: deps.costs.modelPrices });
-    registerPlaygroundRoute(scope, deps.playground);
+    registerPlaygroundRoutes(scope, deps.playground);
     registerLiveQueue(scope, liveQueue);
     await registerQueueBoard(scope, deps.queues);
   };

@@ -169,16 +169,20 @@ function registerSession(app: StaffApp, deps: StaffAuthDeps): void {
         tags: SESSION,
         response: {
           200: answer(
-            z.object({ email: z.string().describe(`the person's, or \`${API_ACTOR}\` for the bearer`), csrfToken: z.string().optional() }),
+            z.object({
+              email: z.string().describe(`the person's, or \`${API_ACTOR}\` for the bearer`),
+              csrfToken: z.string().optional(),
+              operator: z.boolean().describe("may see the queues and try the bot (the bearer, or the operator role)"),
+            }),
             "the actor",
           ),
         },
       }),
     },
     async (request) => {
-      if (request.actor === API_ACTOR) return { email: API_ACTOR };
+      if (request.actor === API_ACTOR) return { email: API_ACTOR, operator: true };
       const session = await findSession(deps.db, cookieValue(request.headers.cookie, SESSION_COOKIE) ?? "", deps.clock.now());
-      return { email: request.actor, csrfToken: session?.csrfToken };
+      return { email: request.actor, csrfToken: session?.csrfToken, operator: request.operator };
     },
   );
 

@@ -24,6 +24,7 @@ const SCRIPTS = [
   "conversations.js",
   "insights.js",
   "charts.js",
+  "try.js",
   "live.js",
 ];
 const JS = "text/javascript; charset=utf-8";

@@ -45,6 +45,15 @@ export class Playground {
     private readonly settings: PlaygroundSettings,
   ) {}
 
+  /** The numbers PHONE_NUMBERS_FILE lists: their tools' names, and whether they have knowledge. */
+  numbers(): { phoneNumberId: string; tools: string[]; knowledge: boolean }[] {
+    return [...this.settings.numbers].map(([phoneNumberId, number]) => ({
+      phoneNumberId,
+      tools: (this.deps.businessTools.get(phoneNumberId) ?? []).map((t) => t.name),
+      knowledge: number.knowledgeDir !== undefined,
+    }));
+  }
+
   /** Whether the number is one PHONE_NUMBERS_FILE lists (without the file, any number is answered with the defaults). */
   knows(phoneNumberId: string): boolean {
     return this.settings.numbers.size === 0 || this.settings.numbers.has(phoneNumberId);

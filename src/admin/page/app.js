@@ -13,13 +13,14 @@ import { startLive, stopLive } from "./live.js";
 import { leavePresence } from "./presence.js";
 import { focusItemAt, loadQueue, queue, wireQueue } from "./queue.js";
 import { wireTemplates } from "./templates.js";
+import { loadTry, wireTry } from "./try.js";
 
 let view = "sign-in";
 let signedIn = false;
 
 function show(section) {
   view = section;
-  for (const id of ["sign-in", "queue", "detail", "conversations", "conversation", "insights", "costs"]) $(`#${id}`).hidden = id !== section;
+  for (const id of ["sign-in", "queue", "detail", "conversations", "conversation", "insights", "costs", "try"]) $(`#${id}`).hidden = id !== section;
   $("#sign-out").hidden = section === "sign-in";
   $("#views").hidden = section === "sign-in";
   // A view's link stays current on one of its own: an item is part of the queue, a conversation of the list.
@@ -28,6 +29,7 @@ function show(section) {
     ["#nav-conversations", section === "conversations" || section === "conversation"],
     ["#nav-insights", section === "insights"],
     ["#nav-costs", section === "costs"],
+    ["#nav-try", section === "try"],
   ]) {
     if (current) $(link).setAttribute("aria-current", "page");
     else $(link).removeAttribute("aria-current");
@@ -53,7 +55,7 @@ const refreshView = () => REFRESH[view]?.() ?? Promise.resolve();
 let refreshing = false;
 let changedMeanwhile = false;
 async function onChange() {
-  if (document.hidden || view === "costs" || view === "insights" || view === "sign-in") return;
+  if (document.hidden || view === "costs" || view === "insights" || view === "try" || view === "sign-in") return;
   if (refreshing) {
     changedMeanwhile = true;
     return;
@@ -154,11 +156,12 @@ function route() {
   const previous = routeId;
   const conversation = /^#\/conversations\/([0-9a-f-]{36})$/.exec(location.hash);
   routeConversation = conversation ? conversation[1] : null;
-  if (conversation || ["#/costs", "#/insights", "#/conversations"].includes(location.hash)) routeId = null;
+  if (conversation || ["#/costs", "#/insights", "#/conversations", "#/try"].includes(location.hash)) routeId = null;
   if (conversation) return showConversation(conversation[1]);
   if (location.hash === "#/conversations") return showConversations();
   if (location.hash === "#/insights") return showFigures("insights", "Insights", loadInsights);
   if (location.hash === "#/costs") return showFigures("costs", "Costs", loadCosts);
+  if (location.hash === "#/try") return showFigures("try", "Try it", loadTry);
   const match = /^#\/item\/([0-9a-f-]{36})$/.exec(location.hash);
   routeId = match ? match[1] : null;
   if (match) return showItem(match[1]);
@@ -186,6 +189,8 @@ async function start() {
   setCsrfToken(data.csrfToken);
   signedIn = true;
   $("#who").textContent = `Signed in as ${data.email}`;
+  // Trying the bot spends money: operators only (the API refuses anyone else too).
+  $("#nav-try").hidden = !data.operator;
   startLive(onChange);
   route();
 }
@@ -236,6 +241,7 @@ document.addEventListener("DOMContentLoaded", () => {
   wireCosts();
   wireInsights();
   wireConversations();
+  wireTry();
   $("#sign-in").addEventListener("submit", async (event) => {
     event.preventDefault();
     const form = new FormData(event.target);

@@ -46,7 +46,32 @@ const played = answer(
   "the answers, and why the bot would say each",
 );
 
-export function registerPlaygroundRoute(scope: FastifyInstance, playground: Playground): void {
+const numbers = answer(
+  z.object({
+    numbers: z
+      .array(z.object({ phoneNumberId: z.string(), tools: z.array(z.string()), knowledge: z.boolean() }))
+      .describe("the numbers of PHONE_NUMBERS_FILE, each with its tools' names and whether it has a knowledgeDir"),
+  }),
+  "the numbers that can be tried",
+);
+
+export function registerPlaygroundRoutes(scope: FastifyInstance, playground: Playground): void {
+  scope.withTypeProvider<ZodParts>().get(
+    "/admin/playground",
+    {
+      schema: staffRoute("GET", {
+        operationId: "playgroundNumbers",
+        summary: "The business numbers the bot can be tried as (operators)",
+        tags: ["playground"],
+        response: { 200: numbers, 403: problem("staff without the operator role") },
+      }),
+    },
+    async (request, reply) => {
+      if (!request.operator) return reply.code(403).send({ error: "the playground is for operators: every try is paid for" });
+      return { numbers: playground.numbers() };
+    },
+  );
+
   scope.withTypeProvider<ZodParts>().post(
     "/admin/playground",
     {
