@@ -1,10 +1,9 @@
-import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
-import { createServer, type Server } from "node:http";
-import type { AddressInfo } from "node:net";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runEvalCli } from "../src/eval/cli.ts";
+import { type Business, citedHours, startBusiness } from "./support/business-fixture.ts";
 import { type AnswerBlock, FakeAnthropic } from "./support/fake-anthropic.ts";
 import { FakeGraph } from "./support/fake-graph.ts";
 import { eventually, startHarness, testEnv } from "./support/harness.ts";
@@ -19,46 +18,23 @@ import { PHONE_NUMBER_ID, textWebhook } from "./support/webhook-bodies.ts";
  * a live reply's, byte for byte, for the same number and words.
  */
 
-const HOURS = "Closed on Sundays. Open Monday to Saturday from 9.";
 const toolUse = (id: string, name: string, input: unknown): AnswerBlock => ({ type: "tool_use", id, name, input });
 
 let root: string;
 let claude: FakeAnthropic;
 let graph: FakeGraph;
-let business: Server;
-const businessRequests: string[] = [];
+let business: Business;
 let env: Record<string, string>;
 
 beforeAll(async () => {
   root = await mkdtemp(join(tmpdir(), "eval-"));
-  business = createServer((req, res) => {
-    businessRequests.push(`${req.method} ${req.url}`);
-    res.writeHead(200, { "content-type": "application/json" }).end('{"orderId":"A1003","status":"delivered"}');
-  });
-  await new Promise<void>((resolve) => business.listen(0, "127.0.0.1", resolve));
-  const shop = `http://127.0.0.1:${(business.address() as AddressInfo).port}`;
-  await mkdir(join(root, "knowledge"));
-  await writeFile(join(root, "knowledge", "hours.md"), HOURS);
-  const tool = (name: string, method: string, url: string, required: string[]) => ({
-    name,
-    description: `${name} at the shop`,
-    input_schema: { type: "object", properties: { orderId: { type: "string" }, day: { type: "string" } }, required },
-    request: { method, url },
-    allowPrivateNetwork: true,
-  });
-  await writeFile(
-    join(root, "tools.json"),
-    JSON.stringify({
-      tools: [tool("lookup_order", "GET", `${shop}/orders/{orderId}`, ["orderId"]), tool("book_fitting", "POST", `${shop}/fittings`, ["day"])],
-    }),
-  );
-  await writeFile(join(root, "numbers.json"), JSON.stringify({ [PHONE_NUMBER_ID]: { knowledgeDir: "knowledge", toolsFile: "tools.json" } }));
+  business = await startBusiness(root, { lookup_order: ["GET", "/orders/{orderId}", ["orderId"]], book_fitting: ["POST", "/fittings", ["day"]] });
   [claude, graph] = await Promise.all([new FakeAnthropic().start(), new FakeGraph().start()]);
-  env = testEnv({ ANTHROPIC_BASE_URL: claude.url, GRAPH_API_BASE_URL: graph.url, PHONE_NUMBERS_FILE: join(root, "numbers.json") });
+  env = testEnv({ ANTHROPIC_BASE_URL: claude.url, GRAPH_API_BASE_URL: graph.url, PHONE_NUMBERS_FILE: business.numbersFile });
 });
 
 afterAll(async () => {
-  await Promise.all([claude?.stop(), graph?.stop(), new Promise((resolve) => business?.close(resolve))]);
+  await Promise.all([claude?.stop(), graph?.stop(), business?.stop()]);
   await rm(root, { recursive: true, force: true });
 });
 
@@ -112,24 +88,7 @@ describe("npm run eval", () => {
     await writeFile(file, FILE);
     claude.answer(
       // cited
-      {
-        content: [
-          {
-            type: "text",
-            text: "We are closed on Sundays.",
-            citations: [
-              {
-                type: "char_location",
-                cited_text: "Closed on Sundays.",
-                document_index: 0,
-                document_title: "hours.md",
-                start_char_index: 0,
-                end_char_index: 18,
-              },
-            ],
-          },
-        ],
-      },
+      citedHours(),
       // order: a greeting, then the lookup and its answer
       { text: "Hello! How can I help?" },
       { content: [toolUse("toolu_order", "lookup_order", { orderId: "A1003" })] },
@@ -166,7 +125,7 @@ describe("npm run eval", () => {
     expect(run.out.join("\n")).toMatch(/Claude: 10 calls, tokens in \d+, out \d+/);
 
     // Nothing left: no request reached the business (the lookup was stubbed, the booking not run) or Meta.
-    expect(businessRequests).toEqual([]);
+    expect(business.requests).toEqual([]);
     expect(graph.requests).toEqual([]);
     // Claude read the stub's answer as the business's, and the one no stub answered as not run.
     expect(JSON.stringify(claude.requests[before + 3]!.messages)).toContain('{\\"orderId\\":\\"A1003\\",\\"status\\":\\"delivered\\"}');
@@ -235,7 +194,7 @@ cases:
   });
 
   it("asks Claude exactly what a live reply asks, for the same number and words", async () => {
-    const h = await startHarness({ env: { PHONE_NUMBERS_FILE: join(root, "numbers.json"), REPLY_DEBOUNCE_MS: "0" } });
+    const h = await startHarness({ env: { PHONE_NUMBERS_FILE: business.numbersFile, REPLY_DEBOUNCE_MS: "0" } });
     try {
       h.startWorkers();
       await h.deliver(textWebhook({ text: "Are you open on Sunday?" }).body);

@@ -5,6 +5,7 @@ import { type Browser, chromium, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DemoShop, shopToolsFile } from "../sim/business/shop.ts";
 import { addStaff } from "../src/staff/accounts.ts";
+import { citedHours } from "./support/business-fixture.ts";
 import { axeViolations, CHROMIUM, chromiumAvailable, readmeScreenshot } from "./support/chromium.ts";
 import type { AnswerBlock } from "./support/fake-anthropic.ts";
 import { graphError } from "./support/fake-graph.ts";
@@ -67,17 +68,7 @@ describe.runIf(chromiumAvailable("insight-views-browser.test.ts"))("the Conversa
 
   /** Rui, answered from the knowledge (cited) and through a tool, asked how it went, taps "Bad". */
   async function seed(): Promise<void> {
-    h.claude.answer({
-      content: [
-        {
-          type: "text",
-          text: "We are closed on Sundays and open on Monday at 9.",
-          citations: [
-            { type: "char_location", cited_text: "Closed on Sundays.", document_index: 0, document_title: "hours.md", start_char_index: 0, end_char_index: 18 },
-          ],
-        },
-      ],
-    });
+    h.claude.answer(citedHours("We are closed on Sundays and open on Monday at 9."));
     await say(RUI, "Are you open on Sunday?");
     h.claude.answer({ content: [{ type: "tool_use", id: "toolu_1", name: "lookup_order", input: { orderId: "A1003" } } as AnswerBlock] });
     h.claude.answer({ text: "Order A1003 is delivered." });

@@ -1,10 +1,9 @@
-import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
-import { createServer, type Server } from "node:http";
-import type { AddressInfo } from "node:net";
+import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { addStaff } from "../src/staff/accounts.ts";
+import { type Business, citedHours, startBusiness } from "./support/business-fixture.ts";
 import { type AnswerBlock, FakeAnthropic } from "./support/fake-anthropic.ts";
 import { type Harness, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
 import { PHONE_NUMBER_ID } from "./support/webhook-bodies.ts";
@@ -20,49 +19,27 @@ const PASSWORD = "correct horse battery staple";
 const toolUse = (id: string, name: string, input: unknown): AnswerBlock => ({ type: "tool_use", id, name, input });
 
 let root: string;
-let business: Server;
-const businessRequests: string[] = [];
+let business: Business;
 let claude: FakeAnthropic;
 let h: Harness;
 
 beforeAll(async () => {
   root = await mkdtemp(join(tmpdir(), "playground-"));
-  business = createServer((req, res) => {
-    businessRequests.push(`${req.method} ${req.url}`);
-    res.writeHead(200, { "content-type": "application/json" }).end('{"orderId":"A1003","status":"delivered"}');
+  business = await startBusiness(root, {
+    lookup_order: ["GET", "/orders/{orderId}", ["orderId"]],
+    book_fitting: ["POST", "/fittings", ["day"]],
+    check_stock: ["GET", "/stock/{orderId}", ["orderId"]],
   });
-  await new Promise<void>((resolve) => business.listen(0, "127.0.0.1", resolve));
-  const shop = `http://127.0.0.1:${(business.address() as AddressInfo).port}`;
-  await mkdir(join(root, "knowledge"));
-  await writeFile(join(root, "knowledge", "hours.md"), "Closed on Sundays.");
-  const tool = (name: string, method: string, url: string, required: string[]) => ({
-    name,
-    description: name,
-    input_schema: { type: "object", properties: { orderId: { type: "string" }, day: { type: "string" } }, required },
-    request: { method, url },
-    allowPrivateNetwork: true,
-  });
-  await writeFile(
-    join(root, "tools.json"),
-    JSON.stringify({
-      tools: [
-        tool("lookup_order", "GET", `${shop}/orders/{orderId}`, ["orderId"]),
-        tool("book_fitting", "POST", `${shop}/fittings`, ["day"]),
-        tool("check_stock", "GET", `${shop}/stock/{orderId}`, ["orderId"]),
-      ],
-    }),
-  );
-  await writeFile(join(root, "numbers.json"), JSON.stringify({ [PHONE_NUMBER_ID]: { knowledgeDir: "knowledge", toolsFile: "tools.json" } }));
   // Its own fake: the harness's checks its Messages API against the cost ledger, which a try never enters.
   claude = await new FakeAnthropic().start();
-  h = await startHarness({ env: { PHONE_NUMBERS_FILE: join(root, "numbers.json"), ANTHROPIC_BASE_URL: claude.url } });
+  h = await startHarness({ env: { PHONE_NUMBERS_FILE: business.numbersFile, ANTHROPIC_BASE_URL: claude.url } });
   await addStaff(h.db, "ops@example.com", PASSWORD, "operator");
   await addStaff(h.db, "ana@example.com", PASSWORD);
 });
 
 afterAll(async () => {
   await h?.close();
-  await Promise.all([claude?.stop(), new Promise((resolve) => business?.close(resolve))]);
+  await Promise.all([claude?.stop(), business?.stop()]);
   await rm(root, { recursive: true, force: true });
 });
 
@@ -77,24 +54,7 @@ const play = (payload: unknown, headers: Record<string, string> = { authorizatio
 describe("POST /admin/playground", () => {
   it("answers as the bot would: the knowledge cited, a read run for real, an action not run, a stub's answer, the cost; nothing sent or stored", async () => {
     claude.answer(
-      {
-        content: [
-          {
-            type: "text",
-            text: "We are closed on Sundays.",
-            citations: [
-              {
-                type: "char_location",
-                cited_text: "Closed on Sundays.",
-                document_index: 0,
-                document_title: "hours.md",
-                start_char_index: 0,
-                end_char_index: 18,
-              },
-            ],
-          },
-        ],
-      },
+      citedHours(),
       { content: [toolUse("toolu_1", "lookup_order", { orderId: "A1003" }), toolUse("toolu_2", "check_stock", { orderId: "A1003" })] },
       { text: "Your order was delivered, and it is in stock." },
       { content: [toolUse("toolu_3", "book_fitting", { day: "Monday" })] },
@@ -118,7 +78,7 @@ describe("POST /admin/playground", () => {
     expect(body.usage.calls).toBe(5);
     expect(body.costUsd).toBeGreaterThan(0);
     // The read went to the business; the stubbed read and the action did not.
-    expect(businessRequests).toEqual(["GET /orders/A1003"]);
+    expect(business.requests).toEqual(["GET /orders/A1003"]);
     expect(JSON.stringify(claude.requests.at(-1)!.messages)).toContain("Not run: book_fitting is not called here");
     // Nothing sent, nothing stored.
     expect(h.graph.requests).toEqual([]);

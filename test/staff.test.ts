@@ -139,7 +139,11 @@ describe("signing in", () => {
 
   it("signing out ends the session", async () => {
     const { cookie, csrf } = await session("cleo@example.com");
-    expect((await h.app.inject({ method: "GET", url: "/admin/session", headers: { cookie } })).json()).toEqual({ email: "cleo@example.com", csrfToken: csrf, operator: false });
+    expect((await h.app.inject({ method: "GET", url: "/admin/session", headers: { cookie } })).json()).toEqual({
+      email: "cleo@example.com",
+      csrfToken: csrf,
+      operator: false,
+    });
     const out = await h.app.inject({ method: "DELETE", url: "/admin/session", headers: { cookie, "x-csrf-token": csrf } });
     expect(out.statusCode).toBe(200);
     expect(String(out.headers["set-cookie"])).toMatch(/^wa_staff=; .*Max-Age=0/);

@@ -1,12 +1,11 @@
-import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
-import { createServer, type Server } from "node:http";
-import type { AddressInfo } from "node:net";
+import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type Browser, chromium, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseEvalFile } from "../src/eval/file.ts";
 import { addStaff } from "../src/staff/accounts.ts";
+import { type Business, citedHours, startBusiness } from "./support/business-fixture.ts";
 import { axeViolations, CHROMIUM, chromiumAvailable, readmeScreenshot } from "./support/chromium.ts";
 import { type AnswerBlock, FakeAnthropic } from "./support/fake-anthropic.ts";
 import { type Harness, startHarness } from "./support/harness.ts";
@@ -27,7 +26,7 @@ const toolUse = (id: string, name: string, input: unknown): AnswerBlock => ({ ty
 
 describe.runIf(chromiumAvailable("try-browser.test.ts"))("Try it, in Chromium", () => {
   let root: string;
-  let business: Server;
+  let business: Business;
   let claude: FakeAnthropic;
   let h: Harness;
   let browser: Browser;
@@ -37,23 +36,10 @@ describe.runIf(chromiumAvailable("try-browser.test.ts"))("Try it, in Chromium", 
 
   beforeAll(async () => {
     root = await mkdtemp(join(tmpdir(), "try-"));
-    business = createServer((_req, res) => res.writeHead(200, { "content-type": "application/json" }).end('{"orderId":"A1003","status":"delivered"}'));
-    await new Promise<void>((resolve) => business.listen(0, "127.0.0.1", resolve));
-    await mkdir(join(root, "knowledge"));
-    await writeFile(join(root, "knowledge", "hours.md"), "Closed on Sundays.");
-    const url = `http://127.0.0.1:${(business.address() as AddressInfo).port}/orders/{orderId}`;
-    const lookup = {
-      name: "lookup_order",
-      description: "Look an order up",
-      input_schema: { type: "object", properties: { orderId: { type: "string" } }, required: ["orderId"] },
-      request: { method: "GET", url },
-      allowPrivateNetwork: true,
-    };
-    await writeFile(join(root, "tools.json"), JSON.stringify({ tools: [lookup] }));
-    await writeFile(join(root, "numbers.json"), JSON.stringify({ [PHONE_NUMBER_ID]: { knowledgeDir: "knowledge", toolsFile: "tools.json" } }));
+    business = await startBusiness(root, { lookup_order: ["GET", "/orders/{orderId}", ["orderId"]] });
     // Its own fake: the harness's checks its Messages API against the cost ledger, which a try never enters.
     claude = await new FakeAnthropic().start();
-    h = await startHarness({ env: { ADMIN_SECURE_COOKIES: "false", PHONE_NUMBERS_FILE: join(root, "numbers.json"), ANTHROPIC_BASE_URL: claude.url } });
+    h = await startHarness({ env: { ADMIN_SECURE_COOKIES: "false", PHONE_NUMBERS_FILE: business.numbersFile, ANTHROPIC_BASE_URL: claude.url } });
     await addStaff(h.db, "ops@example.com", PASSWORD, "operator");
     await addStaff(h.db, "ana@example.com", PASSWORD);
     base = await h.app.listen({ port: 0, host: "127.0.0.1" });
@@ -63,7 +49,7 @@ describe.runIf(chromiumAvailable("try-browser.test.ts"))("Try it, in Chromium", 
   afterAll(async () => {
     await browser?.close();
     await h?.close();
-    await Promise.all([claude?.stop(), new Promise((resolve) => business?.close(resolve))]);
+    await Promise.all([claude?.stop(), business?.stop()]);
     await rm(root, { recursive: true, force: true });
   });
 
@@ -86,17 +72,7 @@ describe.runIf(chromiumAvailable("try-browser.test.ts"))("Try it, in Chromium", 
     await page.getByRole("heading", { name: "Try the bot" }).waitFor();
     expect(await page.locator("#try-number").inputValue()).toBe(PHONE_NUMBER_ID);
 
-    claude.answer({
-      content: [
-        {
-          type: "text",
-          text: "We are closed on Sundays.",
-          citations: [
-            { type: "char_location", cited_text: "Closed on Sundays.", document_index: 0, document_title: "hours.md", start_char_index: 0, end_char_index: 18 },
-          ],
-        },
-      ],
-    });
+    claude.answer(citedHours());
     await page.getByLabel("Message from the customer").fill("Are you open on Sunday?");
     await page.getByRole("button", { name: "Send as the customer" }).click();
     await page.locator("#try-chat .bubble.out", { hasText: "We are closed on Sundays." }).waitFor();
