@@ -4,7 +4,7 @@
 
 import { api } from "./api.js";
 import { chatItems } from "./chat.js";
-import { $, $$, ago, fullDate, h, messageWords } from "./dom.js";
+import { $, $$, ago, cardTop, fullDate, h, messageWords } from "./dom.js";
 
 const PAGE = 50;
 /** The most timeline entries one read gives (GET /admin/conversations/:id's `limit`). */
@@ -89,17 +89,7 @@ function row(item) {
     h(
       "a",
       { href: `#/conversations/${item.id}`, class: "item", dataset: { conversationId: item.id } },
-      h(
-        "span",
-        { class: "item-top" },
-        h(
-          "span",
-          { class: "item-who" },
-          h("strong", {}, contact.name || contact.label),
-          contact.name ? h("span", { class: "item-label" }, contact.label) : null,
-        ),
-        h("time", { class: "item-age", datetime: item.lastMessageAt, title: fullDate(item.lastMessageAt) }, ago(item.lastMessageAt)),
-      ),
+      cardTop(contact, item.lastMessageAt),
       last
         ? h(
             "span",

@@ -63,6 +63,16 @@ export function moveInList(selector, delta) {
   links[next].scrollIntoView({ block: "nearest" });
 }
 
+/** A list card's first line: who (name, then phone or @username) and how long ago. */
+export function cardTop(contact, at) {
+  return h(
+    "span",
+    { class: "item-top" },
+    h("span", { class: "item-who" }, h("strong", {}, contact.name || contact.label), contact.name ? h("span", { class: "item-label" }, contact.label) : null),
+    h("time", { class: "item-age", datetime: at, title: fullDate(at) }, ago(at)),
+  );
+}
+
 /** True while a person is typing in a field: shortcuts must not fire then. */
 export function isTyping(target) {
   return target instanceof HTMLElement && (target.isContentEditable || ["INPUT", "TEXTAREA", "SELECT"].includes(target.tagName));

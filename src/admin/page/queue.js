@@ -1,7 +1,7 @@
 // The list of items waiting for a person: counts by reason, search, cards, keyboard moves.
 
 import { api } from "./api.js";
-import { $, $$, ago, fullDate, h, messageWords } from "./dom.js";
+import { $, $$, ago, cardTop, fullDate, h, messageWords } from "./dom.js";
 
 const STATE_NAMES = { open: "Open items", resent: "Resent items", discarded: "Discarded items", resolved: "Given back to the bot" };
 
@@ -72,17 +72,7 @@ function card(item) {
     h(
       "a",
       { href: `#/item/${item.id}`, class: `item kind-${why.kind}`, dataset: { deadLetterId: item.id } },
-      h(
-        "span",
-        { class: "item-top" },
-        h(
-          "span",
-          { class: "item-who" },
-          h("strong", {}, contact.name || contact.label),
-          contact.name ? h("span", { class: "item-label" }, contact.label) : null,
-        ),
-        h("time", { class: "item-age", datetime: item.createdAt, title: fullDate(item.createdAt) }, ago(item.createdAt)),
-      ),
+      cardTop(contact, item.createdAt),
       h("span", { class: "item-why" }, why.title),
       last ? h("span", { class: "item-preview" }, h("span", { class: "sr-only" }, "Last message: "), `“${messageWords(last)}”`) : null,
       badges.length ? h("span", { class: "item-badges" }, badges) : null,
