@@ -7,6 +7,7 @@ import { registerStaffAuth, type StaffAuthDeps } from "./auth.ts";
 import { registerIdempotency } from "./idempotency.ts";
 import { describeStaffApi } from "./openapi.ts";
 import { registerStaffPage } from "./page.ts";
+import { registerContactRoutes } from "./routes/contacts.ts";
 import { registerConversationRoutes } from "./routes/conversations.ts";
 import { type CostRoutesDeps, registerCostRoutes } from "./routes/costs.ts";
 import { registerDeadLetterRoutes } from "./routes/dlq.ts";
@@ -65,6 +66,7 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
     registerInsightRoutes(scope, { db: deps.db, costs: deps.costs, knowledge: deps.knowledge, clock: deps.clock });
     registerConversationRoutes(scope, { db: deps.db, clock: deps.clock, searchLanguage: deps.searchLanguage, modelPrices: deps.costs.modelPrices });
     registerPlaygroundRoutes(scope, deps.playground);
+    registerContactRoutes(scope, { db: deps.db, clock: deps.clock, modelPrices: deps.costs.modelPrices });
     registerLiveQueue(scope, liveQueue);
     await registerQueueBoard(scope, deps.queues);
   };

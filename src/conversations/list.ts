@@ -1,5 +1,6 @@
 import { type Db, Prisma } from "../db/client.ts";
 import type { CsatRating } from "../messages/csat.ts";
+import { contactFoundBy } from "../state/contacts.ts";
 import { type Cursor, encodeCursor } from "./cursor.ts";
 import { contactView } from "./views.ts";
 
@@ -43,9 +44,6 @@ export function configurationSql(language: string): Prisma.Sql {
 /** The conversation's CSAT rating: the latest tap on the latest rated ask (src/state/csat.ts). */
 const latestRating = (conversation: Prisma.Sql) =>
   Prisma.sql`(SELECT a.rating FROM csat_asks a WHERE a.conversation_id = ${conversation} AND a.rating IS NOT NULL ORDER BY a.rated_at DESC LIMIT 1)`;
-
-/** A search for "any part of": LIKE's wildcards in what the person typed taken literally. */
-const anyPart = (text: string) => `%${text.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
 
 interface Row {
   id: string;
@@ -128,14 +126,10 @@ export async function listConversations(db: Db, filter: ConversationFilter, now:
  * side wrote (the words indexes on messages, transcripts and replies).
  */
 function found(q: string, language: string): Prisma.Sql {
-  const part = anyPart(q.replace(/^[+@]/, ""));
-  // A phone number as people write it: "+44 7700-900 123" finds 447700900123.
-  const digits = /^[+\d\s().-]+$/.test(q) && /\d/.test(q) ? anyPart(q.replace(/\D/g, "")) : null;
   const config = configurationSql(language);
   return Prisma.sql`
     SELECT c2.id FROM conversations c2 JOIN contacts ct2 ON ct2.id = c2.contact_id
-    WHERE ct2.wa_id ILIKE ${part} OR ct2.wa_id LIKE ${digits}::text OR ct2.user_id ILIKE ${part} OR ct2.parent_user_id ILIKE ${part}
-       OR ct2.username ILIKE ${part} OR ct2.name ILIKE ${part}
+    WHERE ${contactFoundBy("ct2", q)}
     UNION
     SELECT m.conversation_id FROM inbound_messages m
     WHERE to_tsvector(${config}, COALESCE(m.text, '') || ' ' || COALESCE(m.transcript, '')) @@ plainto_tsquery(${config}, ${q})

@@ -1,6 +1,5 @@
-import type { Db } from "../db/client.ts";
-import { isUniqueViolation } from "../db/client.ts";
-import type { Contact, Prisma } from "../generated/prisma/client.ts";
+import { type Db, isUniqueViolation, Prisma } from "../db/client.ts";
+import type { Contact } from "../generated/prisma/client.ts";
 import type { Sender } from "../whatsapp/webhook-payload.ts";
 import { moveConversations } from "./conversations.ts";
 
@@ -107,4 +106,20 @@ export async function conversationWith(db: Db, where: { phoneNumberId: string; c
 /** How staff and logs name a contact: the phone, else @username, else the BSUID. */
 export function contactLabel(contact: Pick<Contact, "waId" | "userId" | "username">): string {
   return contact.waId ? `+${contact.waId}` : (contact.username ?? contact.userId ?? "(unknown)");
+}
+
+/** LIKE's wildcards in what a person typed taken literally, for "any part of". */
+const anyPart = (text: string) => `%${text.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
+
+/**
+ * Whether contact `alias` is the one a person's search names: any part of its name, phone,
+ * @username or BSUID (the contacts' trigram index), a phone written as people write it
+ * ("+44 7700-900 123" finds 447700900123).
+ */
+export function contactFoundBy(alias: string, q: string): Prisma.Sql {
+  const part = anyPart(q.replace(/^[+@]/, ""));
+  const digits = /^[+\d\s().-]+$/.test(q) && /\d/.test(q) ? anyPart(q.replace(/\D/g, "")) : null;
+  const column = (name: string) => Prisma.raw(`${alias}.${name}`);
+  return Prisma.sql`(${column("wa_id")} ILIKE ${part} OR ${column("wa_id")} LIKE ${digits}::text OR ${column("user_id")} ILIKE ${part}
+    OR ${column("parent_user_id")} ILIKE ${part} OR ${column("username")} ILIKE ${part} OR ${column("name")} ILIKE ${part})`;
 }

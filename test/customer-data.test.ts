@@ -1,0 +1,121 @@
+import { randomUUID } from "node:crypto";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { addStaff } from "../src/staff/accounts.ts";
+import { graphError } from "./support/fake-graph.ts";
+import { eventually, type Harness, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
+import { untilQuiet } from "./support/quiet.ts";
+import { envelope, messagesChange, metaWire, PHONE_NUMBER_ID, textWebhook, uniqueWamid } from "./support/webhook-bodies.ts";
+
+/**
+ * Issue 35.1: a customer's data found by staff (GET /admin/contacts) and exported whole by
+ * operators (GET /admin/contacts/:id/export), every export audited.
+ */
+
+const PASSWORD = "correct horse battery staple";
+const ANA = { phone: "447700900123", name: "Ana Lima" };
+const BEN = { phone: "351912000111", name: "Ben Costa" };
+const bearer = { authorization: `Bearer ${TEST_ADMIN_TOKEN}` };
+
+let h: Harness;
+beforeAll(async () => {
+  h = await startHarness({ env: { REPLY_DEBOUNCE_MS: "0", JOB_ATTEMPTS: "1" } });
+  h.startWorkers();
+  await addStaff(h.db, "sam@example.com", PASSWORD);
+  // Ana: a question answered, a photo with a caption, and a reply Meta refuses, discarded with a note.
+  h.claude.answer({ text: "Yes, we ship to Porto." });
+  await say(ANA, "Do you ship to Porto?");
+  const photo = {
+    from: ANA.phone,
+    id: uniqueWamid(),
+    timestamp: String(Math.floor(Date.now() / 1000)),
+    type: "image",
+    image: { id: "MEDIA-ana-1", mime_type: "image/jpeg", caption: "my broken heel" },
+  };
+  h.claude.answer({ text: "Sorry about the heel: send your order id." });
+  h.graph.answerSends({ status: 400, body: graphError(131047, "Re-engagement message") });
+  expect((await h.deliver(metaWire(envelope([messagesChange([photo as never], PHONE_NUMBER_ID, { [ANA.phone]: ANA.name })])))).statusCode).toBe(200);
+  const letter = await eventually(() => h.db.deadLetter.findFirst({ where: { conversation: { contact: { waId: ANA.phone } } } }), "Ana's item");
+  await h.app.inject({ method: "POST", url: `/admin/dlq/${letter.id}/discard`, headers: bearer, payload: { note: "called Ana about the heel" } });
+  h.claude.answer({ text: "Hello Ben." });
+  await say(BEN, "Hello");
+  await untilQuiet(h);
+});
+afterAll(async () => h?.close());
+
+async function say(who: { phone: string; name: string }, text: string): Promise<void> {
+  const { body, wamids } = textWebhook({ text, from: who.phone, name: who.name });
+  expect((await h.deliver(body)).statusCode).toBe(200);
+  await eventually(async () => (await h.db.inboundMessage.findUnique({ where: { wamid: wamids[0] } }))?.replyId, `"${text}" answered`);
+  await untilQuiet(h);
+}
+
+async function staffCookie(): Promise<Record<string, string>> {
+  const signIn = await h.app.inject({ method: "POST", url: "/admin/session", payload: { email: "sam@example.com", password: PASSWORD } });
+  return { cookie: String(signIn.headers["set-cookie"]).split(";")[0]! };
+}
+
+describe("GET /admin/contacts", () => {
+  it("finds customers by any part of their name, phone (as people write it), for staff too", async () => {
+    const found = await h.app.inject({ method: "GET", url: "/admin/contacts?q=lima", headers: await staffCookie() });
+    expect(found.statusCode).toBe(200);
+    expect(found.json().contacts).toEqual([
+      {
+        id: expect.any(String),
+        label: `+${ANA.phone}`,
+        name: ANA.name,
+        phone: ANA.phone,
+        bsuid: null,
+        username: null,
+        conversations: 1,
+        lastMessageAt: expect.any(String),
+      },
+    ]);
+    const byPhone = await h.app.inject({ method: "GET", url: `/admin/contacts?q=${encodeURIComponent("+351 912-000")}`, headers: bearer });
+    expect(byPhone.json().contacts.map((c: { name: string }) => c.name)).toEqual([BEN.name]);
+    expect((await h.app.inject({ method: "GET", url: "/admin/contacts?q=nobody", headers: bearer })).json()).toEqual({ contacts: [] });
+    expect((await h.app.inject({ method: "GET", url: "/admin/contacts", headers: bearer })).statusCode).toBe(400);
+  });
+});
+
+describe("GET /admin/contacts/:id/export", () => {
+  it("gives operators everything held about the customer as one attached JSON document, and records who exported it", async () => {
+    const ana = await h.db.contact.findUniqueOrThrow({ where: { waId: ANA.phone } });
+    const staff = await h.app.inject({ method: "GET", url: `/admin/contacts/${ana.id}/export`, headers: await staffCookie() });
+    expect(staff.statusCode).toBe(403);
+
+    const exported = await h.app.inject({ method: "GET", url: `/admin/contacts/${ana.id}/export`, headers: bearer });
+    expect(exported.statusCode).toBe(200);
+    expect(exported.headers["content-disposition"]).toBe(`attachment; filename="customer-${ana.id}.json"`);
+    const doc = exported.json();
+    expect(doc.contact).toMatchObject({ id: ana.id, name: ANA.name, phone: ANA.phone });
+    expect(doc.exportedBy).toBe("api");
+    const [conversation] = doc.conversations;
+    expect(doc.conversations).toHaveLength(1);
+    expect(conversation.messages.map((m: { text: string | null }) => m.text)).toContain("Do you ship to Porto?");
+    const image = conversation.messages.find((m: { type: string }) => m.type === "image");
+    expect(image.payload.image).toMatchObject({ id: "MEDIA-ana-1", caption: "my broken heel" });
+    expect(conversation.replies.map((r: { text: string | null }) => r.text)).toEqual(
+      expect.arrayContaining(["Yes, we ship to Porto.", "Sorry about the heel: send your order id."]),
+    );
+    const answered = conversation.replies.find((r: { text: string | null }) => r.text === "Yes, we ship to Porto.");
+    expect(answered.cost.claudeCalls).toBe(1);
+    expect(answered.parts[0]).toMatchObject({ text: "Yes, we ship to Porto.", sendState: "accepted" });
+    expect(conversation.items).toEqual([
+      expect.objectContaining({
+        state: "discarded",
+        code: "131047",
+        note: "called Ana about the heel",
+        actions: [expect.objectContaining({ actor: "api", action: "discard", detail: { note: "called Ana about the heel" } })],
+      }),
+    ]);
+    expect(conversation.cost.tokens.input).toBeGreaterThan(0);
+    // Nothing of Ben's.
+    expect(exported.body).not.toContain(BEN.phone);
+    expect(exported.body).not.toContain("Hello Ben.");
+
+    const audits = await h.db.dataRequest.findMany();
+    expect(audits).toEqual([expect.objectContaining({ kind: "export", actor: "api", contactId: ana.id, identityHash: null, counts: null })]);
+    expect((await h.app.inject({ method: "GET", url: `/admin/contacts/${randomUUID()}/export`, headers: bearer })).statusCode).toBe(404);
+    expect(await h.db.dataRequest.count()).toBe(1);
+  });
+});
