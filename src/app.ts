@@ -122,6 +122,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
       clock,
       liveQueue: deps.liveQueue,
       playground: playgroundOf(deps, clock),
+      identityKey: deps.config.whatsapp.appSecret,
     }),
   );
   return app;

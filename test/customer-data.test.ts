@@ -119,3 +119,105 @@ describe("GET /admin/contacts/:id/export", () => {
     expect(await h.db.dataRequest.count()).toBe(1);
   });
 });
+
+/** Every row of every table of the test's schema, as text: each column of each row. */
+async function everyRow(): Promise<string> {
+  const tables = await h.db.$queryRawUnsafe<{ table_name: string }[]>(
+    `SELECT table_name FROM information_schema.tables WHERE table_schema = '${h.schema}' AND table_type = 'BASE TABLE'`,
+  );
+  const rows: string[] = [];
+  for (const { table_name } of tables)
+    for (const row of await h.db.$queryRawUnsafe<{ row: string }[]>(`SELECT t::text AS row FROM "${h.schema}"."${table_name}" t`))
+      rows.push(`${table_name}: ${row.row}`);
+  return rows.join("\n");
+}
+
+/** Every key under the harness's prefix, and what it holds, whatever its type. */
+async function everyKey(): Promise<string> {
+  const out: string[] = [];
+  let cursor = "0";
+  do {
+    const [next, keys] = await h.redis.scan(cursor, "MATCH", `${h.prefix}*`, "COUNT", "500");
+    cursor = next;
+    for (const key of keys) {
+      const type = await h.redis.type(key);
+      const value =
+        type === "string"
+          ? await h.redis.getBuffer(key).then((b) => b?.toString("latin1"))
+          : type === "hash"
+            ? await h.redis.hgetallBuffer(key).then((o) => Object.entries(o).map(([k, v]) => `${k}=${v.toString("latin1")}`))
+            : type === "list"
+              ? await h.redis.lrange(key, 0, -1)
+              : type === "set"
+                ? await h.redis.smembers(key)
+                : type === "zset"
+                  ? await h.redis.zrange(key, "0", "-1")
+                  : type === "stream"
+                    ? await h.redis.xrange(key, "-", "+")
+                    : type;
+      out.push(`${key} ${JSON.stringify(value)}`);
+    }
+  } while (cursor !== "0");
+  return out.join("\n");
+}
+
+describe("POST /admin/contacts/:id/erase", () => {
+  it("leaves no row and no key holding the customer, keeps the other's and every count and cost, and is audited", async () => {
+    const ana = await h.db.contact.findUniqueOrThrow({ where: { waId: ANA.phone } });
+    const totals = async () => ({
+      insights: (await h.app.inject({ method: "GET", url: "/admin/insights", headers: bearer })).json().total,
+      costs: (await h.app.inject({ method: "GET", url: "/admin/costs", headers: bearer })).json().total,
+    });
+    const before = await totals();
+    const anasWords = [
+      ANA.phone,
+      ANA.name,
+      "Do you ship to Porto?",
+      "Yes, we ship to Porto.",
+      "my broken heel",
+      "MEDIA-ana-1",
+      "Sorry about the heel",
+      "called Ana about the heel",
+    ];
+    const bensWords = [BEN.phone, BEN.name, "Hello Ben."];
+    const rowsBefore = await everyRow();
+    for (const word of [...anasWords, ...bensWords]) expect(rowsBefore, word).toContain(word);
+
+    const erase = (confirm: string, headers: Record<string, string> = bearer) =>
+      h.app.inject({ method: "POST", url: `/admin/contacts/${ana.id}/erase`, headers: { ...headers, "idempotency-key": randomUUID() }, payload: { confirm } });
+    expect((await erase(`+${ANA.phone}`, await staffCookie())).statusCode).toBe(403);
+    const wrong = await erase("Ana");
+    expect(wrong.statusCode).toBe(400);
+    expect(wrong.json().error).toBe("bad body: confirm (write the contact's label, as the page shows it, to erase it)");
+    const erased = await erase(`+${ANA.phone}`);
+    expect(erased.statusCode, erased.body).toBe(200);
+    expect(erased.json().erased).toMatchObject({ conversations: 1, contacts: 1, messages: 2, items: 1 });
+
+    const rows = await everyRow();
+    for (const word of anasWords) expect(rows, `a row still holds "${word}"`).not.toContain(word);
+    for (const word of bensWords) expect(rows, word).toContain(word);
+    const keys = await everyKey();
+    for (const word of anasWords) expect(keys, `a key still holds "${word}"`).not.toContain(word);
+    expect(keys).toContain(BEN.phone);
+    expect(await totals()).toEqual(before);
+
+    const [audit] = await h.db.dataRequest.findMany({ where: { kind: "erase" } });
+    expect(audit).toMatchObject({ actor: "api", contactId: ana.id, identityHash: expect.stringMatching(/^[0-9a-f]{64}$/) });
+    expect(audit!.counts).toEqual(erased.json().erased);
+
+    // Gone to every route; a second erase is a 404; the same number writing again is a new customer.
+    expect((await erase(`+${ANA.phone}`)).statusCode).toBe(404);
+    expect((await h.app.inject({ method: "GET", url: `/admin/contacts/${ana.id}/export`, headers: bearer })).statusCode).toBe(404);
+    expect((await h.app.inject({ method: "GET", url: "/admin/contacts?q=lima", headers: bearer })).json()).toEqual({ contacts: [] });
+    h.claude.answer({ text: "Hello again." });
+    await say(ANA, "Hi, it's me again");
+    const again = await h.db.contact.findUniqueOrThrow({ where: { waId: ANA.phone } });
+    expect(again.id).not.toBe(ana.id);
+    expect(
+      h.claude.requests
+        .at(-1)!
+        .messages.map((m) => JSON.stringify(m.content))
+        .join(),
+    ).not.toContain("Porto");
+  });
+});

@@ -4,7 +4,7 @@ import type { Playground } from "../eval/playground.ts";
 import type { Queues } from "../queue/queues.ts";
 import type { TemplateCatalog } from "../whatsapp/templates.ts";
 import { registerStaffAuth, type StaffAuthDeps } from "./auth.ts";
-import { registerIdempotency } from "./idempotency.ts";
+import { idempotencyKeys, registerIdempotency } from "./idempotency.ts";
 import { describeStaffApi } from "./openapi.ts";
 import { registerStaffPage } from "./page.ts";
 import { registerContactRoutes } from "./routes/contacts.ts";
@@ -32,6 +32,8 @@ export interface AdminDeps extends StaffAuthDeps {
   liveQueue?: LiveQueueSettings | undefined;
   /** KNOWLEDGE_LANGUAGE: the text-search configuration conversations are searched with. */
   searchLanguage: string;
+  /** The key of an erased customer's identity hash in the audit (WHATSAPP_APP_SECRET). */
+  identityKey: string;
   /** What the bot would answer, tried by operators (POST /admin/playground). */
   playground: Playground;
 }
@@ -66,7 +68,14 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
     registerInsightRoutes(scope, { db: deps.db, costs: deps.costs, knowledge: deps.knowledge, clock: deps.clock });
     registerConversationRoutes(scope, { db: deps.db, clock: deps.clock, searchLanguage: deps.searchLanguage, modelPrices: deps.costs.modelPrices });
     registerPlaygroundRoutes(scope, deps.playground);
-    registerContactRoutes(scope, { db: deps.db, clock: deps.clock, modelPrices: deps.costs.modelPrices });
+    registerContactRoutes(scope, {
+      db: deps.db,
+      queues: deps.queues,
+      clock: deps.clock,
+      modelPrices: deps.costs.modelPrices,
+      identityKey: deps.identityKey,
+      storedAnswers: { redis: deps.redis, prefix: idempotencyKeys(deps.keyPrefix) },
+    });
     registerLiveQueue(scope, liveQueue);
     await registerQueueBoard(scope, deps.queues);
   };

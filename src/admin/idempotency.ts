@@ -41,7 +41,7 @@ export function releaseIdempotencyKey(request: FastifyRequest): void {
 }
 
 export function registerIdempotency(app: FastifyInstance, deps: { redis: RedisClient; keyPrefix: string; scope: (request: FastifyRequest) => string }): void {
-  const redisKey = (request: FastifyRequest, key: string) => `${deps.keyPrefix}:idem:${deps.scope(request)}:${key}`;
+  const redisKey = (request: FastifyRequest, key: string) => `${idempotencyKeys(deps.keyPrefix)}${deps.scope(request)}:${key}`;
   const fingerprint = (request: FastifyRequest) =>
     createHash("sha256")
       .update(`${request.method} ${request.url}\n${JSON.stringify(request.body ?? null)}`)
@@ -91,3 +91,6 @@ export function registerIdempotency(app: FastifyInstance, deps: { redis: RedisCl
 function replyConflict(reply: FastifyReply, error: string) {
   return reply.code(409).send({ error });
 }
+
+/** Where the stored answers live: this, then the actor and the key (a customer's erase looks there too). */
+export const idempotencyKeys = (keyPrefix: string) => `${keyPrefix}:idem:`;

@@ -12,7 +12,7 @@ import { contactLabel } from "../state/contacts.ts";
  */
 
 export async function exportContact(db: Db, contactId: string, prices: PriceOverrides) {
-  const contact = await db.contact.findUnique({ where: { id: contactId } });
+  const contact = await db.contact.findFirst({ where: { id: contactId, erasedAt: null } });
   if (!contact) return null;
   const conversations = await db.conversation.findMany({
     where: { contactId },

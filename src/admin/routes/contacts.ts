@@ -2,22 +2,31 @@ import type { FastifyInstance } from "fastify";
 import { z } from "zod";
 import type { PriceOverrides } from "../../ai/pricing.ts";
 import type { Clock } from "../../clock.ts";
+import { eraseCustomer } from "../../customer-data/erase.ts";
 import { exportContact } from "../../customer-data/export.ts";
 import { findContacts } from "../../customer-data/find.ts";
 import type { Db } from "../../db/client.ts";
+import type { Queues } from "../../queue/queues.ts";
+import type { RedisClient } from "../../queue/redis.ts";
+import { contactLabel } from "../../state/contacts.ts";
 import { recordDataRequest } from "../../state/data-requests.ts";
 import { answer, problem, requestPart, staffRoute, type ZodParts } from "../schema.ts";
 import { badPart } from "../wire.ts";
 
 /**
- * A customer's data (issue 35): found by staff, exported whole by operators (GDPR article 15),
- * each export audited.
+ * A customer's data (issue 35): found by staff, exported whole (GDPR article 15) and erased
+ * (article 17) by operators, each export and erase audited.
  */
 
 export interface ContactRoutesDeps {
   db: Db;
+  queues: Queues;
   clock: Clock;
   modelPrices: PriceOverrides;
+  /** The key of an erased identity's hash in the audit (WHATSAPP_APP_SECRET). */
+  identityKey: string;
+  /** The answers kept for Idempotency-Keys: an erase forgets those that quote the customer. */
+  storedAnswers: { redis: RedisClient; prefix: string };
 }
 
 const CONTACTS = ["customer data"];
@@ -27,6 +36,10 @@ const contactsQuery = requestPart(
   { status: 400, error: badPart("parameter") },
 );
 const contactToRead = requestPart(z.object({ id: z.uuid() }), { status: 404, error: "contact not found" });
+const eraseBody = requestPart(z.strictObject({ confirm: z.string().describe("the contact's label (its phone, else its @username or BSUID), as a yes") }), {
+  status: 400,
+  error: badPart("body"),
+});
 
 const contactsAnswer = answer(
   z.object({
@@ -86,6 +99,43 @@ export function registerContactRoutes(scope: FastifyInstance, deps: ContactRoute
       return reply
         .header("content-disposition", `attachment; filename="customer-${request.params.id}.json"`)
         .send({ exportedAt: now, exportedBy: request.actor, ...exported });
+    },
+  );
+
+  app.post(
+    "/admin/contacts/:id/erase",
+    {
+      schema: staffRoute("POST", {
+        operationId: "eraseContact",
+        summary: "Erase everything held about one customer (operators): words and identifiers gone, counts and costs kept; audited",
+        tags: CONTACTS,
+        params: contactToRead,
+        body: eraseBody,
+        response: {
+          200: answer(
+            z.object({
+              erased: z.record(z.string(), z.number().int()).describe("rows emptied, by kind"),
+              jobs: z.number().int().describe("queued jobs removed"),
+            }),
+            "erased",
+          ),
+          400: problem("no `confirm`, or not the contact's label (the answer says it)"),
+          403: problem("staff without the operator role"),
+          404: problem("no such contact, or it was erased already"),
+        },
+      }),
+    },
+    async (request, reply) => {
+      if (!request.operator) return reply.code(403).send({ error: "erasing a customer's data is for operators" });
+      const contact = await deps.db.contact.findFirst({ where: { id: request.params.id, erasedAt: null } });
+      if (!contact) return reply.code(404).send({ error: "contact not found" });
+      const label = contactLabel(contact);
+      // Not quoted back: an answer kept for its Idempotency-Key would hold the number.
+      if (request.body.confirm !== label)
+        return reply.code(400).send({ error: "bad body: confirm (write the contact's label, as the page shows it, to erase it)" });
+      const erased = await eraseCustomer({ ...deps, logger: request.log }, contact.id, request.actor);
+      // Erased meanwhile by another request: as if asked a second time.
+      return erased ?? reply.code(404).send({ error: "contact not found" });
     },
   );
 }

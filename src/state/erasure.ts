@@ -1,0 +1,114 @@
+import type { Db } from "../db/client.ts";
+import { recordDataRequest } from "./data-requests.ts";
+
+/**
+ * A customer erased on request (issue 35.2; GDPR article 17), in one transaction: every
+ * conversation of theirs fenced off first (a reply being written for them is never sent: its run
+ * no longer holds the conversation), then every word and identifier emptied, row by row, kept
+ * as rows so that counts, costs and ratings stay, linked to nobody:
+ *
+ *   contact        phone, BSUIDs, @username, name emptied; erased_at set (gone to every route)
+ *   messages       text, transcript, Meta's payload (captions, media ids), wamid, what it refers to
+ *   replies        text, citations; their parts' text, wamid, template values; their copies' wamids
+ *   Claude's steps content (tool inputs included); tool calls' input, answer and request
+ *   items          detail, note, dedup key (a wamid); their history's details (words staff wrote)
+ *
+ * A wamid is emptied too: Meta's encode the phone number. What stays: the kinds, states, times,
+ * tokens, prices and ratings. Returns how many rows of each kind were emptied and what the
+ * caller must look for in Redis (the jobs that carried them), or null for a contact unknown or
+ * erased before. The audit row (data_requests) is written in the same transaction.
+ */
+
+export interface Erased {
+  counts: Record<string, number>;
+  /** What the jobs of this customer may carry: their identifiers, wamids and the conversations' and replies' ids. */
+  needles: string[];
+  /** The identity as it was: its keyed hash is the audit's. */
+  identity: { waId: string | null; userId: string | null };
+}
+
+export async function eraseContact(
+  db: Db,
+  contactId: string,
+  audit: { actor: string; hashOf(identity: Erased["identity"]): string },
+  now: Date,
+): Promise<Erased | null> {
+  return db.$transaction(async (tx) => {
+    const [contact] = await tx.$queryRaw<{ waId: string | null; userId: string | null; parentUserId: string | null; username: string | null }[]>`
+      SELECT wa_id AS "waId", user_id AS "userId", parent_user_id AS "parentUserId", username
+      FROM contacts WHERE id = ${contactId}::uuid AND erased_at IS NULL FOR UPDATE`;
+    if (!contact) return null;
+    // First: whatever run holds one of these conversations loses it, so it sends nothing more.
+    const fenced = await tx.$queryRaw<{ id: string }[]>`
+      UPDATE conversations SET reply_fence = reply_fence + 1, updated_at = ${now}::timestamptz
+      WHERE contact_id = ${contactId}::uuid RETURNING id::text AS id`;
+    const conversations = fenced.map((c) => c.id);
+    const [ids] = await tx.$queryRaw<{ replies: string[] | null; wamids: string[] | null }[]>`
+      SELECT (SELECT array_agg(r.id::text) FROM replies r WHERE r.conversation_id = ANY(${conversations}::uuid[])) AS replies,
+             (SELECT array_agg(w) FROM (
+                SELECT m.wamid AS w FROM inbound_messages m WHERE m.conversation_id = ANY(${conversations}::uuid[])
+                UNION ALL SELECT p.wamid FROM outbound_messages p JOIN replies r ON r.id = p.reply_id
+                  WHERE r.conversation_id = ANY(${conversations}::uuid[]) AND p.wamid IS NOT NULL
+                UNION ALL SELECT o.wamid FROM outbound_copies o JOIN outbound_messages p ON p.id = o.part_id JOIN replies r ON r.id = p.reply_id
+                  WHERE r.conversation_id = ANY(${conversations}::uuid[])) w) AS wamids`;
+    const replies = ids?.replies ?? [];
+    const count = async (kind: string, statement: Promise<number>) => [kind, await statement] as const;
+    const counts: Record<string, number> = Object.fromEntries([
+      await count(
+        "messages",
+        tx.$executeRaw`
+          UPDATE inbound_messages SET text = NULL, transcript = NULL, payload = jsonb_build_object('type', type),
+            wamid = 'erased.' || id::text, refers_to = NULL
+          WHERE conversation_id = ANY(${conversations}::uuid[])`,
+      ),
+      await count("replies", tx.$executeRaw`UPDATE replies SET text = NULL, citations = NULL WHERE id = ANY(${replies}::uuid[])`),
+      await count(
+        "parts",
+        tx.$executeRaw`
+          UPDATE outbound_messages SET text = '', template_parameters = NULL,
+            wamid = CASE WHEN wamid IS NULL THEN NULL ELSE 'erased.' || id::text END
+          WHERE reply_id = ANY(${replies}::uuid[])`,
+      ),
+      await count(
+        "copies",
+        tx.$executeRaw`
+          UPDATE outbound_copies o SET wamid = 'erased.' || o.part_id::text || '.' || md5(o.wamid)
+          FROM outbound_messages p WHERE p.id = o.part_id AND p.reply_id = ANY(${replies}::uuid[])`,
+      ),
+      await count("steps", tx.$executeRaw`UPDATE claude_steps SET content = '[]'::jsonb WHERE reply_id = ANY(${replies}::uuid[])`),
+      await count(
+        "toolCalls",
+        tx.$executeRaw`UPDATE tool_calls SET input = '{}'::jsonb, answer = NULL, request = NULL WHERE reply_id = ANY(${replies}::uuid[])`,
+      ),
+      await count(
+        "items",
+        tx.$executeRaw`
+          UPDATE dead_letters SET detail = NULL, note = NULL, dedup_key = 'erased.' || id::text
+          WHERE conversation_id = ANY(${conversations}::uuid[])`,
+      ),
+      await count(
+        "itemHistory",
+        tx.$executeRaw`
+          UPDATE dead_letter_actions a SET detail = NULL FROM dead_letters d
+          WHERE d.id = a.dead_letter_id AND d.conversation_id = ANY(${conversations}::uuid[])`,
+      ),
+      await count(
+        "contacts",
+        tx.$executeRaw`
+          UPDATE contacts SET wa_id = NULL, user_id = NULL, parent_user_id = NULL, username = NULL, name = NULL,
+            erased_at = ${now}::timestamptz, updated_at = ${now}::timestamptz
+          WHERE id = ${contactId}::uuid`,
+      ),
+    ]);
+    counts.conversations = conversations.length;
+    const identity = { waId: contact.waId, userId: contact.userId };
+    // In the same transaction: no erase without its record, nor a record without the erase.
+    await recordDataRequest(tx, { kind: "erase", actor: audit.actor, contactId, identityHash: audit.hashOf(identity), counts }, now);
+    const needles = [contact.waId, contact.userId, contact.parentUserId, contact.username, ...conversations, ...replies, ...(ids?.wamids ?? [])];
+    return {
+      counts,
+      needles: needles.filter((n): n is string => typeof n === "string" && n.length > 0),
+      identity,
+    };
+  });
+}
