@@ -221,3 +221,32 @@ describe("POST /admin/contacts/:id/erase", () => {
     ).not.toContain("Porto");
   });
 });
+
+describe("an erase that lands while the bot writes to the customer", () => {
+  it("leaves the answer unsent: the run that wrote it no longer holds the conversation, and nothing takes it up", async () => {
+    const carl = { phone: "16505550142", name: "Carl Jones" };
+    const asked = h.claude.requests.length;
+    h.claude.latencyMs = 1500;
+    try {
+      h.claude.answer({ text: "Your refund is on its way, Carl." });
+      const { body } = textWebhook({ text: "Where is my refund?", from: carl.phone, name: carl.name });
+      expect((await h.deliver(body)).statusCode).toBe(200);
+      await eventually(() => h.claude.requests.length > asked, "Claude asked");
+      const contact = await h.db.contact.findUniqueOrThrow({ where: { waId: carl.phone } });
+      const erased = await h.app.inject({
+        method: "POST",
+        url: `/admin/contacts/${contact.id}/erase`,
+        headers: { ...bearer, "idempotency-key": randomUUID() },
+        payload: { confirm: `+${carl.phone}` },
+      });
+      expect(erased.statusCode, erased.body).toBe(200);
+    } finally {
+      h.claude.latencyMs = 0;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 2000));
+    await untilQuiet(h);
+    expect(h.graph.sends.filter((send) => send.body.to === carl.phone)).toEqual([]);
+    expect(JSON.stringify(h.graph.sends)).not.toContain("Your refund is on its way, Carl.");
+    expect(await everyRow()).not.toContain("Your refund is on its way, Carl.");
+  });
+});

@@ -92,6 +92,27 @@ export async function eraseContact(
           UPDATE dead_letter_actions a SET detail = NULL FROM dead_letters d
           WHERE d.id = a.dead_letter_id AND d.conversation_id = ANY(${conversations}::uuid[])`,
       ),
+      // Nothing left to do for them: an answer being written is never stored or sent (its run is
+      // fenced off above, and no other takes it up), their unanswered words are settled, an ask
+      // how it went is not made.
+      await count(
+        "unfinishedReplies",
+        tx.$executeRaw`
+          UPDATE replies SET state = 'dead', generation_deadline = NULL, updated_at = ${now}::timestamptz
+          WHERE conversation_id = ANY(${conversations}::uuid[]) AND state IN ('generating', 'ready')`,
+      ),
+      await count(
+        "unansweredMessages",
+        tx.$executeRaw`
+          UPDATE inbound_messages SET skip_reason = 'the customer was erased'
+          WHERE conversation_id = ANY(${conversations}::uuid[]) AND reply_id IS NULL AND skip_reason IS NULL`,
+      ),
+      await count(
+        "pendingAsks",
+        tx.$executeRaw`
+          UPDATE csat_asks SET state = 'cancelled', reason = 'the customer was erased', updated_at = ${now}::timestamptz
+          WHERE conversation_id = ANY(${conversations}::uuid[]) AND state = 'pending'`,
+      ),
       await count(
         "contacts",
         tx.$executeRaw`
