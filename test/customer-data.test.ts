@@ -1,6 +1,8 @@
+import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { addStaff } from "../src/staff/accounts.ts";
+import { STAFF_JS } from "./support/build.ts";
 import { graphError } from "./support/fake-graph.ts";
 import { eventually, type Harness, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
 import { untilQuiet } from "./support/quiet.ts";
@@ -248,5 +250,37 @@ describe("an erase that lands while the bot writes to the customer", () => {
     expect(h.graph.sends.filter((send) => send.body.to === carl.phone)).toEqual([]);
     expect(JSON.stringify(h.graph.sends)).not.toContain("Your refund is on its way, Carl.");
     expect(await everyRow()).not.toContain("Your refund is on its way, Carl.");
+  });
+});
+
+describe("npm run staff -- erase", () => {
+  /** The staff CLI as an operator runs it, with the system's own environment. */
+  function staffCli(args: string[], input = ""): Promise<{ status: number | null; out: string }> {
+    return new Promise((resolve) => {
+      const child = spawn(process.execPath, [STAFF_JS, ...args], { env: { PATH: process.env.PATH ?? "", ...h.env } });
+      let out = "";
+      child.stdout.on("data", (chunk: Buffer) => (out += chunk.toString()));
+      child.stderr.on("data", (chunk: Buffer) => (out += chunk.toString()));
+      child.once("close", (status) => resolve({ status, out }));
+      child.stdin.end(input);
+    });
+  }
+
+  it("finds the customer by phone, @username or BSUID, asks for their label unless --yes, and erases them as the API does", async () => {
+    const dana = { phone: "4915112345678", name: "Dana Roth" };
+    h.claude.answer({ text: "Hello Dana." });
+    await say(dana, "Hello from Dana");
+    expect(await staffCli(["erase", "+49 151 0000000"])).toMatchObject({ status: 1, out: "no customer is known as +49 151 0000000\n" });
+    const refused = await staffCli(["erase", "+49 151 12345678"], "+4915100000000\n");
+    expect(refused).toMatchObject({ status: 1, out: expect.stringContaining("not confirmed; nothing was erased") });
+    expect(await h.db.contact.count({ where: { waId: dana.phone } })).toBe(1);
+
+    const done = await staffCli(["erase", "+49 151 12345678"], `+${dana.phone}\n`);
+    expect(done.status, done.out).toBe(0);
+    expect(done.out).toMatch(/^erased \+4915112345678: .*conversations 1.*; \d+ queued job\(s\) removed\n$/);
+    expect(await h.db.contact.count({ where: { waId: dana.phone } })).toBe(0);
+    expect(await everyRow()).not.toContain("Hello from Dana");
+    expect(await h.db.dataRequest.findFirst({ where: { kind: "erase", actor: { startsWith: "cli:" } } })).not.toBeNull();
+    expect((await staffCli(["erase", `+${dana.phone}`, "--yes"])).status).toBe(1);
   });
 });

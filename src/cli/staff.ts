@@ -1,18 +1,28 @@
 import { existsSync } from "node:fs";
+import { userInfo } from "node:os";
 import { createInterface } from "node:readline";
+import { idempotencyKeys } from "../admin/idempotency.ts";
 import { systemClock } from "../clock.ts";
+import { ConfigError } from "../config/config.ts";
+import { eraseCustomer } from "../customer-data/erase.ts";
+import { findContactByIdentity } from "../customer-data/find.ts";
 import { createDb } from "../db/client.ts";
+import { closeQueues, createQueues } from "../queue/queues.ts";
+import { createWorkerRedis } from "../queue/redis.ts";
+import { loadSettings, type Settings } from "../settings.ts";
 import { addStaff, disableStaff, listStaff, parseStaffRole, StaffInputError, setStaffRole } from "../staff/accounts.ts";
+import { contactLabel } from "../state/contacts.ts";
 
 /**
  * npm run staff -- add <email> [--operator]     asks for the password (twice on a terminal; one line from a pipe)
  * npm run staff -- role <email> operator|staff  operators also see the queues (/admin/queues)
  * npm run staff -- disable <email>              the account can no longer sign in; its sessions end
  * npm run staff -- list
- * An entry point of its own: it reads DATABASE_URL only.
+ * npm run staff -- erase <phone|@username|BSUID> [--yes]   a customer's data erased (asks for their label first)
+ * An entry point of its own: it reads DATABASE_URL only, and for an erase the settings `npm start` reads.
  */
 
-const USAGE = "usage: npm run staff -- add <email> [--operator] | role <email> operator|staff | disable <email> | list";
+const USAGE = "usage: npm run staff -- add <email> [--operator] | role <email> operator|staff | disable <email> | list | erase <phone|@username|BSUID> [--yes]";
 
 async function readPassword(prompt: string): Promise<string> {
   if (!process.stdin.isTTY) {
@@ -39,6 +49,7 @@ async function readPassword(prompt: string): Promise<string> {
 async function main(): Promise<number> {
   if (existsSync(".env")) process.loadEnvFile(".env");
   const args = process.argv.slice(2);
+  if (args[0] === "erase") return eraseCommand(args.slice(1));
   const operator = args.includes("--operator");
   const [command, address, roleName, ...extra] = args.filter((arg) => arg !== "--operator");
   const databaseUrl = process.env.DATABASE_URL;
@@ -86,6 +97,64 @@ async function main(): Promise<number> {
     throw error;
   } finally {
     await db.$disconnect();
+  }
+}
+
+/** `erase <phone|@username|BSUID> [--yes]`: the same erase as POST /admin/contacts/:id/erase, audited as the person running it. */
+async function eraseCommand(args: string[]): Promise<number> {
+  const yes = args.includes("--yes");
+  const identity = args.filter((arg) => arg !== "--yes");
+  if (identity.length !== 1) {
+    console.error(USAGE);
+    return 2;
+  }
+  let settings: Settings;
+  try {
+    settings = loadSettings(process.env);
+  } catch (error) {
+    if (!(error instanceof ConfigError)) throw error;
+    console.error(error.message);
+    return 1;
+  }
+  const db = createDb(settings.databaseUrl, { poolSize: 2 });
+  const redis = createWorkerRedis(settings.redis);
+  const queues = createQueues(redis, { prefix: settings.queuePrefix, attempts: settings.jobs.attempts });
+  try {
+    const contact = await findContactByIdentity(db, identity[0]!);
+    if (!contact) {
+      console.error(`no customer is known as ${identity[0]}`);
+      return 1;
+    }
+    const label = contactLabel(contact);
+    if (
+      !yes &&
+      (await readPassword(`Erase everything held about ${label}${contact.name ? ` (${contact.name})` : ""}? Type ${label} to confirm: `)).trim() !== label
+    ) {
+      console.error("not confirmed; nothing was erased");
+      return 1;
+    }
+    const erased = await eraseCustomer(
+      {
+        db,
+        queues,
+        clock: systemClock,
+        logger: { info: () => undefined },
+        identityKey: settings.whatsapp.appSecret,
+        storedAnswers: { redis, prefix: idempotencyKeys(settings.queuePrefix) },
+      },
+      contact.id,
+      `cli:${userInfo().username}`,
+    );
+    if (!erased) {
+      console.error(`no customer is known as ${identity[0]}`);
+      return 1;
+    }
+    const rows = Object.entries(erased.erased).map(([kind, n]) => `${kind} ${n}`);
+    console.log(`erased ${label}: ${rows.join(", ")}; ${erased.jobs} queued job(s) removed`);
+    return 0;
+  } finally {
+    await closeQueues(queues);
+    await Promise.allSettled([redis.quit(), db.$disconnect()]);
   }
 }
 

@@ -39,3 +39,14 @@ export async function findContacts(db: Db, q: string) {
     lastMessageAt: row.lastMessageAt,
   }));
 }
+
+/** The live contact a phone (as people write it), an @username or a BSUID names exactly; null when none does. */
+export async function findContactByIdentity(db: Db, identity: string) {
+  const text = identity.trim();
+  const where = text.startsWith("@")
+    ? { username: text }
+    : /^[+\d\s().-]+$/.test(text)
+      ? { waId: text.replace(/\D/g, "") }
+      : { OR: [{ userId: text }, { parentUserId: text }] };
+  return db.contact.findFirst({ where: { ...where, erasedAt: null } });
+}
