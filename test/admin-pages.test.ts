@@ -131,7 +131,7 @@ describe("the staff page", () => {
     expect(page.body).not.toMatch(/\s(style|on[a-z]+)=/); // nor inline styles or handlers
     const modules = [
       ...["app.js", "api.js", "dom.js", "chat.js", "queue.js", "detail.js", "templates.js", "presence.js"],
-      ...["costs.js", "conversations.js", "insights.js", "charts.js", "try.js", "live.js", "uPlot.esm.js"],
+      ...["costs.js", "conversations.js", "insights.js", "charts.js", "try.js", "customers.js", "live.js", "uPlot.esm.js"],
     ];
     for (const [file, type] of [...modules.map((m) => [m, /javascript/] as const), ["style.css", /css/] as const, ["uPlot.min.css", /css/] as const]) {
       const asset = await h.app.inject({ method: "GET", url: `/admin/assets/${file}` });

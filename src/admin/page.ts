@@ -25,6 +25,7 @@ const SCRIPTS = [
   "insights.js",
   "charts.js",
   "try.js",
+  "customers.js",
   "live.js",
 ];
 const JS = "text/javascript; charset=utf-8";

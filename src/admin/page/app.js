@@ -6,6 +6,7 @@
 import { api, onSignedOut, setCsrfToken } from "./api.js";
 import { loadConversations, openConversation, opened, refreshConversation, wireConversations } from "./conversations.js";
 import { loadCosts, wireCosts } from "./costs.js";
+import { loadCustomers, setOperator, wireCustomers } from "./customers.js";
 import { act, detail, neighbour, openItem, refreshDetail, wireDraft } from "./detail.js";
 import { $, isTyping, moveInList } from "./dom.js";
 import { loadInsights, wireInsights } from "./insights.js";
@@ -20,7 +21,8 @@ let signedIn = false;
 
 function show(section) {
   view = section;
-  for (const id of ["sign-in", "queue", "detail", "conversations", "conversation", "insights", "costs", "try"]) $(`#${id}`).hidden = id !== section;
+  for (const id of ["sign-in", "queue", "detail", "conversations", "conversation", "insights", "costs", "try", "customers"])
+    $(`#${id}`).hidden = id !== section;
   $("#sign-out").hidden = section === "sign-in";
   $("#views").hidden = section === "sign-in";
   // A view's link stays current on one of its own: an item is part of the queue, a conversation of the list.
@@ -30,6 +32,7 @@ function show(section) {
     ["#nav-insights", section === "insights"],
     ["#nav-costs", section === "costs"],
     ["#nav-try", section === "try"],
+    ["#nav-customers", section === "customers"],
   ]) {
     if (current) $(link).setAttribute("aria-current", "page");
     else $(link).removeAttribute("aria-current");
@@ -55,7 +58,7 @@ const refreshView = () => REFRESH[view]?.() ?? Promise.resolve();
 let refreshing = false;
 let changedMeanwhile = false;
 async function onChange() {
-  if (document.hidden || view === "costs" || view === "insights" || view === "try" || view === "sign-in") return;
+  if (document.hidden || view === "costs" || view === "insights" || view === "try" || view === "customers" || view === "sign-in") return;
   if (refreshing) {
     changedMeanwhile = true;
     return;
@@ -156,12 +159,13 @@ function route() {
   const previous = routeId;
   const conversation = /^#\/conversations\/([0-9a-f-]{36})$/.exec(location.hash);
   routeConversation = conversation ? conversation[1] : null;
-  if (conversation || ["#/costs", "#/insights", "#/conversations", "#/try"].includes(location.hash)) routeId = null;
+  if (conversation || ["#/costs", "#/insights", "#/conversations", "#/try", "#/customers"].includes(location.hash)) routeId = null;
   if (conversation) return showConversation(conversation[1]);
   if (location.hash === "#/conversations") return showConversations();
   if (location.hash === "#/insights") return showFigures("insights", "Insights", loadInsights);
   if (location.hash === "#/costs") return showFigures("costs", "Costs", loadCosts);
   if (location.hash === "#/try") return showFigures("try", "Try it", loadTry);
+  if (location.hash === "#/customers") return showFigures("customers", "Customers", loadCustomers);
   const match = /^#\/item\/([0-9a-f-]{36})$/.exec(location.hash);
   routeId = match ? match[1] : null;
   if (match) return showItem(match[1]);
@@ -191,6 +195,7 @@ async function start() {
   $("#who").textContent = `Signed in as ${data.email}`;
   // Trying the bot spends money: operators only (the API refuses anyone else too).
   $("#nav-try").hidden = !data.operator;
+  setOperator(data.operator);
   startLive(onChange);
   route();
 }
@@ -242,6 +247,7 @@ document.addEventListener("DOMContentLoaded", () => {
   wireInsights();
   wireConversations();
   wireTry();
+  wireCustomers();
   $("#sign-in").addEventListener("submit", async (event) => {
     event.preventDefault();
     const form = new FormData(event.target);
