@@ -3,6 +3,7 @@ import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { addStaff } from "../src/staff/accounts.ts";
 import { STAFF_JS } from "./support/build.ts";
+import { everyKey, everyRow } from "./support/every-row.ts";
 import { graphError } from "./support/fake-graph.ts";
 import { eventually, type Harness, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
 import { untilQuiet } from "./support/quiet.ts";
@@ -122,47 +123,6 @@ describe("GET /admin/contacts/:id/export", () => {
   });
 });
 
-/** Every row of every table of the test's schema, as text: each column of each row. */
-async function everyRow(): Promise<string> {
-  const tables = await h.db.$queryRawUnsafe<{ table_name: string }[]>(
-    `SELECT table_name FROM information_schema.tables WHERE table_schema = '${h.schema}' AND table_type = 'BASE TABLE'`,
-  );
-  const rows: string[] = [];
-  for (const { table_name } of tables)
-    for (const row of await h.db.$queryRawUnsafe<{ row: string }[]>(`SELECT t::text AS row FROM "${h.schema}"."${table_name}" t`))
-      rows.push(`${table_name}: ${row.row}`);
-  return rows.join("\n");
-}
-
-/** Every key under the harness's prefix, and what it holds, whatever its type. */
-async function everyKey(): Promise<string> {
-  const out: string[] = [];
-  let cursor = "0";
-  do {
-    const [next, keys] = await h.redis.scan(cursor, "MATCH", `${h.prefix}*`, "COUNT", "500");
-    cursor = next;
-    for (const key of keys) {
-      const type = await h.redis.type(key);
-      const value =
-        type === "string"
-          ? await h.redis.getBuffer(key).then((b) => b?.toString("latin1"))
-          : type === "hash"
-            ? await h.redis.hgetallBuffer(key).then((o) => Object.entries(o).map(([k, v]) => `${k}=${v.toString("latin1")}`))
-            : type === "list"
-              ? await h.redis.lrange(key, 0, -1)
-              : type === "set"
-                ? await h.redis.smembers(key)
-                : type === "zset"
-                  ? await h.redis.zrange(key, "0", "-1")
-                  : type === "stream"
-                    ? await h.redis.xrange(key, "-", "+")
-                    : type;
-      out.push(`${key} ${JSON.stringify(value)}`);
-    }
-  } while (cursor !== "0");
-  return out.join("\n");
-}
-
 describe("POST /admin/contacts/:id/erase", () => {
   it("leaves no row and no key holding the customer, keeps the other's and every count and cost, and is audited", async () => {
     const ana = await h.db.contact.findUniqueOrThrow({ where: { waId: ANA.phone } });
@@ -182,7 +142,7 @@ describe("POST /admin/contacts/:id/erase", () => {
       "called Ana about the heel",
     ];
     const bensWords = [BEN.phone, BEN.name, "Hello Ben."];
-    const rowsBefore = await everyRow();
+    const rowsBefore = await everyRow(h);
     for (const word of [...anasWords, ...bensWords]) expect(rowsBefore, word).toContain(word);
 
     const erase = (confirm: string, headers: Record<string, string> = bearer) =>
@@ -195,10 +155,10 @@ describe("POST /admin/contacts/:id/erase", () => {
     expect(erased.statusCode, erased.body).toBe(200);
     expect(erased.json().erased).toMatchObject({ conversations: 1, contacts: 1, messages: 2, items: 1 });
 
-    const rows = await everyRow();
+    const rows = await everyRow(h);
     for (const word of anasWords) expect(rows, `a row still holds "${word}"`).not.toContain(word);
     for (const word of bensWords) expect(rows, word).toContain(word);
-    const keys = await everyKey();
+    const keys = await everyKey(h);
     for (const word of anasWords) expect(keys, `a key still holds "${word}"`).not.toContain(word);
     expect(keys).toContain(BEN.phone);
     expect(await totals()).toEqual(before);
@@ -249,7 +209,7 @@ describe("an erase that lands while the bot writes to the customer", () => {
     await untilQuiet(h);
     expect(h.graph.sends.filter((send) => send.body.to === carl.phone)).toEqual([]);
     expect(JSON.stringify(h.graph.sends)).not.toContain("Your refund is on its way, Carl.");
-    expect(await everyRow()).not.toContain("Your refund is on its way, Carl.");
+    expect(await everyRow(h)).not.toContain("Your refund is on its way, Carl.");
   });
 });
 
@@ -279,7 +239,7 @@ describe("npm run staff -- erase", () => {
     expect(done.status, done.out).toBe(0);
     expect(done.out).toMatch(/^erased \+4915112345678: .*conversations 1.*; \d+ queued job\(s\) removed\n$/);
     expect(await h.db.contact.count({ where: { waId: dana.phone } })).toBe(0);
-    expect(await everyRow()).not.toContain("Hello from Dana");
+    expect(await everyRow(h)).not.toContain("Hello from Dana");
     expect(await h.db.dataRequest.findFirst({ where: { kind: "erase", actor: { startsWith: "cli:" } } })).not.toBeNull();
     expect((await staffCli(["erase", `+${dana.phone}`, "--yes"])).status).toBe(1);
   });

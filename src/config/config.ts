@@ -131,6 +131,8 @@ export interface Config {
   };
   /** The reconciler's sweep: how often, and how old unanswered work must be before it acts (src/jobs/reconcile.ts). */
   readonly reconcile: { readonly intervalMs: number; readonly afterMs: number };
+  /** RETENTION: customers' words older than `afterMs` are forgotten, swept every `sweepMs`; undefined keeps everything. */
+  readonly retention: { readonly afterMs: number; readonly sweepMs: number } | undefined;
   /** How the bot treats what is not a plain question (see src/messages/). */
   readonly conversation: {
     readonly mediaReply: string;
@@ -269,6 +271,7 @@ export function readConfig(env: Record<string, string | undefined>, problems: st
     logLevel: e.LOG_LEVEL,
     jobs: jobsOf(e),
     reconcile: { intervalMs: e.RECONCILE_INTERVAL_MS, afterMs: e.RECONCILE_AFTER_MS },
+    retention: e.RETENTION ? { afterMs: durationMs(e.RETENTION), sweepMs: e.RETENTION_SWEEP_SECONDS * 1000 } : undefined,
     shutdownTimeoutMs: e.SHUTDOWN_TIMEOUT_MS,
     transcription:
       e.TRANSCRIBE_BASE_URL === undefined ? undefined : { baseUrl: e.TRANSCRIBE_BASE_URL, apiKey: e.TRANSCRIBE_API_KEY, model: e.TRANSCRIBE_MODEL },
@@ -394,4 +397,11 @@ function conversationOf(e: Env): Config["conversation"] {
             thanks: e.CSAT_THANKS,
           },
   };
+}
+
+const UNIT_MS = { s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 } as const;
+
+/** "30d", "12h", "90s" (env.ts checked the shape) in milliseconds. */
+function durationMs(duration: string): number {
+  return Number(duration.slice(0, -1)) * UNIT_MS[duration.at(-1) as keyof typeof UNIT_MS];
 }

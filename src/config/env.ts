@@ -141,6 +141,14 @@ export const envSchema = z.object({
   RETRY_MAX_DELAY_MS: int("RETRY_MAX_DELAY_MS", 300_000, 1, 86_400_000),
   JOB_LOCK_MS: int("JOB_LOCK_MS", 30_000, 500, 600_000),
   RECONCILE_INTERVAL_MS: int("RECONCILE_INTERVAL_MS", 60_000, 100, 86_400_000),
+  // How long customers' words are kept (issue 35.3): "30d", "12h", "90s"; unset keeps everything.
+  RETENTION: z
+    .string()
+    .trim()
+    .optional()
+    .transform((v) => v || undefined)
+    .refine((v) => v === undefined || /^[1-9]\d{0,5}[smhd]$/.test(v), { error: 'RETENTION must be a duration like "30d", "12h" or "90s"' }),
+  RETENTION_SWEEP_SECONDS: int("RETENTION_SWEEP_SECONDS", 3600, 1, 86_400),
   RECONCILE_AFTER_MS: int("RECONCILE_AFTER_MS", 120_000, 0, 7 * 86_400_000),
   SHUTDOWN_TIMEOUT_MS: int("SHUTDOWN_TIMEOUT_MS", 25_000, 0, 600_000),
   MEDIA_REPLY: sayOrNothing("Thanks! I can read text, images and PDFs, but not voice notes or videos. Could you write your question?"),

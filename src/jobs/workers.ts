@@ -27,6 +27,7 @@ import { decideFate } from "./policy.ts";
 import type { Processor, Processors } from "./processor.ts";
 import { reconcileProcessor } from "./reconcile.ts";
 import { type ReplySettings, replyProcessor } from "./reply.ts";
+import { startRetentionSweep } from "./retention.ts";
 import { statusProcessor } from "./status.ts";
 
 /**
@@ -72,6 +73,8 @@ export function startConfiguredWorkers(settings: Settings, given: WorkerShared):
     processors,
   );
   startSweeps(clients.queues.reconcile, settings.reconcile.intervalMs, shared.logger);
+  // RETENTION set: this process forgets what is older (src/jobs/retention.ts).
+  const retention = settings.retention && startRetentionSweep({ ...shared, queues: clients.queues }, settings.retention);
   // Staff notifications on (a channel configured): this process collects and delivers them (src/notify/).
   if (clients.channels)
     scheduleCollect({ queue: clients.queues.notify, settings: settings.staffNotify }).catch((error: unknown) =>
@@ -80,7 +83,7 @@ export function startConfiguredWorkers(settings: Settings, given: WorkerShared):
   return {
     all: workers.all,
     async close(timeoutMs) {
-      await workers.close(timeoutMs);
+      await Promise.all([workers.close(timeoutMs), retention?.close()]);
       await clients.close();
     },
   };

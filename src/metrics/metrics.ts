@@ -36,6 +36,8 @@ export interface Metrics {
   replyParts: Histogram<"phone_number_id">;
   graphErrors: Counter<"code" | "via">;
   staffNotifications: Counter<"channel" | "outcome">;
+  /** Rows (and kept jobs) whose words RETENTION's sweep emptied, by kind. */
+  retentionErased: Counter<"kind">;
 }
 
 export function createMetrics(options: { defaultMetrics?: boolean } = {}): Metrics {
@@ -70,6 +72,12 @@ function messagePathMetrics(registers: Registry[]) {
       name: "wa_jobs_total",
       help: "Finished jobs by queue and outcome (reply outcomes: sent, dead_lettered, nothing_to_answer; failed = will retry or gave up)",
       labelNames: ["queue", "outcome"],
+      registers,
+    }),
+    retentionErased: new Counter({
+      name: "wa_retention_erased_total",
+      help: "Rows whose customers' words the RETENTION sweep emptied (the rows, counts and costs stay), and finished jobs it removed (kind jobs), by kind",
+      labelNames: ["kind"],
       registers,
     }),
     deadLettersCreated: new Counter({
