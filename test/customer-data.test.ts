@@ -3,6 +3,7 @@ import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { addStaff } from "../src/staff/accounts.ts";
 import { STAFF_JS } from "./support/build.ts";
+import { saysAndIsAnswered } from "./support/customer.ts";
 import { everyKey, everyRow } from "./support/every-row.ts";
 import { graphError } from "./support/fake-graph.ts";
 import { eventually, type Harness, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
@@ -45,12 +46,7 @@ beforeAll(async () => {
 });
 afterAll(async () => h?.close());
 
-async function say(who: { phone: string; name: string }, text: string): Promise<void> {
-  const { body, wamids } = textWebhook({ text, from: who.phone, name: who.name });
-  expect((await h.deliver(body)).statusCode).toBe(200);
-  await eventually(async () => (await h.db.inboundMessage.findUnique({ where: { wamid: wamids[0] } }))?.replyId, `"${text}" answered`);
-  await untilQuiet(h);
-}
+const say = (who: { phone: string; name: string }, text: string) => saysAndIsAnswered(h, who, text);
 
 async function staffCookie(): Promise<Record<string, string>> {
   const signIn = await h.app.inject({ method: "POST", url: "/admin/session", payload: { email: "sam@example.com", password: PASSWORD } });

@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { saysAndIsAnswered } from "./support/customer.ts";
 import { everyKey, everyRow } from "./support/every-row.ts";
 import { graphError } from "./support/fake-graph.ts";
 import { eventually, type Harness, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
@@ -26,12 +27,7 @@ beforeAll(async () => {
 });
 afterAll(async () => h?.close());
 
-async function say(who: { phone: string; name: string }, text: string): Promise<void> {
-  const { body, wamids } = textWebhook({ text, from: who.phone, name: who.name });
-  expect((await h.deliver(body)).statusCode).toBe(200);
-  await eventually(async () => (await h.db.inboundMessage.findUnique({ where: { wamid: wamids[0] } }))?.replyId, `"${text}" answered`);
-  await untilQuiet(h);
-}
+const say = (who: { phone: string; name: string }, text: string) => saysAndIsAnswered(h, who, text);
 
 describe("RETENTION", () => {
   it("empties the words older than it, rows, counts and costs kept; an open item's conversation waits for it to close", async () => {
