@@ -1,18 +1,25 @@
 import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { addStaff } from "../src/staff/accounts.ts";
 import { STAFF_JS } from "./support/build.ts";
+import { type Business, startBusiness } from "./support/business-fixture.ts";
 import { saysAndIsAnswered } from "./support/customer.ts";
 import { everyKey, everyRow } from "./support/every-row.ts";
 import { graphError } from "./support/fake-graph.ts";
+import { FakeTranscriber } from "./support/fake-transcriber.ts";
 import { eventually, type Harness, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
 import { untilQuiet } from "./support/quiet.ts";
 import { envelope, messagesChange, metaWire, PHONE_NUMBER_ID, textWebhook, uniqueWamid } from "./support/webhook-bodies.ts";
 
 /**
- * Issue 35.1: a customer's data found by staff (GET /admin/contacts) and exported whole by
- * operators (GET /admin/contacts/:id/export), every export audited.
+ * Issue 35: a customer's data (their words, a photo's caption, a voice note's transcript, a
+ * business tool's input and answer, a dead letter's draft and note, a rating) found by staff,
+ * exported whole and erased by operators, each audited; after the erase no row and no Redis key
+ * holds them, the other customer's data is whole, and counts and costs are the same.
  */
 
 const PASSWORD = "correct horse battery staple";
@@ -20,9 +27,29 @@ const ANA = { phone: "447700900123", name: "Ana Lima" };
 const BEN = { phone: "351912000111", name: "Ben Costa" };
 const bearer = { authorization: `Bearer ${TEST_ADMIN_TOKEN}` };
 
+const VOICE_ID = "MEDIA-ana-voice";
+const OGG = Buffer.concat([Buffer.from("OggS\0\x02"), Buffer.alloc(2048, 7)]);
+
 let h: Harness;
+let root: string;
+let business: Business;
+let transcriber: FakeTranscriber;
 beforeAll(async () => {
-  h = await startHarness({ env: { REPLY_DEBOUNCE_MS: "0", JOB_ATTEMPTS: "1" } });
+  root = await mkdtemp(join(tmpdir(), "customer-data-"));
+  business = await startBusiness(root, { lookup_order: ["GET", "/orders/{orderId}", ["orderId"]] });
+  transcriber = await new FakeTranscriber().start();
+  transcriber.words = "I want to return my red boots";
+  h = await startHarness({
+    env: {
+      REPLY_DEBOUNCE_MS: "0",
+      JOB_ATTEMPTS: "1",
+      PHONE_NUMBERS_FILE: business.numbersFile,
+      TRANSCRIBE_BASE_URL: transcriber.url,
+      TRANSCRIBE_API_KEY: "test-transcribe-key",
+      CSAT_AFTER_SECONDS: "1",
+    },
+  });
+  h.graph.media.set(VOICE_ID, { mimeType: "audio/ogg; codecs=opus", bytes: OGG });
   h.startWorkers();
   await addStaff(h.db, "sam@example.com", PASSWORD);
   // Ana: a question answered, a photo with a caption, and a reply Meta refuses, discarded with a note.
@@ -40,11 +67,40 @@ beforeAll(async () => {
   expect((await h.deliver(metaWire(envelope([messagesChange([photo as never], PHONE_NUMBER_ID, { [ANA.phone]: ANA.name })])))).statusCode).toBe(200);
   const letter = await eventually(() => h.db.deadLetter.findFirst({ where: { conversation: { contact: { waId: ANA.phone } } } }), "Ana's item");
   await h.app.inject({ method: "POST", url: `/admin/dlq/${letter.id}/discard`, headers: bearer, payload: { note: "called Ana about the heel" } });
+  // A voice note, heard; an order looked up through the business's tool; then asked how it went, and rated.
+  h.claude.answer({ text: "Of course: the boots can go back within 30 days." });
+  await deliverFromAna({ type: "audio", audio: { id: VOICE_ID, mime_type: "audio/ogg; codecs=opus", voice: true } });
+  await eventually(async () => (await h.db.inboundMessage.findFirst({ where: { type: "audio" } }))?.replyId, "the voice note answered");
+  h.claude.answer(
+    { content: [{ type: "tool_use", id: "toolu_ana", name: "lookup_order", input: { orderId: "A1003" } }] },
+    { text: "Order A1003 is delivered." },
+  );
+  await say(ANA, "Where is my order A1003?");
+  await eventually(() => h.graph.interactiveSends.some((send) => send.body.to === ANA.phone), "Ana asked how it went");
+  const ask = await h.db.outboundMessage.findFirstOrThrow({
+    where: { reply: { kind: "csat", conversation: { contact: { waId: ANA.phone } } }, wamid: { not: null } },
+  });
+  await deliverFromAna({
+    type: "interactive",
+    interactive: { type: "button_reply", button_reply: { id: "csat:bad", title: "Bad" } },
+    context: { from: "15550783881", id: ask.wamid },
+  });
+  await eventually(() => h.db.csatAsk.findFirst({ where: { rating: "bad" } }), "Ana's rating");
   h.claude.answer({ text: "Hello Ben." });
   await say(BEN, "Hello");
   await untilQuiet(h);
 });
-afterAll(async () => h?.close());
+afterAll(async () => {
+  await h?.close();
+  await Promise.all([business?.stop(), transcriber?.stop()]);
+  await rm(root, { recursive: true, force: true });
+});
+
+/** One message from Ana, as Meta delivers it. */
+async function deliverFromAna(message: Record<string, unknown>): Promise<void> {
+  const full = { from: ANA.phone, id: uniqueWamid(), timestamp: String(Math.floor(Date.now() / 1000)), ...message };
+  expect((await h.deliver(metaWire(envelope([messagesChange([full as never], PHONE_NUMBER_ID, { [ANA.phone]: ANA.name })])))).statusCode).toBe(200);
+}
 
 const say = (who: { phone: string; name: string }, text: string) => saysAndIsAnswered(h, who, text);
 
@@ -149,7 +205,9 @@ describe("POST /admin/contacts/:id/erase", () => {
     expect(wrong.json().error).toBe("bad body: confirm (write the contact's label, as the page shows it, to erase it)");
     const erased = await erase(`+${ANA.phone}`);
     expect(erased.statusCode, erased.body).toBe(200);
-    expect(erased.json().erased).toMatchObject({ conversations: 1, contacts: 1, messages: 2, items: 1 });
+    expect(erased.json().erased).toMatchObject({ conversations: 1, contacts: 1, messages: 5, items: 1, toolCalls: 1 });
+    // The rating stays, linked to nobody: insights count it the same.
+    expect(await h.db.csatAsk.count({ where: { rating: "bad" } })).toBe(1);
 
     const rows = await everyRow(h);
     for (const word of anasWords) expect(rows, `a row still holds "${word}"`).not.toContain(word);
