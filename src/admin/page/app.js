@@ -1,7 +1,8 @@
 // The staff page: static files over the JSON API (the one way actions happen), no build step.
 // This module routes between sign-in, the queue and one item (#/item/<id>), the conversations
-// and one (#/conversations/<id>), insights and costs; keeps the view fresh as the live feed
-// (live.js) says things change, and owns the keyboard shortcuts.
+// and one (#/conversations/<id>), insights, costs, customers and "Try it"; keeps the queue and
+// the conversations fresh as the live feed (live.js) says things change, and owns the keyboard
+// shortcuts.
 
 import { api, onSignedOut, setCsrfToken } from "./api.js";
 import { loadConversations, openConversation, opened, refreshConversation, wireConversations } from "./conversations.js";
@@ -48,17 +49,19 @@ const REFRESH = {
   costs: loadCosts,
 };
 const refreshView = () => REFRESH[view]?.() ?? Promise.resolve();
+/** The views the live feed refreshes; the others show figures or forms the person may be in the middle of. */
+const LIVE_VIEWS = new Set(["queue", "detail", "conversations", "conversation"]);
 
 /**
  * Something changed: the list, the item or the conversation on screen is read again
- * (refreshDetail never writes over a reply box someone is in or has changed). Costs and insights
- * are not: the person may be choosing days. Changes that come while a refresh runs make one more,
+ * (refreshDetail never writes over a reply box someone is in or has changed). Views outside LIVE_VIEWS
+ * are not: the person may be choosing days or typing. Changes that come while a refresh runs make one more,
  * not one each; a hidden page reads again when it is shown (visibilitychange).
  */
 let refreshing = false;
 let changedMeanwhile = false;
 async function onChange() {
-  if (document.hidden || view === "costs" || view === "insights" || view === "try" || view === "customers" || view === "sign-in") return;
+  if (document.hidden || !LIVE_VIEWS.has(view)) return;
   if (refreshing) {
     changedMeanwhile = true;
     return;
@@ -83,8 +86,7 @@ function showSignIn() {
 }
 
 async function showQueue(message, fromItem) {
-  detail.current = null;
-  leavePresence();
+  leaveItem();
   const returningFrom = fromItem ? queue.ids.indexOf(fromItem) : -1;
   show("queue");
   document.title = "Support queue";
@@ -107,7 +109,7 @@ async function showItem(id) {
   $("#detail-title").focus({ preventScroll: false });
 }
 
-/** A view of figures (costs, insights): not refreshed by the live feed, since the person may be choosing days; a new visit or Show reads again. */
+/** A view the live feed leaves alone (costs, insights, customers, Try it): the person may be choosing days or typing; a new visit reads again. */
 async function showFigures(section, title, load) {
   leaveItem();
   show(section);
