@@ -8,7 +8,7 @@ import { windowOpen } from "../whatsapp/window.ts";
 /**
  * How staff read a conversation, wherever they meet it: the customer, both sides of what was
  * said, and why the bot said each thing (the knowledge it cited, the actions it took). A dead
- * letter's page (src/dlq/views.ts) and the conversations' (list.ts, detail.ts) show the same
+ * letter's page (items.ts) and the conversations' (list.ts, detail.ts) show the same
  * shapes, built here once.
  */
 

@@ -4,7 +4,6 @@ import type { Logger } from "../logger.ts";
 import { type Queues, scheduleReply } from "../queue/queues.ts";
 import type { ChosenTemplate } from "../state/replies.ts";
 import { answerHandedOff, type ResendInput, reopenAfterFailedQueue, resendDeadLetter, type StaffOutcome } from "../state/staff-actions.ts";
-import { listDeadLetters } from "./views.ts";
 
 /**
  * A person's action on a dead letter that sends something, whole: the transition
@@ -73,14 +72,20 @@ export async function bulkRetry(
   input: { code: string; spacingMs?: number | undefined; confirmMaybeSent?: boolean | undefined; actor: string },
   now: Date,
 ): Promise<{ resent: number; skipped: number; spacingMs: number }> {
-  const { items } = await listDeadLetters(deps.db, { code: input.code, limit: 500 });
+  // Oldest first, as the queue lists them: what has waited longest is resent first.
+  const items = await deps.db.deadLetter.findMany({
+    where: { state: "open", code: input.code },
+    orderBy: { createdAt: "asc" },
+    take: 500,
+    select: { id: true, replyId: true },
+  });
   const spacingMs = input.spacingMs ?? BULK_SPACING_MS;
   let resent = 0;
   let skipped = 0;
   const seen = new Set<string>();
   for (const item of items) {
-    if (item.reply && seen.has(item.reply.id)) continue;
-    if (item.reply) seen.add(item.reply.id);
+    if (item.replyId && seen.has(item.replyId)) continue;
+    if (item.replyId) seen.add(item.replyId);
     const result = await resend(deps, item.id, { actor: input.actor, confirmMaybeSent: input.confirmMaybeSent }, now, resent * spacingMs);
     if (result.ok) resent++;
     else skipped++;

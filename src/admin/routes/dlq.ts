@@ -1,7 +1,7 @@
 import type { FastifyInstance } from "fastify";
+import { getDeadLetter, listDeadLetters } from "../../conversations/items.ts";
 import { summarizeDeadLetters } from "../../dlq/reasons.ts";
 import { bulkRetry, resend, type StaffSendDeps } from "../../dlq/staff.ts";
-import { getDeadLetter, listDeadLetters } from "../../dlq/views.ts";
 import { discardDeadLetter } from "../../state/staff-actions.ts";
 import { refuse } from "../refusals.ts";
 import { problem, type StaffApp, sendingRoute, staffRoute, type ZodParts } from "../schema.ts";

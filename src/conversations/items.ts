@@ -1,9 +1,9 @@
-import { contactView, controlsView, repliesIn, repliesWork, timelineOf } from "../conversations/views.ts";
 import type { Db } from "../db/client.ts";
+import { explain, type ReasonKind } from "../dlq/explain.ts";
+import { reasonWhere } from "../dlq/reasons.ts";
 import type { DeadLetterState, Prisma } from "../generated/prisma/client.ts";
 import { delivered, maybeSent } from "../state/parts.ts";
-import { explain, type ReasonKind } from "./explain.ts";
-import { reasonWhere } from "./reasons.ts";
+import { contactView, controlsView, repliesIn, repliesWork, timelineOf } from "./views.ts";
 
 /**
  * What staff read of the dead-letter queue: the list, and one item with everything needed to
