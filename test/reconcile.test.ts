@@ -66,7 +66,7 @@ const sweepDeps = (h: Harness) => ({
   clock: systemClock,
 });
 /** A sweep of the test's own, acting on work of any age. */
-const sweep = (deps: ReturnType<typeof sweepDeps>) => reconcile(deps, { afterMs: 0, holdingReply: "" });
+const sweep = (deps: ReturnType<typeof sweepDeps>) => reconcile(deps, { afterMs: 0, holdingReply: "", queuePrefix: deps.prefix });
 
 describe("the reconciler", () => {
   it("drives a reply job BullMQ gave up on again at start-up: the message is answered once, and the failed set is empty", async () => {

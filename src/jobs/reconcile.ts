@@ -36,9 +36,8 @@ import { deadLetterFailedDelivery } from "./status.ts";
 export interface ReconcileDeps extends DeadLetterDeps {
   db: Db;
   queues: Queues;
-  /** For the "driven again once" marks, beside the queues, under the queues' prefix. */
+  /** For the "driven again once" marks, beside the queues. */
   redis: RedisClient;
-  prefix: string;
   logger: Logger;
 }
 
@@ -50,6 +49,8 @@ export interface ReconcileSettings {
   afterMs: number;
   holdingReply: string;
   csat?: CsatSettings | undefined;
+  /** The queues' prefix: the "driven again once" marks are kept under it. */
+  queuePrefix: string;
 }
 
 /** A mark lives long enough to tell "driven again and stuck again" from a new problem, days later. */
@@ -100,8 +101,8 @@ async function isolated(deps: ReconcileDeps, result: SweepResult, item: Record<s
 }
 
 /** True the first time for `what`, false while its mark lives: "driven again, once". */
-async function firstTime(deps: ReconcileDeps, afterMs: number, what: string): Promise<boolean> {
-  return (await deps.redis.set(`${deps.prefix}:reconciled:${what}`, "1", "PX", markTtlMs(afterMs), "NX")) === "OK";
+async function firstTime(deps: ReconcileDeps, settings: ReconcileSettings, what: string): Promise<boolean> {
+  return (await deps.redis.set(`${settings.queuePrefix}:reconciled:${what}`, "1", "PX", markTtlMs(settings.afterMs), "NX")) === "OK";
 }
 
 async function settleStuckConversations(deps: ReconcileDeps, settings: ReconcileSettings, result: SweepResult): Promise<void> {
@@ -120,7 +121,7 @@ async function settleStuckConversations(deps: ReconcileDeps, settings: Reconcile
     await isolated(deps, result, { conversation: conversationId }, async () => {
       if (await hasLiveReplyJob(deps.queues, conversationId)) return; // someone is on it
       const log = deps.logger.child({ conversation: conversationId });
-      if (await firstTime(deps, settings.afterMs, `conv.${conversationId}`)) {
+      if (await firstTime(deps, settings, `conv.${conversationId}`)) {
         await scheduleReply(deps.queues, conversationId, 0);
         log.warn({ event: "reconcile.redriven" }, "unanswered work had no reply job; driven again");
         result.redriven++;
@@ -179,7 +180,7 @@ async function settleFailedJobs(deps: ReconcileDeps, settings: ReconcileSettings
   await each("reply", await reply.getFailed(0, BATCH - 1), (job) => settleFailedReplyJob(deps, job));
   await each("inbound", await inbound.getFailed(0, BATCH - 1), (job) => settleFailedInboundJob(deps, settings, job, result));
   await each("status", await status.getFailed(0, BATCH - 1), (job) => settleFailedStatusJob(deps, settings, job));
-  await each<EventJobData>("events", await events.getFailed(0, BATCH - 1), (job) => settleFailedEventJob(deps, settings.afterMs, job));
+  await each<EventJobData>("events", await events.getFailed(0, BATCH - 1), (job) => settleFailedEventJob(deps, settings, job));
 }
 
 /**
@@ -231,7 +232,7 @@ async function settleFailedInboundJob(deps: ReconcileDeps, settings: ReconcileSe
     log.warn({ event: "reconcile.failed_job_settled", queue: "inbound", failedReason: job.failedReason }, "failed inbound job; its message is stored");
     return;
   }
-  if (await firstTime(deps, settings.afterMs, `job.${job.id}`)) {
+  if (await firstTime(deps, settings, `job.${job.id}`)) {
     await job.retry("failed", { resetAttemptsMade: true });
     log.warn({ event: "reconcile.failed_job_redriven", queue: "inbound", failedReason: job.failedReason }, "failed inbound job driven again");
     return;
@@ -259,7 +260,7 @@ async function settleFailedInboundJob(deps: ReconcileDeps, settings: ReconcileSe
 async function settleFailedStatusJob(deps: ReconcileDeps, settings: ReconcileSettings, job: Job<StatusJobData>): Promise<void> {
   const read = readJob("status", job.data, job.timestamp);
   const log = deps.logger.child({ job: job.id });
-  if (read.ok && (await firstTime(deps, settings.afterMs, `job.${job.id}`))) {
+  if (read.ok && (await firstTime(deps, settings, `job.${job.id}`))) {
     await job.retry("failed", { resetAttemptsMade: true });
     log.warn({ event: "reconcile.failed_job_redriven", queue: "status", failedReason: job.failedReason }, "failed status job driven again");
     return;
@@ -279,9 +280,9 @@ async function settleFailedStatusJob(deps: ReconcileDeps, settings: ReconcileSet
 }
 
 /** A business-side event (an echo, a preference, a BSUID change) carries no customer message: driven again once, then logged and dropped. */
-async function settleFailedEventJob(deps: ReconcileDeps, afterMs: number, job: Job<EventJobData>): Promise<void> {
+async function settleFailedEventJob(deps: ReconcileDeps, settings: ReconcileSettings, job: Job<EventJobData>): Promise<void> {
   const log = deps.logger.child({ job: job.id, type: job.data.type });
-  if (await firstTime(deps, afterMs, `job.${job.id}`)) {
+  if (await firstTime(deps, settings, `job.${job.id}`)) {
     await job.retry("failed", { resetAttemptsMade: true });
     log.warn({ event: "reconcile.failed_job_redriven", queue: "events", failedReason: job.failedReason }, "failed event job driven again");
     return;

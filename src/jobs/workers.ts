@@ -145,8 +145,8 @@ function configuredProcessors(settings: Settings, infra: WorkerShared & WorkerCl
     ),
     events: eventsProcessor({ db, logger, clock }, { conversation }),
     reconcile: reconcileProcessor(
-      { ...deadLetters, redis: infra.connection, prefix: settings.queuePrefix, logger },
-      { afterMs: settings.reconcile.afterMs, holdingReply: conversation.holdingReply, csat: conversation.csat },
+      { ...deadLetters, redis: infra.connection, logger },
+      { afterMs: settings.reconcile.afterMs, holdingReply: conversation.holdingReply, csat: conversation.csat, queuePrefix: settings.queuePrefix },
     ),
     csat: csatProcessor({ db, queues, logger, clock }, conversation.csat),
     notify: notifier && notifyProcessor(notifier),
