@@ -32,9 +32,12 @@ export interface NotifierDeps {
   logger: Logger;
   metrics: Pick<Metrics, "staffNotifications">;
   channels: StaffChannels;
-  settings: Pick<StaffNotifySettings, "batchMs" | "publicBaseUrl">;
-  retry: RetryDelaySettings;
   clock: Clock;
+}
+
+/** How often notifications are batched, where their links lead, and the longest backoff (a spent job is retried no sooner). */
+export interface NotifierSettings extends Pick<StaffNotifySettings, "batchMs" | "publicBaseUrl"> {
+  retry: RetryDelaySettings;
 }
 
 /** With RETRY_MAX_DELAY_MS's default (5 min), well over an hour of tries before the collect's slower ones. */
@@ -46,20 +49,22 @@ const REDRIVE_BATCH = 50;
 export const collectEveryMs = (batchMs: number) => Math.min(60_000, Math.max(100, Math.floor(batchMs / 4)));
 
 /** A staff notification job: a delivery of one notification, or (no id) the scheduled collect. */
-export function notifyProcessor(deps: NotifierDeps): Processor<"notify"> {
-  return { run: (job) => (job.data.notificationId ? deliverNotification(deps, job.data.notificationId) : collectNotifications(deps)) };
+export function notifyProcessor(deps: NotifierDeps, settings: NotifierSettings): Processor<"notify"> {
+  return {
+    run: (job) => (job.data.notificationId ? deliverNotification(deps, settings, job.data.notificationId) : collectNotifications(deps, settings)),
+  };
 }
 
-export async function scheduleCollect(deps: Pick<NotifierDeps, "queue" | "settings">): Promise<void> {
+export async function scheduleCollect(queue: NotifierDeps["queue"], batchMs: number): Promise<void> {
   const keep = { removeOnComplete: { count: 100 }, removeOnFail: { count: 100 } };
-  await deps.queue.upsertJobScheduler("collect", { every: collectEveryMs(deps.settings.batchMs) }, { name: "collect", data: {}, opts: keep });
+  await queue.upsertJobScheduler("collect", { every: collectEveryMs(batchMs) }, { name: "collect", data: {}, opts: keep });
 }
 
 /** One collect: pending notifications driven again, then a new one if it is time. */
-export async function collectNotifications(deps: NotifierDeps): Promise<string> {
+async function collectNotifications(deps: NotifierDeps, settings: NotifierSettings): Promise<string> {
   const now = deps.clock.now();
-  await redriveUndelivered(deps, now);
-  const batch = await makeBatch(deps.db, deps.channels.configured, deps.settings.batchMs, now);
+  await redriveUndelivered(deps, settings.retry.maxDelayMs, now);
+  const batch = await makeBatch(deps.db, deps.channels.configured, settings.batchMs, now);
   if (!batch) return "nothing_due";
   await enqueueDelivery(deps, batch.id);
   deps.logger.info({ event: "notify.batched", notification: batch.id, items: batch.items }, "staff notification made");
@@ -80,14 +85,14 @@ async function enqueueDelivery(deps: Pick<NotifierDeps, "queue">, notificationId
  * add) is queued again; one whose job failed for good is retried, no more often than the
  * longest backoff. Adding an id that is queued already does nothing.
  */
-async function redriveUndelivered(deps: NotifierDeps, now: Date): Promise<void> {
+async function redriveUndelivered(deps: NotifierDeps, longestBackoffMs: number, now: Date): Promise<void> {
   for (const pending of await undeliveredBatches(deps.db, REDRIVE_BATCH)) {
     const job = await deps.queue.getJob(deliverJobId(pending.id));
     const log = deps.logger.child({ notification: pending.id });
     if (!job) {
       await enqueueDelivery(deps, pending.id);
       log.warn({ event: "notify.redriven", why: "no_job" }, "pending staff notification had no job; queued again");
-    } else if ((await job.isFailed()) && now.getTime() - (job.finishedOn ?? 0) >= deps.retry.maxDelayMs) {
+    } else if ((await job.isFailed()) && now.getTime() - (job.finishedOn ?? 0) >= longestBackoffMs) {
       await job.retry("failed");
       log.warn({ event: "notify.redriven", why: "attempts_spent" }, "staff notification still undelivered; tried again");
     }
@@ -95,7 +100,7 @@ async function redriveUndelivered(deps: NotifierDeps, now: Date): Promise<void> 
 }
 
 /** Sends one notification to each channel that has not taken it yet. Throws (to be retried) when one did not. */
-export async function deliverNotification(deps: NotifierDeps, notificationId: string): Promise<string> {
+async function deliverNotification(deps: NotifierDeps, settings: NotifierSettings, notificationId: string): Promise<string> {
   const log = deps.logger.child({ notification: notificationId });
   const batch = await findBatch(deps.db, notificationId);
   if (!batch) {
@@ -103,7 +108,7 @@ export async function deliverNotification(deps: NotifierDeps, notificationId: st
     return "missing";
   }
   if (batch.deliveredAt) return "already_delivered";
-  const message = composeStaffMessage(await batchItems(deps.db, notificationId), deps.settings.publicBaseUrl);
+  const message = composeStaffMessage(await batchItems(deps.db, notificationId), settings.publicBaseUrl);
   const failures: string[] = [];
   for (const channel of batch.channels) {
     if (channel === "webhook" ? batch.webhookSentAt : batch.emailSentAt) continue; // took it on an earlier attempt

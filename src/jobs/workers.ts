@@ -77,7 +77,7 @@ export function startConfiguredWorkers(settings: Settings, given: WorkerShared):
   const retention = settings.retention && startRetentionSweep({ ...shared, queues: clients.queues }, settings.retention);
   // Staff notifications on (a channel configured): this process collects and delivers them (src/notify/).
   if (clients.channels)
-    scheduleCollect({ queue: clients.queues.notify, settings: settings.staffNotify }).catch((error: unknown) =>
+    scheduleCollect(clients.queues.notify, settings.staffNotify.batchMs).catch((error: unknown) =>
       shared.logger.warn({ event: "notify.schedule_failed", err: error }, "could not schedule staff notifications; the next start-up will"),
     );
   return {
@@ -133,7 +133,7 @@ function workerClients(settings: Settings, shared: WorkerShared & { clock: Clock
 function configuredProcessors(settings: Settings, infra: WorkerShared & WorkerClients & { clock: Clock }): Processors {
   const { db, logger, metrics, clock, queues } = infra;
   const retry = retryOf(settings.jobs);
-  const notifier = infra.channels && { db, queue: queues.notify, logger, metrics, retry, clock, channels: infra.channels, settings: settings.staffNotify };
+  const notifier = infra.channels && { db, queue: queues.notify, logger, metrics, clock, channels: infra.channels };
   const deadLetters: DeadLetterDeps = { db, queues, metrics, clock };
   const { conversation } = settings;
   return {
@@ -149,7 +149,7 @@ function configuredProcessors(settings: Settings, infra: WorkerShared & WorkerCl
       { afterMs: settings.reconcile.afterMs, holdingReply: conversation.holdingReply, csat: conversation.csat, queuePrefix: settings.queuePrefix },
     ),
     csat: csatProcessor({ db, queues, logger, clock }, conversation.csat),
-    notify: notifier && notifyProcessor(notifier),
+    notify: notifier && notifyProcessor(notifier, { ...settings.staffNotify, retry }),
   };
 }
 
