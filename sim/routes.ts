@@ -89,99 +89,120 @@ export interface DemoRoutesDeps {
 const problem = (error: z.ZodError) => error.issues.map((i) => (i.path.length ? `${i.path.join(".")}: ${i.message}` : i.message)).join("; ");
 
 export function demoRoutes(deps: DemoRoutesDeps): FastifyPluginAsync {
-  const { sandbox } = deps;
   return async (app: FastifyInstance) => {
-    // The page's scripts and styles come from here only: no inline script, no framing.
-    await app.register(helmet, {
-      contentSecurityPolicy: {
-        useDefaults: false,
-        directives: {
-          defaultSrc: ["'self'"],
-          scriptSrc: ["'self'"],
-          styleSrc: ["'self'"],
-          imgSrc: ["'self'", "data:", "blob:"],
-          connectSrc: ["'self'"],
-          objectSrc: ["'none'"],
-          baseUri: ["'none'"],
-          formAction: ["'self'"],
-          frameAncestors: ["'none'"],
-        },
-      },
-      // The sandbox is served over plain http://127.0.0.1.
-      hsts: false,
-    });
-
-    app.get("/demo", async (_request, reply) => reply.type("text/html; charset=utf-8").header("cache-control", "no-store").send(INDEX));
-    app.get<{ Params: { file: string } }>("/demo/assets/:file", async (request, reply) => {
-      const asset = ASSETS.get(request.params.file);
-      if (!asset) return reply.code(404).send({ error: "not found" });
-      return reply.type(asset.type).header("cache-control", "no-cache").send(asset.body);
-    });
-
-    app.get("/demo/api/info", async () => ({
-      business: BUSINESS,
-      menu: MENU,
-      claude: deps.claude,
-      staff: { url: "/admin", email: deps.staffEmail },
-    }));
-
-    app.get("/demo/api/customers", async () => ({ customers: sandbox.customers() }));
-    app.post("/demo/api/customers", async (request, reply) => {
-      const body = customerBody.safeParse(request.body ?? {});
-      if (!body.success) return reply.code(400).send({ error: problem(body.error) });
-      try {
-        return reply.code(201).send({ customer: sandbox.addCustomer(body.data) });
-      } catch (error) {
-        if (error instanceof DemoInputError) return reply.code(400).send({ error: error.message });
-        throw error;
-      }
-    });
-
-    app.post("/demo/api/messages", { bodyLimit: 8 * 1024 * 1024 }, async (request, reply) => {
-      const body = messageBody.safeParse(request.body ?? {});
-      if (!body.success) return reply.code(400).send({ error: problem(body.error) });
-      const b = body.data;
-      const key = b.from ?? b.userId!;
-      let message: CustomerMessage;
-      try {
-        if (!sandbox.customer(key)) sandbox.addCustomer({ name: b.name, phone: b.from, username: b.username, userId: b.userId });
-        message = messageOf(b);
-      } catch (error) {
-        if (error instanceof DemoInputError) return reply.code(400).send({ error: error.message });
-        throw error;
-      }
-      const entry = sandbox.write(key, message);
-      return reply.code(202).send({ id: entry.id, chat: key });
-    });
-
-    app.get<{ Params: { from: string } }>("/demo/api/chats/:from", async (request, reply) => {
-      const key = request.params.from;
-      const customer = sandbox.customer(key);
-      const chat = sandbox.chat(key);
-      if (!customer || !chat) return reply.code(404).send({ error: `no chat with ${key}` });
-      return { customer, typing: chat.typing, openDeadLetters: await openDeadLetters(deps.db, customer), messages: await shown(deps.db, chat.entries) };
-    });
-
-    app.get<{ Params: { id: string } }>("/demo/api/media/:id", async (request, reply) => {
-      const media = sandbox.media(request.params.id);
-      if (!media) return reply.code(404).send({ error: "no such file (the demo keeps the last 50)" });
-      return reply.type(media.mimeType).header("content-disposition", "inline").send(media.bytes);
-    });
-
-    app.get("/demo/api/faults", async () => sandbox.faults);
-    app.post("/demo/api/faults", async (request, reply) => {
-      const update = faultsUpdate.safeParse(request.body ?? {});
-      if (!update.success) return reply.code(400).send({ error: problem(update.error) });
-      if (update.data.claude && deps.claude !== "offline")
-        return reply.code(409).send({ error: "Claude is real in this run (ANTHROPIC_API_KEY is set): only the offline responder can be told to fail" });
-      return sandbox.setFaults(update.data);
-    });
-
-    app.get<{ Querystring: { after?: string } }>("/demo/api/events", async (request) => {
-      const after = Number(request.query.after ?? 0);
-      return { events: sandbox.log.since(Number.isFinite(after) ? after : 0), last: sandbox.log.last, faults: sandbox.faults };
-    });
+    await securePage(app);
+    pageRoutes(app, deps);
+    customerRoutes(app, deps.sandbox);
+    chatRoutes(app, deps);
+    faultRoutes(app, deps);
   };
+}
+
+/** The page's scripts and styles come from here only: no inline script, no framing. */
+async function securePage(app: FastifyInstance): Promise<void> {
+  await app.register(helmet, {
+    contentSecurityPolicy: {
+      useDefaults: false,
+      directives: {
+        defaultSrc: ["'self'"],
+        scriptSrc: ["'self'"],
+        styleSrc: ["'self'"],
+        imgSrc: ["'self'", "data:", "blob:"],
+        connectSrc: ["'self'"],
+        objectSrc: ["'none'"],
+        baseUri: ["'none'"],
+        formAction: ["'self'"],
+        frameAncestors: ["'none'"],
+      },
+    },
+    // The sandbox is served over plain http://127.0.0.1.
+    hsts: false,
+  });
+}
+
+/** The chat page itself, its assets, and what it shows before any chat: the business, its menu, who answers. */
+function pageRoutes(app: FastifyInstance, deps: DemoRoutesDeps): void {
+  app.get("/demo", async (_request, reply) => reply.type("text/html; charset=utf-8").header("cache-control", "no-store").send(INDEX));
+  app.get<{ Params: { file: string } }>("/demo/assets/:file", async (request, reply) => {
+    const asset = ASSETS.get(request.params.file);
+    if (!asset) return reply.code(404).send({ error: "not found" });
+    return reply.type(asset.type).header("cache-control", "no-cache").send(asset.body);
+  });
+
+  app.get("/demo/api/info", async () => ({
+    business: BUSINESS,
+    menu: MENU,
+    claude: deps.claude,
+    staff: { url: "/admin", email: deps.staffEmail },
+  }));
+}
+
+/** The customers' side: who can write, and a customer writing (on its way to POST /webhook as Meta would deliver it). */
+function customerRoutes(app: FastifyInstance, sandbox: Sandbox): void {
+  app.get("/demo/api/customers", async () => ({ customers: sandbox.customers() }));
+  app.post("/demo/api/customers", async (request, reply) => {
+    const body = customerBody.safeParse(request.body ?? {});
+    if (!body.success) return reply.code(400).send({ error: problem(body.error) });
+    try {
+      return reply.code(201).send({ customer: sandbox.addCustomer(body.data) });
+    } catch (error) {
+      if (error instanceof DemoInputError) return reply.code(400).send({ error: error.message });
+      throw error;
+    }
+  });
+
+  app.post("/demo/api/messages", { bodyLimit: 8 * 1024 * 1024 }, async (request, reply) => {
+    const body = messageBody.safeParse(request.body ?? {});
+    if (!body.success) return reply.code(400).send({ error: problem(body.error) });
+    const b = body.data;
+    const key = b.from ?? b.userId!;
+    let message: CustomerMessage;
+    try {
+      if (!sandbox.customer(key)) sandbox.addCustomer({ name: b.name, phone: b.from, username: b.username, userId: b.userId });
+      message = messageOf(b);
+    } catch (error) {
+      if (error instanceof DemoInputError) return reply.code(400).send({ error: error.message });
+      throw error;
+    }
+    const entry = sandbox.write(key, message);
+    return reply.code(202).send({ id: entry.id, chat: key });
+  });
+}
+
+/** The chat as the customer's phone shows it, with the delivery states the backend recorded, and the files sent in it. */
+function chatRoutes(app: FastifyInstance, deps: DemoRoutesDeps): void {
+  const { sandbox } = deps;
+  app.get<{ Params: { from: string } }>("/demo/api/chats/:from", async (request, reply) => {
+    const key = request.params.from;
+    const customer = sandbox.customer(key);
+    const chat = sandbox.chat(key);
+    if (!customer || !chat) return reply.code(404).send({ error: `no chat with ${key}` });
+    return { customer, typing: chat.typing, openDeadLetters: await openDeadLetters(deps.db, customer), messages: await shown(deps.db, chat.entries) };
+  });
+
+  app.get<{ Params: { id: string } }>("/demo/api/media/:id", async (request, reply) => {
+    const media = sandbox.media(request.params.id);
+    if (!media) return reply.code(404).send({ error: "no such file (the demo keeps the last 50)" });
+    return reply.type(media.mimeType).header("content-disposition", "inline").send(media.bytes);
+  });
+}
+
+/** The page's fault switches, and the log of what the simulators did, which the page polls. */
+function faultRoutes(app: FastifyInstance, deps: DemoRoutesDeps): void {
+  const { sandbox } = deps;
+  app.get("/demo/api/faults", async () => sandbox.faults);
+  app.post("/demo/api/faults", async (request, reply) => {
+    const update = faultsUpdate.safeParse(request.body ?? {});
+    if (!update.success) return reply.code(400).send({ error: problem(update.error) });
+    if (update.data.claude && deps.claude !== "offline")
+      return reply.code(409).send({ error: "Claude is real in this run (ANTHROPIC_API_KEY is set): only the offline responder can be told to fail" });
+    return sandbox.setFaults(update.data);
+  });
+
+  app.get<{ Querystring: { after?: string } }>("/demo/api/events", async (request) => {
+    const after = Number(request.query.after ?? 0);
+    return { events: sandbox.log.since(Number.isFinite(after) ? after : 0), last: sandbox.log.last, faults: sandbox.faults };
+  });
 }
 
 function messageOf(b: z.infer<typeof messageBody>): CustomerMessage {

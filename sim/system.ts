@@ -17,7 +17,7 @@ import { loadSettings, type Settings } from "../src/settings.ts";
 import { addStaff } from "../src/staff/accounts.ts";
 import { OfflineClaude } from "./anthropic/offline.ts";
 import { DemoShop, writeDemoNumbers } from "./business/shop.ts";
-import { DEMO_GRAPH_TIMEOUT_MS, DemoRefusal, demoEnvironment, demoSettings, freshSecrets } from "./environment.ts";
+import { DEMO_GRAPH_TIMEOUT_MS, DemoRefusal, type DemoSecrets, type DemoSettings, demoEnvironment, demoSettings, freshSecrets } from "./environment.ts";
 import { shopFault } from "./faults.ts";
 import { OfflineTranscriber } from "./offline-transcriber.ts";
 import { demoRoutes } from "./routes.ts";
@@ -62,85 +62,24 @@ export async function startDemo(options: DemoOptions): Promise<DemoSystem> {
   const say = options.say ?? (() => undefined);
   demoSettings(options.env); // refuses before anything starts
   const secrets = freshSecrets();
-  const cleanups: (() => Promise<unknown>)[] = [];
+  const cleanups: Cleanup[] = [];
+  const defer = (cleanup: Cleanup) => {
+    cleanups.push(cleanup);
+  };
   const close = async () => {
     for (const cleanup of cleanups.reverse()) await cleanup().catch(() => undefined);
   };
   try {
-    const sandbox = await new Sandbox({ appSecret: secrets.appSecret, accessToken: secrets.accessToken, graphTimeoutMs: DEMO_GRAPH_TIMEOUT_MS }).start();
-    cleanups.push(() => sandbox.close());
-    // Two customers to write as at once: one by phone number, one by username with the number hidden.
-    sandbox.addCustomer({ name: "Ana Souza", phone: "447700900123" });
-    sandbox.addCustomer({ name: "Lena", username: "lena", userId: "US.13491208655302741918" });
+    const sandbox = await startSandbox(secrets, defer);
     const settings = demoSettings(options.env, sandbox.url);
-    let offline: OfflineClaude | undefined;
-    if (!settings.anthropic) {
-      offline = new OfflineClaude(
-        () => sandbox.faults.claude ?? undefined,
-        (call) =>
-          sandbox.log.add({
-            kind: "claude",
-            text: `Claude (the offline responder) asked about “${call.asked}” → ${call.answer}${call.did ? `: ${call.did}` : ""}`,
-            ok: call.answer === 200,
-          }),
-        (error) => sandbox.log.add({ kind: "claude", text: `Offline responder error: ${String(error)}`, ok: false }),
-      );
-      await offline.start();
-      cleanups.push(() => offline!.stop());
-    }
-    let transcriber: OfflineTranscriber | undefined;
-    if (!settings.transcribe) {
-      transcriber = new OfflineTranscriber(
-        (request, words) =>
-          sandbox.log.add({
-            kind: "transcriber",
-            text: `The offline transcriber heard ${request.file?.name} (${request.file?.type}) say “${words}”`,
-            ok: true,
-          }),
-        (error) => sandbox.log.add({ kind: "transcriber", text: `Offline transcriber error: ${String(error)}`, ok: false }),
-      );
-      await transcriber.start();
-      cleanups.push(() => transcriber!.stop());
-    }
-    const shop = await new DemoShop((error) => sandbox.log.add({ kind: "business", text: `Demo shop error: ${String(error)}`, ok: false })).start();
-    cleanups.push(() => shop.stop());
-    const keysSeen = new Set<string | undefined>();
-    shop.fault = (request) => {
-      const firstOfKey = !keysSeen.has(request.idempotencyKey);
-      keysSeen.add(request.idempotencyKey);
-      return sandbox.faults.shop ? shopFault(sandbox.faults.shop, DEMO_TOOL_TIMEOUT_MS, firstOfKey) : undefined;
-    };
-    shop.observe = (request, status) =>
-      sandbox.log.add({
-        kind: "business",
-        text: `The shop's API: ${request.method} ${request.path} (Idempotency-Key ${request.idempotencyKey?.slice(0, 12) ?? "none"}…) → ${status ?? "no answer"}`,
-        ok: status !== undefined && status < 400,
-      });
-    const files = await mkdtemp(join(tmpdir(), "wa-demo-"));
-    cleanups.push(() => rm(files, { recursive: true, force: true }));
-    const numbersFile = await writeDemoNumbers(files, BUSINESS.phoneNumberId, shop.url, DEMO_TOOL_TIMEOUT_MS);
-    const config = loadSettings(
-      demoEnvironment(settings, secrets, { graph: sandbox.url, offlineClaude: offline?.url ?? "", offlineTranscriber: transcriber?.url ?? "" }, numbersFile),
-    );
+    const offline = settings.anthropic ? undefined : await startOfflineClaude(sandbox, defer);
+    const transcriber = settings.transcribe ? undefined : await startOfflineTranscriber(sandbox, defer);
+    const shop = await startShop(sandbox, defer);
+    const config = await backendSettings(settings, secrets, { sandbox, shop, offline, transcriber }, defer);
     const logger = options.logger ?? createLogger({ level: config.logLevel });
 
     await ensureServices({ databaseUrl: config.databaseUrl, redisUrl: settings.redisUrl }, say);
-    // The workers' connection waits for Redis to be ready; the web's fails fast (law 2) and connects meanwhile.
-    const workerRedis = createWorkerRedis(config.redis);
-    workerRedis.on("error", (error) => logger.warn({ event: "redis.error", role: "worker", err: error }, "worker's redis connection error"));
-    cleanups.push(() => workerRedis.quit());
-    const redis = createFailFastRedis(config.redis);
-    redis.on("error", (error) => logger.warn({ event: "redis.error", err: error }, "redis connection error"));
-    cleanups.push(() => redis.quit());
-    cleanups.push(await holdSandbox(config));
-    await resetSandbox(config, workerRedis);
-    await migrate(config.databaseUrl);
-    const db = createDb(config.databaseUrl, { poolSize: config.databasePoolSize });
-    cleanups.push(() => db.$disconnect());
-    const queues = createQueues(redis, { prefix: config.queuePrefix, attempts: config.jobs.attempts }, (error) =>
-      logger.warn({ event: "queue.error", err: error }, "queue connection error"),
-    );
-    cleanups.push(() => closeQueues(queues));
+    const { redis, workerRedis, db, queues } = await openFreshStores(config, logger, defer);
     const metrics = createMetrics();
     const password = randomBytes(12).toString("base64url");
     await addStaff(db, STAFF_EMAIL, password);
@@ -149,9 +88,9 @@ export async function startDemo(options: DemoOptions): Promise<DemoSystem> {
     const app = buildApp({ config, logger, redis, queues, db, metrics });
     app.register(demoRoutes({ sandbox, db, claude, staffEmail: STAFF_EMAIL }));
     const workers = startConfiguredWorkers(config, { db, logger, metrics, connection: workerRedis });
-    cleanups.push(() => workers.close(config.shutdownTimeoutMs));
+    defer(() => workers.close(config.shutdownTimeoutMs));
     await listen(app, settings.port);
-    cleanups.push(() => app.close()); // closed first: no webhook is taken while the workers stop
+    defer(() => app.close()); // closed first: no webhook is taken while the workers stop
     const url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
     sandbox.deliverTo(`${url}/webhook`);
     return {
@@ -171,6 +110,117 @@ export async function startDemo(options: DemoOptions): Promise<DemoSystem> {
     await close();
     throw error;
   }
+}
+
+/** Stops one thing the demo started; run in reverse order of starting, so later parts stop before what they use. */
+type Cleanup = () => Promise<unknown>;
+/** Each step registers its cleanup as soon as its part is up, so a failure further on still stops it. */
+type Defer = (cleanup: Cleanup) => void;
+
+/** The simulated Meta, with two customers to write as at once: one by phone number, one by username with the number hidden. */
+async function startSandbox(secrets: DemoSecrets, defer: Defer): Promise<Sandbox> {
+  const sandbox = await new Sandbox({ appSecret: secrets.appSecret, accessToken: secrets.accessToken, graphTimeoutMs: DEMO_GRAPH_TIMEOUT_MS }).start();
+  defer(() => sandbox.close());
+  sandbox.addCustomer({ name: "Ana Souza", phone: "447700900123" });
+  sandbox.addCustomer({ name: "Lena", username: "lena", userId: "US.13491208655302741918" });
+  return sandbox;
+}
+
+/** Claude without ANTHROPIC_API_KEY: the page's faults make it fail, and its log shows what it was asked. */
+async function startOfflineClaude(sandbox: Sandbox, defer: Defer): Promise<OfflineClaude> {
+  const offline = new OfflineClaude(
+    () => sandbox.faults.claude ?? undefined,
+    (call) =>
+      sandbox.log.add({
+        kind: "claude",
+        text: `Claude (the offline responder) asked about “${call.asked}” → ${call.answer}${call.did ? `: ${call.did}` : ""}`,
+        ok: call.answer === 200,
+      }),
+    (error) => sandbox.log.add({ kind: "claude", text: `Offline responder error: ${String(error)}`, ok: false }),
+  );
+  await offline.start();
+  defer(() => offline.stop());
+  return offline;
+}
+
+/** Transcription without TRANSCRIBE_BASE_URL: a voice note "says" the words the page gave it. */
+async function startOfflineTranscriber(sandbox: Sandbox, defer: Defer): Promise<OfflineTranscriber> {
+  const transcriber = new OfflineTranscriber(
+    (request, words) =>
+      sandbox.log.add({
+        kind: "transcriber",
+        text: `The offline transcriber heard ${request.file?.name} (${request.file?.type}) say “${words}”`,
+        ok: true,
+      }),
+    (error) => sandbox.log.add({ kind: "transcriber", text: `Offline transcriber error: ${String(error)}`, ok: false }),
+  );
+  await transcriber.start();
+  defer(() => transcriber.stop());
+  return transcriber;
+}
+
+/**
+ * The sample shop the tools call. It remembers the Idempotency-Keys it was sent: the page's "slow"
+ * fault delays only a key's first request, so the tool's repeat is answered from what was done.
+ */
+async function startShop(sandbox: Sandbox, defer: Defer): Promise<DemoShop> {
+  const shop = await new DemoShop((error) => sandbox.log.add({ kind: "business", text: `Demo shop error: ${String(error)}`, ok: false })).start();
+  defer(() => shop.stop());
+  const keysSeen = new Set<string | undefined>();
+  shop.fault = (request) => {
+    const firstOfKey = !keysSeen.has(request.idempotencyKey);
+    keysSeen.add(request.idempotencyKey);
+    return sandbox.faults.shop ? shopFault(sandbox.faults.shop, DEMO_TOOL_TIMEOUT_MS, firstOfKey) : undefined;
+  };
+  shop.observe = (request, status) =>
+    sandbox.log.add({
+      kind: "business",
+      text: `The shop's API: ${request.method} ${request.path} (Idempotency-Key ${request.idempotencyKey?.slice(0, 12) ?? "none"}…) → ${status ?? "no answer"}`,
+      ok: status !== undefined && status < 400,
+    });
+  return shop;
+}
+
+/** The backend's settings, read by loadSettings as `npm start` reads them, pointed at the simulators. */
+async function backendSettings(
+  settings: DemoSettings,
+  secrets: DemoSecrets,
+  simulators: { sandbox: Sandbox; shop: DemoShop; offline?: OfflineClaude; transcriber?: OfflineTranscriber },
+  defer: Defer,
+): Promise<Settings> {
+  const { sandbox, shop, offline, transcriber } = simulators;
+  // The business's phone numbers file lives in a temporary folder of this run.
+  const files = await mkdtemp(join(tmpdir(), "wa-demo-"));
+  defer(() => rm(files, { recursive: true, force: true }));
+  const numbersFile = await writeDemoNumbers(files, BUSINESS.phoneNumberId, shop.url, DEMO_TOOL_TIMEOUT_MS);
+  return loadSettings(
+    demoEnvironment(settings, secrets, { graph: sandbox.url, offlineClaude: offline?.url ?? "", offlineTranscriber: transcriber?.url ?? "" }, numbersFile),
+  );
+}
+
+/** Redis, Postgres and the queues, held for this demo alone and emptied before anything uses them. */
+async function openFreshStores(
+  config: Settings,
+  logger: Logger,
+  defer: Defer,
+): Promise<{ redis: RedisClient; workerRedis: RedisClient; db: Db; queues: Queues }> {
+  // The workers' connection waits for Redis to be ready; the web's fails fast (law 2) and connects meanwhile.
+  const workerRedis = createWorkerRedis(config.redis);
+  workerRedis.on("error", (error) => logger.warn({ event: "redis.error", role: "worker", err: error }, "worker's redis connection error"));
+  defer(() => workerRedis.quit());
+  const redis = createFailFastRedis(config.redis);
+  redis.on("error", (error) => logger.warn({ event: "redis.error", err: error }, "redis connection error"));
+  defer(() => redis.quit());
+  defer(await holdSandbox(config));
+  await resetSandbox(config, workerRedis);
+  await migrate(config.databaseUrl);
+  const db = createDb(config.databaseUrl, { poolSize: config.databasePoolSize });
+  defer(() => db.$disconnect());
+  const queues = createQueues(redis, { prefix: config.queuePrefix, attempts: config.jobs.attempts }, (error) =>
+    logger.warn({ event: "queue.error", err: error }, "queue connection error"),
+  );
+  defer(() => closeQueues(queues));
+  return { redis, workerRedis, db, queues };
 }
 
 /** The preferred port, else any free one: a second demo, or npm start on 3000, must not stop this one. */
