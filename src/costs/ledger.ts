@@ -73,6 +73,13 @@ interface PartGroup {
   unpriced: number;
 }
 
+/** Which rows the three queries read: made from `since` to `until` (exclusive), of one number or (null) of every number. */
+interface Rows {
+  since: Date;
+  until: Date;
+  number: string | null;
+}
+
 /**
  * Every number's costs for each UTC day from `from` to `to` (inclusive, YYYY-MM-DD), with a day
  * row only where something happened, sorted by day then number.
@@ -82,17 +89,37 @@ export async function costsByDay(
   range: { from: string; to: string; phoneNumberId?: string | undefined },
   prices: PriceOverrides = NO_OVERRIDES,
 ): Promise<CostDay[]> {
-  const since = startOf(range.from);
-  const until = new Date(startOf(range.to).getTime() + DAY_MS);
-  const number = range.phoneNumberId ?? null;
-  const [replies, calls, parts] = await Promise.all([
-    db.$queryRaw<{ phoneNumberId: string; day: string; count: number }[]>`
+  const rows: Rows = { since: startOf(range.from), until: new Date(startOf(range.to).getTime() + DAY_MS), number: range.phoneNumberId ?? null };
+  const [replies, calls, parts] = await Promise.all([replyGroups(db, rows), callGroups(db, rows), partGroups(db, rows)]);
+
+  const days = new Map<string, CostDay>();
+  const dayOf = (phoneNumberId: string, day: string) => {
+    const key = `${day} ${phoneNumberId}`;
+    const found = days.get(key) ?? emptyDay(phoneNumberId, day);
+    days.set(key, found);
+    return found;
+  };
+
+  for (const group of replies) dayOf(group.phoneNumberId, group.day).replies += group.count;
+  for (const group of calls) addCalls(dayOf(group.phoneNumberId, group.day), group, prices);
+  for (const group of parts) addParts(dayOf(group.phoneNumberId, group.day), group);
+
+  return [...days.values()].sort((a, b) => a.day.localeCompare(b.day) || a.phoneNumberId.localeCompare(b.phoneNumberId));
+}
+
+/** Replies made, per number and UTC day: a reply counts on the day it was made. */
+function replyGroups(db: Db, { since, until, number }: Rows) {
+  return db.$queryRaw<{ phoneNumberId: string; day: string; count: number }[]>`
       SELECT c.phone_number_id AS "phoneNumberId", to_char(r.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day, count(*)::int AS count
       FROM replies r JOIN conversations c ON c.id = r.conversation_id
       WHERE r.created_at >= ${since}::timestamptz AND r.created_at < ${until}::timestamptz
         AND (${number}::text IS NULL OR c.phone_number_id = ${number}::text)
-      GROUP BY 1, 2`,
-    db.$queryRaw<CallGroup[]>`
+      GROUP BY 1, 2`;
+}
+
+/** Claude calls per number and UTC day, from the ledger of calls: a call counts on the day it was made. */
+function callGroups(db: Db, { since, until, number }: Rows) {
+  return db.$queryRaw<CallGroup[]>`
       SELECT phone_number_id AS "phoneNumberId", to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day,
              COALESCE(sum(input_tokens), 0)::float8 AS input, COALESCE(sum(output_tokens), 0)::float8 AS output,
              COALESCE(sum(cache_read_tokens), 0)::float8 AS "cacheRead", COALESCE(sum(cache_creation_tokens), 0)::float8 AS "cacheWrite",
@@ -102,8 +129,12 @@ export async function costsByDay(
                FILTER (WHERE state = 'answered' AND cost_usd IS NULL) AS unpriced
       FROM claude_calls
       WHERE created_at >= ${since}::timestamptz AND created_at < ${until}::timestamptz AND (${number}::text IS NULL OR phone_number_id = ${number}::text)
-      GROUP BY 1, 2`,
-    db.$queryRaw<PartGroup[]>`
+      GROUP BY 1, 2`;
+}
+
+/** Parts Meta took, and other copies of parts it priced, per number, UTC day and pricing category. */
+function partGroups(db: Db, { since, until, number }: Rows) {
+  return db.$queryRaw<PartGroup[]>`
       SELECT m.phone_number_id AS "phoneNumberId", to_char(m.at AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day,
              m.category, m.billable, count(*)::int AS count, sum(m.amount)::float8 AS amount,
              (count(*) FILTER (WHERE m.billable AND m.amount IS NULL))::int AS unpriced
@@ -119,46 +150,33 @@ export async function costsByDay(
         WHERE o.priced_at >= ${since}::timestamptz AND o.priced_at < ${until}::timestamptz
           AND (${number}::text IS NULL OR c.phone_number_id = ${number}::text)
       ) m
-      GROUP BY 1, 2, 3, 4`,
-  ]);
+      GROUP BY 1, 2, 3, 4`;
+}
 
-  const days = new Map<string, CostDay>();
-  const dayOf = (phoneNumberId: string, day: string) => {
-    const key = `${day} ${phoneNumberId}`;
-    const found = days.get(key) ?? emptyDay(phoneNumberId, day);
-    days.set(key, found);
-    return found;
-  };
-
-  for (const group of replies) dayOf(group.phoneNumberId, group.day).replies += group.count;
-
-  for (const group of calls) {
-    const day = dayOf(group.phoneNumberId, group.day);
-    day.tokens.input += group.input;
-    day.tokens.output += group.output;
-    day.tokens.cacheRead += group.cacheRead;
-    day.tokens.cacheWrite += group.cacheWrite;
-    day.amounts.claudeUsd += group.costUsd;
-    day.amounts.unpriced.claudeCalls += group.unanswered;
-    // Answered by a model that had no price then: priced now when MODEL_PRICES_FILE has added it.
-    for (const call of group.unpriced ?? []) {
-      const cost = estimateCostUsd(call.model, call, prices);
-      if (cost === undefined) day.amounts.unpriced.claudeCalls++;
-      else day.amounts.claudeUsd += cost;
-    }
+/** A number's Claude calls of one day added to its day: tokens, what they cost, and what could not be priced. */
+function addCalls(day: CostDay, group: CallGroup, prices: PriceOverrides): void {
+  day.tokens.input += group.input;
+  day.tokens.output += group.output;
+  day.tokens.cacheRead += group.cacheRead;
+  day.tokens.cacheWrite += group.cacheWrite;
+  day.amounts.claudeUsd += group.costUsd;
+  day.amounts.unpriced.claudeCalls += group.unanswered;
+  // Answered by a model that had no price then: priced now when MODEL_PRICES_FILE has added it.
+  for (const call of group.unpriced ?? []) {
+    const cost = estimateCostUsd(call.model, call, prices);
+    if (cost === undefined) day.amounts.unpriced.claudeCalls++;
+    else day.amounts.claudeUsd += cost;
   }
+}
 
-  for (const group of parts) {
-    const day = dayOf(group.phoneNumberId, group.day);
-    day.parts += group.count;
-    if (group.category === null || group.billable === null) continue; // not priced by Meta (yet)
-    const by = group.billable ? day.messages.billable : day.messages.free;
-    by[group.category] = (by[group.category] ?? 0) + group.count;
-    day.amounts.meta += group.amount ?? 0;
-    day.amounts.unpriced.metaMessages += group.unpriced;
-  }
-
-  return [...days.values()].sort((a, b) => a.day.localeCompare(b.day) || a.phoneNumberId.localeCompare(b.phoneNumberId));
+/** A number's parts of one day and pricing category added to its day, as Meta priced them. */
+function addParts(day: CostDay, group: PartGroup): void {
+  day.parts += group.count;
+  if (group.category === null || group.billable === null) return; // not priced by Meta (yet)
+  const by = group.billable ? day.messages.billable : day.messages.free;
+  by[group.category] = (by[group.category] ?? 0) + group.count;
+  day.amounts.meta += group.amount ?? 0;
+  day.amounts.unpriced.metaMessages += group.unpriced;
 }
 
 /** The days' figures added up. */

@@ -2,17 +2,18 @@ import { statSync, writeFileSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { ClaudeClient } from "../ai/claude.ts";
-import { systemClock } from "../clock.ts";
+import { type Clock, systemClock } from "../clock.ts";
 import { ConfigError } from "../config/config.ts";
-import { createDb } from "../db/client.ts";
-import { startKnowledgeBase } from "../knowledge/knowledge.ts";
-import { createLogger } from "../logger.ts";
+import { createDb, type Db } from "../db/client.ts";
+import { type KnowledgeBase, startKnowledgeBase } from "../knowledge/knowledge.ts";
+import { createLogger, type Logger } from "../logger.ts";
 import { createMetrics } from "../metrics/metrics.ts";
 import { loadSettings, type Settings } from "../settings.ts";
 import { businessActions } from "../tools/actions.ts";
+import type { ConverseSettings } from "./converse.ts";
 import { EvalFileError, type ReadEvalFile, readEvalFile } from "./file.ts";
 import { caseLines, passes, progressBar, reportJson, reportJunit, summaryLines } from "./report.ts";
-import { runEval } from "./run.ts";
+import { type CaseResult, type EvalReport, runEval } from "./run.ts";
 
 /**
  * npm run eval -- FILE [--json OUT] [--junit OUT] [--concurrency N] [--case NAME] [--min-pass SHARE] [--live-tools]
@@ -94,45 +95,17 @@ const OPTIONS = {
 /** Runs the eval the arguments ask for; resolves with the exit code. */
 export async function runEvalCli(argv: string[], env: Record<string, string | undefined>, io: EvalIo): Promise<number> {
   const options = readOptions(argv);
-  if (Array.isArray(options)) {
-    for (const line of options) io.err(line);
-    return 2;
-  }
-  let read: ReadEvalFile;
-  let settings: Settings;
-  try {
-    read = readEvalFile(options.file);
-    settings = loadSettings({ ...NOT_USED_BY_THE_EVAL, ...env });
-  } catch (error) {
-    if (error instanceof EvalFileError) for (const line of error.problems) io.err(line);
-    else if (error instanceof ConfigError) io.err(error.message);
-    else throw error;
-    return 2;
-  }
+  if (Array.isArray(options)) return refuse(io, options);
+  const loaded = loadFileAndSettings(options, env);
+  if (Array.isArray(loaded)) return refuse(io, loaded);
+  const { read, settings } = loaded;
   const { file } = read;
-  const problems = fileProblems(read, settings, options);
-  if (problems.length > 0) {
-    for (const line of problems) io.err(line);
-    return 2;
-  }
 
   const clock = systemClock;
   const logger = createLogger({ level: env.LOG_LEVEL ?? "error" });
   // Read only for knowledge past KNOWLEDGE_TOKEN_BUDGET (its stored passages), one query at a time.
   const db = createDb(settings.databaseUrl, { poolSize: 2 });
-  const number = settings.numbers.get(file.number);
-  const knowledge = number?.knowledgeDir
-    ? await startKnowledgeBase({
-        db,
-        logger,
-        clock,
-        dirs: new Map([[file.number, number.knowledgeDir]]),
-        tokenBudget: settings.knowledge.tokenBudget,
-        limits: settings.knowledge.limits,
-        language: settings.searchLanguage,
-        readOnly: true,
-      })
-    : undefined;
+  const knowledge = await openKnowledge(file.number, settings, { db, logger, clock });
   const claude = new ClaudeClient({ ...settings.anthropic });
   const judge = new ClaudeClient({ ...settings.anthropic, model: settings.anthropic.judgeModel });
   const cases = options.only ? 1 : file.cases.length;
@@ -149,35 +122,87 @@ export async function runEvalCli(argv: string[], env: Record<string, string | un
         actions: businessActions(settings.businessTools, settings.tools.answerMaxBytes, clock),
         graph: { downloadMedia: () => Promise.reject(new Error("an eval's turns are words only")) },
       },
-      {
-        numbers: settings.numbers,
-        tools: settings.tools,
-        modelPrices: settings.costs.modelPrices,
-        historyMessages: settings.anthropic.historyMessages,
-        historyTokenBudget: settings.anthropic.historyTokenBudget,
-        mediaMaxBytes: settings.conversation.mediaMaxBytes,
-        handoffReply: settings.conversation.handoffReply,
-      },
+      converseSettings(settings),
       file,
       {
         concurrency: options.concurrency,
         only: options.only,
         liveTools: options.liveTools,
-        onCase: (result, done, of) => {
-          if (io.tty) io.progress?.("");
-          for (const line of caseLines(result)) io.out(line);
-          if (io.tty) io.progress?.(done < of ? progressBar(done, of) : "");
-        },
+        onCase: (result, done, of) => showCase(io, result, done, of),
       },
     );
-    for (const line of summaryLines(report, options.minPass)) io.out(line);
-    if (options.json) writeFileSync(options.json, reportJson(options.file, report, options.minPass));
-    if (options.junit) writeFileSync(options.junit, reportJunit(options.file, report));
-    return passes(report, options.minPass) ? 0 : 1;
+    return finish(io, options, report);
   } finally {
     await knowledge?.close();
     await db.$disconnect();
   }
+}
+
+/** Problems found before anything is opened end the run with exit 2, each one named. */
+function refuse(io: EvalIo, problems: readonly string[]): number {
+  for (const line of problems) io.err(line);
+  return 2;
+}
+
+/**
+ * The eval file and the settings, or what is wrong with them. A bad file or configuration is the
+ * user's to fix (exit 2); anything else is a bug and is thrown.
+ */
+function loadFileAndSettings(options: Options, env: Record<string, string | undefined>): { read: ReadEvalFile; settings: Settings } | string[] {
+  let read: ReadEvalFile;
+  let settings: Settings;
+  try {
+    read = readEvalFile(options.file);
+    settings = loadSettings({ ...NOT_USED_BY_THE_EVAL, ...env });
+  } catch (error) {
+    if (error instanceof EvalFileError) return error.problems;
+    if (error instanceof ConfigError) return [error.message];
+    throw error;
+  }
+  const problems = fileProblems(read, settings, options);
+  return problems.length > 0 ? problems : { read, settings };
+}
+
+/** The number's knowledge, read as live replies read it but never written (readOnly): the eval stores nothing. */
+async function openKnowledge(phoneNumberId: string, settings: Settings, deps: { db: Db; logger: Logger; clock: Clock }): Promise<KnowledgeBase | undefined> {
+  const number = settings.numbers.get(phoneNumberId);
+  if (!number?.knowledgeDir) return undefined;
+  return startKnowledgeBase({
+    ...deps,
+    dirs: new Map([[phoneNumberId, number.knowledgeDir]]),
+    tokenBudget: settings.knowledge.tokenBudget,
+    limits: settings.knowledge.limits,
+    language: settings.searchLanguage,
+    readOnly: true,
+  });
+}
+
+/** The same settings a live reply is made with, so the eval measures what customers get. */
+function converseSettings(settings: Settings): ConverseSettings {
+  return {
+    numbers: settings.numbers,
+    tools: settings.tools,
+    modelPrices: settings.costs.modelPrices,
+    historyMessages: settings.anthropic.historyMessages,
+    historyTokenBudget: settings.anthropic.historyTokenBudget,
+    mediaMaxBytes: settings.conversation.mediaMaxBytes,
+    handoffReply: settings.conversation.handoffReply,
+  };
+}
+
+/** A finished case's lines, printed above the progress bar so the bar stays the last line on a terminal. */
+function showCase(io: EvalIo, result: CaseResult, done: number, of: number): void {
+  if (io.tty) io.progress?.("");
+  for (const line of caseLines(result)) io.out(line);
+  if (io.tty) io.progress?.(done < of ? progressBar(done, of) : "");
+}
+
+/** Prints the summary, writes the reports asked for, and answers the exit code: 0 when --min-pass is reached, else 1. */
+function finish(io: EvalIo, options: Options, report: EvalReport): number {
+  for (const line of summaryLines(report, options.minPass)) io.out(line);
+  if (options.json) writeFileSync(options.json, reportJson(options.file, report, options.minPass));
+  if (options.junit) writeFileSync(options.junit, reportJunit(options.file, report));
+  return passes(report, options.minPass) ? 0 : 1;
 }
 
 /** What the file asks that this configuration cannot give: its number, a case, a stubbed tool, a place to write. */
