@@ -8,7 +8,7 @@ import buildWhenStale, { MAIN_JS } from "../test/support/build.ts";
 import { type Harness, startHarness, TEST_REDIS_URL } from "../test/support/harness.ts";
 import { freePort } from "../test/support/ports.ts";
 import { envelope, messagesChange, metaWire, textMessage } from "../test/support/webhook-bodies.ts";
-import { LoadGenerator } from "./load.ts";
+import { LoadGenerator, type LoadResult } from "./load.ts";
 import { processStat } from "./proc.ts";
 import { fmt, median, percentile, sleep, table } from "./stats.ts";
 import { type TargetLine, Targets } from "./targets.ts";
@@ -171,71 +171,114 @@ async function runOnce(load: LoadGenerator, settings: IsolationSettings, spec: L
     // Saturated: a full REPLY_CONCURRENCY of the backlog answered, so inbound and reply jobs both run.
     if (workerPid !== undefined) await waitFor(() => h.graph.sends.length >= settings.replyConcurrency, "the workers to answer the backlog");
 
-    const snapshot = () => ({
-      sends: h.graph.sends.length,
-      web: processStat(webPid).cpuMs,
-      worker: workerPid === undefined ? 0 : processStat(workerPid).cpuMs,
-      at: performance.now(),
-      loadAverage: loadavg()[0]!,
-    });
-    const pinger = new RedisPinger(TEST_REDIS_URL);
-    let loopP99 = Number.NaN;
-    // The scrape that resets the web's event-loop histogram runs on the web's own loop, and a
-    // process's first one costs tens of ms (79 ms measured): taken inside the window, it held
-    // up 1 % of its requests, its p99, in every layout. Taken here, before the warm-up, the
-    // loop's p99 covers the warm-up and the window, and no scrape falls inside the window.
-    await webLoopP99();
-    let start = snapshot();
-    let end = start;
-    const result = await load.run(
-      {
-        url: `http://127.0.0.1:${port}/webhook`,
-        label: `I${round}${layout.replace(/[^a-z]/g, "")}`,
-        appSecret: h.config.whatsapp.appSecret,
-        connections: settings.connections,
-        warmupMs: settings.warmupMs,
-        durationMs: settings.durationMs,
-        rate: settings.rate,
-      },
-      {
-        onMeasureStart: () => {
-          start = snapshot();
-          pinger.measuring = true;
-        },
-        onMeasureEnd: async () => {
-          end = snapshot();
-          pinger.measuring = false;
-          loopP99 = await webLoopP99();
-        },
-      },
-    );
-    const pings = await pinger.stop();
-    const seconds = (end.at - start.at) / 1000;
-    const cpuPercent = (from: number, to: number) => ((to - from) / 1000 / seconds) * 100;
+    const measured = await measureWindow(load, settings, { h, port, layout, round, webPid, workerPid, webLoopP99 });
     failed = false;
-    return {
-      layout,
-      round,
-      p50: percentile(result.latenciesMs, 50),
-      p99: percentile(result.latenciesMs, 99),
-      max: percentile(result.latenciesMs, 100),
-      achievedRate: result.sent / (result.windowMs / 1000),
-      non200: result.non200,
-      status503: result.statuses["503"] ?? 0,
-      repliesPerSec: (end.sends - start.sends) / seconds,
-      webCpuPercent: cpuPercent(start.web, end.web),
-      workerCpuPercent: workerPid === undefined ? Number.NaN : cpuPercent(start.worker, end.worker),
-      redisPingP99: percentile(pings, 99),
-      webLoopP99: loopP99,
-      sentLateP99: percentile(result.sentLateMs, 99),
-      loadAverage: start.loadAverage,
-    };
+    return isolationRun(layout, round, measured);
   } finally {
     await Promise.all(servers.map(stopServer));
     await h.close();
     if (failed) console.error(`  (the ${layout} processes' log is ${logPath})`);
     else rmSync(logPath, { force: true });
   }
+}
+
+/** The layout's processes, started and saturated, as the measured window sees them. */
+interface StartedLayout {
+  h: Harness;
+  port: number;
+  layout: Layout;
+  round: number;
+  webPid: number;
+  workerPid: number | undefined;
+  /** Scrapes the web's event-loop delay p99, which also resets it. */
+  webLoopP99: () => Promise<number>;
+}
+
+/** What the processes had done by a moment: replies sent, CPU used, and the machine's load. */
+interface Snapshot {
+  sends: number;
+  web: number;
+  worker: number;
+  at: number;
+  loadAverage: number;
+}
+
+/** Everything taken over one measured window, before it is reduced to figures. */
+interface MeasuredWindow {
+  result: LoadResult;
+  pings: number[];
+  start: Snapshot;
+  end: Snapshot;
+  loopP99: number;
+  workerPid: number | undefined;
+}
+
+/** The load at a fixed open-loop rate, with the processes' CPU, the replies and Redis' PINGs snapshotted at the window's edges. */
+async function measureWindow(load: LoadGenerator, settings: IsolationSettings, started: StartedLayout): Promise<MeasuredWindow> {
+  const { h, port, layout, round, webPid, workerPid, webLoopP99 } = started;
+  const snapshot = (): Snapshot => ({
+    sends: h.graph.sends.length,
+    web: processStat(webPid).cpuMs,
+    worker: workerPid === undefined ? 0 : processStat(workerPid).cpuMs,
+    at: performance.now(),
+    loadAverage: loadavg()[0]!,
+  });
+  const pinger = new RedisPinger(TEST_REDIS_URL);
+  let loopP99 = Number.NaN;
+  // The scrape that resets the web's event-loop histogram runs on the web's own loop, and a
+  // process's first one costs tens of ms (79 ms measured): taken inside the window, it held
+  // up 1 % of its requests, its p99, in every layout. Taken here, before the warm-up, the
+  // loop's p99 covers the warm-up and the window, and no scrape falls inside the window.
+  await webLoopP99();
+  let start = snapshot();
+  let end = start;
+  const result = await load.run(
+    {
+      url: `http://127.0.0.1:${port}/webhook`,
+      label: `I${round}${layout.replace(/[^a-z]/g, "")}`,
+      appSecret: h.config.whatsapp.appSecret,
+      connections: settings.connections,
+      warmupMs: settings.warmupMs,
+      durationMs: settings.durationMs,
+      rate: settings.rate,
+    },
+    {
+      onMeasureStart: () => {
+        start = snapshot();
+        pinger.measuring = true;
+      },
+      onMeasureEnd: async () => {
+        end = snapshot();
+        pinger.measuring = false;
+        loopP99 = await webLoopP99();
+      },
+    },
+  );
+  const pings = await pinger.stop();
+  return { result, pings, start, end, loopP99, workerPid };
+}
+
+/** One window's figures: latencies, rates and the CPU per second of the window. */
+function isolationRun(layout: Layout, round: number, { result, pings, start, end, loopP99, workerPid }: MeasuredWindow): IsolationRun {
+  const seconds = (end.at - start.at) / 1000;
+  const cpuPercent = (from: number, to: number) => ((to - from) / 1000 / seconds) * 100;
+  return {
+    layout,
+    round,
+    p50: percentile(result.latenciesMs, 50),
+    p99: percentile(result.latenciesMs, 99),
+    max: percentile(result.latenciesMs, 100),
+    achievedRate: result.sent / (result.windowMs / 1000),
+    non200: result.non200,
+    status503: result.statuses["503"] ?? 0,
+    repliesPerSec: (end.sends - start.sends) / seconds,
+    webCpuPercent: cpuPercent(start.web, end.web),
+    workerCpuPercent: workerPid === undefined ? Number.NaN : cpuPercent(start.worker, end.worker),
+    redisPingP99: percentile(pings, 99),
+    webLoopP99: loopP99,
+    sentLateP99: percentile(result.sentLateMs, 99),
+    loadAverage: start.loadAverage,
+  };
 }
 
 /** PINGs Redis every 10 ms, one at a time, and keeps the round trips taken while `measuring`. */

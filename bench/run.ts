@@ -10,7 +10,7 @@ import { formatSplit, runSplitBench, splitSettings } from "./split.ts";
 import { answeringPerMessage, formatSql, runSqlBench, type SqlSettings } from "./sql.ts";
 import { formatStartup, runStartupBench, startupTarget } from "./startup.ts";
 import { fmt } from "./stats.ts";
-import { Targets } from "./targets.ts";
+import { type TargetLine, Targets } from "./targets.ts";
 import { runWorkerBench } from "./worker-bench.ts";
 
 /**
@@ -21,7 +21,7 @@ import { runWorkerBench } from "./worker-bench.ts";
  * Redis and on a Redis Cluster), benchmark 7 (splitting a 100 000-unit reply, beside a floor
  * measured in the same run), benchmark 8 (start-up, compiled and through tsx), benchmark 9
  * (GET /admin/conversations at 100 000 conversations against an empty database), printed as
- * tables, then issues 10's and 22's
+ * tables, then issues 10's, 22's and 36's
  * targets beside their figures. Needs Redis and Postgres as for the tests (TEST_REDIS_URL,
  * TEST_DATABASE_URL); each benchmark builds its own isolated harness and removes it after.
  * BENCH_QUICK=1 shortens every phase, for checking the bench itself, not for figures.
@@ -72,36 +72,72 @@ async function main(): Promise<void> {
   console.log(`${new Date().toISOString()}  node ${process.version}  ${availableParallelism()} cores (${cpus()[0]?.model ?? "unknown cpu"})  ${machineLoad()}`);
   console.log(`${measuredCode()}\n`);
 
-  console.log("## Benchmark 1: webhook ingest (POST /webhook over HTTP, workers off)\n");
+  // Each benchmark prints its own section and adds its target lines; the machine's load is
+  // printed between them, since other work on the machine moves the figures that follow.
   const targets = new Targets();
+  await benchIngest(targets);
+  console.log(`\n${machineLoad()}`);
+  await benchWorker(targets);
+  await benchCache();
+  console.log(`\n${machineLoad()}`);
+  await benchSql(targets);
+  console.log(`\n${machineLoad()}`);
+  await benchIsolation(targets);
+  console.log(`\n${machineLoad()}`);
+  await benchScale();
+  console.log(`\n${machineLoad()}`);
+  benchSplit();
+  console.log(`\n${machineLoad()}`);
+  await benchStartup(targets);
+  console.log(`\n${machineLoad()}`);
+  await benchConversations(targets);
+
+  console.log("\n## Targets of issues 10, 22 and 33 (baseline: main before the work: bench/BASELINE-issue-10.md, issue 22's text)\n");
+  console.log(targets.format());
+
+  console.log(`\n${machineLoad()} at the end; total bench time ${((Date.now() - started) / 1000).toFixed(0)} s`);
+}
+
+/** Prints a benchmark's target lines under its tables, and keeps them for the summary at the end. */
+function addTargets(targets: Targets, lines: TargetLine[]): void {
+  console.log("");
+  for (const line of lines) {
+    console.log(Targets.inline(line));
+    targets.add(line);
+  }
+}
+
+async function benchIngest(targets: Targets): Promise<void> {
+  console.log("## Benchmark 1: webhook ingest (POST /webhook over HTTP, workers off)\n");
   const load = LoadGenerator.start();
   try {
     const report = await runIngestBench(load, ingest);
     console.log(formatIngest(report));
-    console.log("");
-    for (const line of ingestTargets(report)) {
-      console.log(Targets.inline(line));
-      targets.add(line);
-    }
+    addTargets(targets, ingestTargets(report));
   } finally {
     await load.close();
   }
+}
 
-  console.log(`\n${machineLoad()}`);
+async function benchWorker(targets: Targets): Promise<void> {
   console.log("\n## Benchmark 2: worker end to end, the worker in a process of its own (REPLY_DEBOUNCE_MS 0, one user per message)\n");
   const worker = await runWorkerBench(quick);
   console.log(worker.text);
+  // The worker bench prints its target lines inside its text: here they are only kept.
   for (const line of worker.lines) targets.add(line);
+}
 
+async function benchCache(): Promise<void> {
   console.log("\n## Benchmark 3: prompt caching with each model's minimum prefix: the share of the prompt read from cache\n");
   console.log(await runCacheBench());
+}
 
-  console.log(`\n${machineLoad()}`);
+async function benchSql(targets: Targets): Promise<void> {
   console.log("\n## Benchmark 4: SQL statements per answered message, and the plan of every statement\n");
   const counted = await runSqlBench(sql);
   console.log(formatSql(counted));
   const worst = answeringPerMessage(counted).reduce((w, p) => (p.perMessage > w.perMessage ? p : w));
-  const sqlLines = [
+  addTargets(targets, [
     {
       target: "1. SQL per answered text message, inbound + reply jobs",
       goal: "≤ 8",
@@ -116,56 +152,45 @@ async function main(): Promise<void> {
       met: counted.plans.failing.length === 0,
       baseline: BASELINE.seqScans,
     },
-  ];
-  console.log("");
-  for (const line of sqlLines) {
-    console.log(Targets.inline(line));
-    targets.add(line);
-  }
+  ]);
+}
 
-  console.log(`\n${machineLoad()}`);
+async function benchIsolation(targets: Targets): Promise<void> {
   console.log("\n## Benchmark 5: webhook acks while the workers are saturated (npm start's layouts, real processes)\n");
   const isolation = isolationSettings(quick);
   const isolationLoad = LoadGenerator.start(undefined, { ownSession: true });
   try {
     const runs = await runIsolationBench(isolationLoad, isolation);
     console.log(formatIsolation(runs, isolation));
-    const line = isolationTarget(runs, isolation);
-    console.log(`\n${Targets.inline(line)}`);
-    targets.add(line);
+    addTargets(targets, [isolationTarget(runs, isolation)]);
   } finally {
     await isolationLoad.close();
   }
+}
 
-  console.log(`\n${machineLoad()}`);
+async function benchScale(): Promise<void> {
   console.log("\n## Benchmark 6: scaling out, 1 and 2 worker processes on one Redis and on a Redis Cluster (real processes)\n");
   const scale = scaleSettings(quick);
   console.log(formatScale(await runScaleBench(scale), scale));
+}
 
-  console.log(`\n${machineLoad()}`);
+function benchSplit(): void {
   console.log("\n## Benchmark 7: splitting a 100 000-unit reply into WhatsApp messages (CPU on the worker's event loop)\n");
   console.log(formatSplit(runSplitBench(splitSettings(quick))));
+}
 
-  console.log(`\n${machineLoad()}`);
+async function benchStartup(targets: Targets): Promise<void> {
   console.log("\n## Benchmark 8: start-up, npm start's layout from process start to the first /readyz 200, compiled and through tsx\n");
   const startup = await runStartupBench(quick);
   console.log(formatStartup(startup));
-  const startupLine = startupTarget(startup);
-  console.log(`\n${Targets.inline(startupLine)}`);
-  targets.add(startupLine);
+  addTargets(targets, [startupTarget(startup)]);
+}
 
-  console.log(`\n${machineLoad()}`);
+async function benchConversations(targets: Targets): Promise<void> {
   console.log("\n## Benchmark 9: GET /admin/conversations, the first page and searches, at 100 000 conversations and on an empty database\n");
   const conversations = await runConversationsBench(conversationsSettings(quick));
   console.log(formatConversations(conversations));
-  const conversationsLine = conversationsTarget(conversations);
-  console.log(`\n${Targets.inline(conversationsLine)}`);
-  targets.add(conversationsLine);
-
-  console.log("\n## Targets of issues 10, 22 and 33 (baseline: main before the work: bench/BASELINE-issue-10.md, issue 22's text)\n");
-  console.log(targets.format());
-
-  console.log(`\n${machineLoad()} at the end; total bench time ${((Date.now() - started) / 1000).toFixed(0)} s`);
+  addTargets(targets, [conversationsTarget(conversations)]);
 }
 
 main().catch((error: unknown) => {
