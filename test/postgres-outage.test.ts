@@ -1,9 +1,10 @@
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import pgDriver from "pg";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { DemoShop, shopToolsFile } from "../sim/business/shop.ts";
-import { isDatabaseUnavailable } from "../src/db/client.ts";
+import { isDatabaseUnavailable, parseDatabaseUrl } from "../src/db/client.ts";
 import { eventually, type Harness, startHarness } from "./support/harness.ts";
 import { expectLedgerToMatchBilled } from "./support/ledger.ts";
 import { PrivatePostgres } from "./support/private-postgres.ts";
@@ -73,12 +74,13 @@ describe("Postgres away for longer than the retry budget", () => {
     await pg.crash();
     await eventually(() => h!.claude.inFlight === 0, "Claude to answer", 10_000);
 
+    // Kept as Claude answered it: its ledger row could not be settled, so nothing after it ran.
     const kept = await eventually(async () => {
       const jobs = await h!.queues.reply.getJobs(["delayed", "waiting", "active"]);
-      return jobs.find((j) => j.data.draft)?.data.draft;
+      return jobs.find((j) => j.data.step)?.data.step;
     }, "the answer to be kept in the reply job's data (Redis)");
-    expect(kept.text).toBe("Reply #1");
-    const keeping = async () => (await h!.queues.reply.getJobs(["delayed", "waiting", "active"])).find((j) => j.data.draft);
+    expect(kept).toMatchObject({ step: 0, content: [{ type: "text", text: "Reply #1" }] });
+    const keeping = async () => (await h!.queues.reply.getJobs(["delayed", "waiting", "active"])).find((j) => j.data.step);
     const { attemptsStarted, attemptsMade } = (await keeping())!;
     // The job keeps waiting for the database, spending no attempt: tried twice more, and more than its budget in all.
     await eventually(async () => {
@@ -91,9 +93,47 @@ describe("Postgres away for longer than the retry budget", () => {
     await untilQuiet(h);
     expect(h.graph.sentTexts).toEqual(["Reply #1"]);
     expect(h.claude.requests).toHaveLength(1);
-    expect(await h.db.reply.findFirstOrThrow()).toMatchObject({ state: "sent", text: "Reply #1", claudeCostUsd: kept.costUsd });
-    expect(kept.costUsd).toBeGreaterThan(0); // priced as Claude answered, and kept with the words
+    const reply = await h.db.reply.findFirstOrThrow();
+    expect(reply).toMatchObject({ state: "sent", text: "Reply #1" });
+    expect(reply.claudeCostUsd).toBeGreaterThan(0); // priced as Claude answered
     // Its row in the ledger, reserved before the call, is settled from the kept answer.
+    await expectLedgerToMatchBilled(h.db, h.claude.usages);
+    expect(await failedJobs(h)).toBe(0);
+  }, 60_000);
+});
+
+describe("a settle lost with its connection", () => {
+  it("Claude's answer whose ledger row could not be settled (the connection dropped under the statement) is kept in the job, and the next run settles it: the row is answered, Claude asked once", async () => {
+    h = await startHarness({ env: SMALL_BUDGET });
+    h.claude.latencyMs = 300;
+    await h.deliver(textWebhook({ text: "what are your opening hours?" }).body);
+    await eventually(() => h!.claude.inFlight === 1, "Claude to be writing the answer");
+    // The call's row, reserved before it was made, is held by another session: the worker's
+    // settle waits on it, and its connection is then terminated under it, as a failover or a
+    // pooler's restart would drop it. Every other statement finds a connection of its own.
+    const locker = new pgDriver.Client({ connectionString: parseDatabaseUrl(h.env.DATABASE_URL!).connectionString });
+    await locker.connect();
+    try {
+      await locker.query("BEGIN");
+      expect((await locker.query(`SELECT id FROM "${h.schema}".claude_calls WHERE state = 'reserved' FOR UPDATE`)).rowCount).toBe(1);
+      const settling = await eventually(async () => {
+        // Within a transaction Postgres keeps its first reading of the activity: read it afresh.
+        await locker.query("SELECT pg_stat_clear_snapshot()");
+        const { rows } = await locker.query<{ pid: number }>(
+          "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%UPDATE claude_calls SET state = ''answered''%'",
+        );
+        return rows[0]?.pid;
+      }, "the settle to wait on the row");
+      await locker.query("SELECT pg_terminate_backend($1)", [settling]);
+      await locker.query("ROLLBACK");
+    } finally {
+      await locker.end();
+    }
+
+    await eventually(() => h!.graph.sends.length === 1, "the answer to be sent", 30_000);
+    await untilQuiet(h);
+    expect(h.graph.sentTexts).toEqual(["Reply #1"]);
+    expect(h.claude.requests).toHaveLength(1);
     await expectLedgerToMatchBilled(h.db, h.claude.usages);
     expect(await failedJobs(h)).toBe(0);
   }, 60_000);

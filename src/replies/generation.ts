@@ -110,18 +110,17 @@ export async function writeAnswer(
 
 const wordsOf = (messages: readonly QuestionMessage[]) => messages.flatMap((m) => (m.text ? [m.text] : [])).join("\n");
 
-/** Settles a call's ledger row (state/claude-calls.ts) from its answer; Postgres being away leaves it reserved for the answer's keeper. */
+/**
+ * Settles a call's ledger row (state/claude-calls.ts) from its answer. Postgres being away
+ * throws: the caller keeps the answer in the job, whose next run settles it (again is harmless).
+ */
 export async function settleAnswer(
   deps: Pick<GenerationDeps, "db" | "clock">,
   settings: Pick<GenerationSettings, "modelPrices">,
   answer: { callId?: string | undefined; usage: CallUsage },
 ): Promise<void> {
   if (!answer.callId) return; // kept before the ledger
-  try {
-    await settleClaudeCall(deps.db, answer.callId, answer.usage, estimateCostUsd(answer.usage.model, answer.usage, settings.modelPrices), deps.clock.now());
-  } catch (error) {
-    if (!isDatabaseUnavailable(error)) throw error;
-  }
+  await settleClaudeCall(deps.db, answer.callId, answer.usage, estimateCostUsd(answer.usage.model, answer.usage, settings.modelPrices), deps.clock.now());
 }
 
 /**
@@ -249,8 +248,16 @@ class ReplyStore implements LoopStore {
       await releaseGeneration(this.deps.db, reply.id, deadline).catch(() => undefined); // at worst the retry waits for the deadline
       throw error;
     }
-    await settleAnswer(this.deps, this.settings, answer);
     countClaudeCall(this.deps.metrics, asked, { ok: { ...answer.usage, text: "" } }, this.settings.modelPrices);
+    try {
+      await settleAnswer(this.deps, this.settings, answer);
+    } catch (error) {
+      // Paid for, and its row still reserved: Redis keeps the answer, and the run that resumes
+      // this step settles the row instead of asking again (law 4). Swallowed here, a settle lost
+      // to a dropped connection left the row reserved while the reply went on and was sent.
+      if (isDatabaseUnavailable(error)) await this.keeping.keep({ replyId: reply.id, step, ...answer });
+      throw error;
+    }
     this.log.info(
       {
         event: "reply.generated",
