@@ -75,38 +75,47 @@ interface PartRow {
   send_state: string;
 }
 
-export async function tally(system: ChaosSystem): Promise<Tally> {
-  if (!system.pg) throw new Error("no Postgres");
-  const client = new pg.Client({ connectionString: system.pg.url, connectionTimeoutMillis: 2000 });
+/** What Postgres holds at the end of a run, read on a connection of the tally's own. */
+interface StoredRows {
+  messages: MessageRow[];
+  replies: ReplyRow[];
+  parts: PartRow[];
+  claudeSteps: number;
+  toolCalls: { state: string }[];
+  ledgerRows: { state: string; n: string; tokens: string | null }[];
+}
+
+async function storedRows(url: string): Promise<StoredRows> {
+  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 2000 });
   client.on("error", () => undefined); // a crash mid-query rejects the query; nothing else to do
   await client.connect();
-  let messages: MessageRow[];
-  let replies: ReplyRow[];
-  let parts: PartRow[];
-  let claudeSteps: number;
-  let toolCalls: { state: string }[];
-  let ledgerRows: { state: string; n: string; tokens: string | null }[];
   try {
-    messages = (await client.query<MessageRow>("SELECT wamid, reply_id::text, skip_reason FROM inbound_messages")).rows;
-    replies = (
+    const messages = (await client.query<MessageRow>("SELECT wamid, reply_id::text, skip_reason FROM inbound_messages")).rows;
+    const replies = (
       await client.query<ReplyRow>(
         `SELECT r.id::text, r.state::text, r.kind,
                 EXISTS (SELECT 1 FROM dead_letters d WHERE d.reply_id = r.id AND d.state = 'open') AS open_letter
            FROM replies r`,
       )
     ).rows;
-    parts = (await client.query<PartRow>("SELECT id::text, reply_id::text, send_state::text FROM outbound_messages")).rows;
-    claudeSteps = Number((await client.query<{ n: string }>("SELECT count(*) AS n FROM claude_steps")).rows[0]?.n ?? 0);
-    toolCalls = (await client.query<{ state: string }>("SELECT state FROM tool_calls")).rows;
-    ledgerRows = (
+    const parts = (await client.query<PartRow>("SELECT id::text, reply_id::text, send_state::text FROM outbound_messages")).rows;
+    const claudeSteps = Number((await client.query<{ n: string }>("SELECT count(*) AS n FROM claude_steps")).rows[0]?.n ?? 0);
+    const toolCalls = (await client.query<{ state: string }>("SELECT state FROM tool_calls")).rows;
+    const ledgerRows = (
       await client.query<{ state: string; n: string; tokens: string | null }>(
         `SELECT state, count(*) AS n,
                 sum(input_tokens + output_tokens + cache_read_tokens + cache_creation_tokens) AS tokens FROM claude_calls GROUP BY state`,
       )
     ).rows;
+    return { messages, replies, parts, claudeSteps, toolCalls, ledgerRows };
   } finally {
     await client.end().catch(() => undefined);
   }
+}
+
+export async function tally(system: ChaosSystem): Promise<Tally> {
+  if (!system.pg) throw new Error("no Postgres");
+  const { messages, replies, parts, claudeSteps, toolCalls, ledgerRows } = await storedRows(system.pg.url);
 
   const takenParts = new Set(system.graph.taken.map((send, i) => send.partId ?? `(no biz_opaque_callback_data #${i})`));
   const repliesReached = new Set(parts.filter((p) => takenParts.has(p.id)).map((p) => p.reply_id));

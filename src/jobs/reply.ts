@@ -337,32 +337,7 @@ async function sendParts(
       log.warn({ event: "reply.resend_unconfirmed", part: part.id }, "no status came for an earlier send of this part; sending it again");
     let wamid: string;
     try {
-      ({ wamid } = part.interactive
-        ? await deps.graph.sendInteractive({
-            phoneNumberId: conversation.phoneNumberId,
-            to,
-            interactive: part.interactive,
-            bizOpaqueCallbackData: part.id,
-            startBy,
-          })
-        : template
-          ? await deps.graph.sendTemplate({
-              phoneNumberId: conversation.phoneNumberId,
-              to,
-              name: template.name,
-              language: template.language,
-              parameters: "parameters" in template ? template.parameters : undefined,
-              bizOpaqueCallbackData: part.id,
-              startBy,
-            })
-          : await deps.graph.sendText({
-              phoneNumberId: conversation.phoneNumberId,
-              to,
-              text: part.text,
-              bizOpaqueCallbackData: part.id,
-              replyTo: part.seq === firstSeq ? quote : undefined,
-              startBy,
-            }));
+      ({ wamid } = await sendPart(deps.graph, conversation, part, { to, template, startBy, replyTo: part.seq === firstSeq ? quote : undefined }));
     } catch (error) {
       if (error instanceof SendTooLate) await sentTooLate(deps, part.id, attempt, leaseMs);
       // Meta answered with its error body, so it did not take the message: safe to send again.
@@ -383,6 +358,29 @@ async function sendParts(
     }
   }
   return replySent;
+}
+
+/** One part through the Graph API, as what it is: a CSAT ask's buttons, a template, or text (the first part quoting the customer). */
+function sendPart(
+  graph: ReplyDeps["graph"],
+  conversation: ConversationView,
+  part: Outbox["parts"][number],
+  send: { to: Recipient; template: ReturnType<typeof templateOf>; startBy: number; replyTo: Outbox["quote"] },
+): Promise<{ wamid: string }> {
+  const { to, template, startBy } = send;
+  const { phoneNumberId } = conversation;
+  if (part.interactive) return graph.sendInteractive({ phoneNumberId, to, interactive: part.interactive, bizOpaqueCallbackData: part.id, startBy });
+  if (template)
+    return graph.sendTemplate({
+      phoneNumberId,
+      to,
+      name: template.name,
+      language: template.language,
+      parameters: "parameters" in template ? template.parameters : undefined,
+      bizOpaqueCallbackData: part.id,
+      startBy,
+    });
+  return graph.sendText({ phoneNumberId, to, text: part.text, bizOpaqueCallbackData: part.id, replyTo: send.replyTo, startBy });
 }
 
 /** The template a part goes out as, if any: a person's choice (issue 21), or the number's windowClosedTemplate. */
