@@ -1,3 +1,4 @@
+import { createHmac, createSecretKey, type KeyObject } from "node:crypto";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { performance } from "node:perf_hooks";
@@ -11,7 +12,7 @@ import { closeQueues, createQueues, type Queues, webhookJobOf } from "../src/que
 import { WEBHOOK_BODY_LIMIT } from "../src/webhook/routes.ts";
 import { signMetaBody, verifyMetaSignature } from "../src/webhook/signature.ts";
 import { type InboundItem, jobFor, walkWebhook } from "../src/webhook/walk.ts";
-import { startHarness, TEST_REDIS_URL } from "../test/support/harness.ts";
+import { type Harness, startHarness, TEST_REDIS_URL } from "../test/support/harness.ts";
 import { textWebhook } from "../test/support/webhook-bodies.ts";
 import { LoadGenerator, type LoadResult } from "./load.ts";
 import { CommandCounter, ServerProbe, type WindowCost } from "./probe.ts";
@@ -33,12 +34,14 @@ export interface IngestSettings {
   /** Fixed open-loop rate; a second rate at 80% of the app's measured capacity is added. */
   openRate: number;
   openConnections: number;
+  /** These targets alone, closed loop, and no open loop (an A/B of one lever: bench/ab.ts). */
+  only?: TargetName[] | undefined;
 }
 
 /** The bench's deliveries are all for its own number; without PHONE_NUMBERS_FILE every number is served. */
 const everyNumber = () => true;
 
-type TargetName = "baseline" | "reference" | "floor" | "app" | "app+info-log" | "redis-only";
+export type TargetName = "baseline" | "reference" | "floor" | "app" | "app+info-log" | "redis-only";
 /** The targets whose every 200 must be a job in their queue: ours (the comparison designs are not checked). */
 type Checked = "app" | "app+info-log" | "redis-only";
 
@@ -97,113 +100,10 @@ export async function runIngestBench(load: LoadGenerator, settings: IngestSettin
   // Closed in reverse order of opening, whatever fails on the way.
   const closers: (() => Promise<unknown>)[] = [];
   try {
-    const h = await startHarness({ workers: 0 });
-    closers.push(() => h.close()); // closes its app too, and deletes every key under its prefix
-    // A second system, identical but for production's default log level (to /dev/null, so the
-    // cost measured is pino's formatting and redaction, not a terminal's).
-    const hInfo = await startHarness({
-      workers: 0,
-      logger: createLogger({ level: "info", destination: pino.destination({ dest: "/dev/null", sync: true }) }),
-    });
-    closers.push(() => hInfo.close());
-    const probeRedis = new Redis(TEST_REDIS_URL);
-    closers.push(() => probeRedis.quit());
-    // A queue set of its own for the redis-only runs, so each job count stays exact. The
-    // prefix keeps the harness's hash tag, so the harness's clean-up deletes its keys too.
-    const redisOnlyPrefix = `${h.prefix}:ro`;
-    const redisOnlyQueues = createQueues(h.redis, { prefix: redisOnlyPrefix, attempts: h.config.jobs.attempts });
-    closers.push(() => closeQueues(redisOnlyQueues));
-    const baseline = await startBaseline();
-    closers.push(() => baseline.app.close());
-    const appSecret = h.config.whatsapp.appSecret;
-    // Their keys under the harness's prefix: its clean-up deletes them too.
-    const reference = await startReference(TEST_REDIS_URL, `${h.prefix}:ref`, appSecret);
-    closers.push(() => reference.close());
-    const floor = await startFloor(TEST_REDIS_URL, `${h.prefix}:floor`, appSecret);
-    closers.push(() => floor.close());
-
-    const appUrl = await h.app.listen({ host: "127.0.0.1", port: 0 });
-    const infoUrl = await hInfo.app.listen({ host: "127.0.0.1", port: 0 });
-    const urls: Record<Exclude<TargetName, "redis-only">, string> = {
-      baseline: `${baseline.url}/webhook`,
-      reference: `${reference.url}/webhook`,
-      floor: `${floor.url}/webhook`,
-      app: `${appUrl}/webhook`,
-      "app+info-log": `${infoUrl}/webhook`,
-    };
-
-    const counters = [new CommandCounter(h.redis), new CommandCounter(hInfo.redis)];
-    const serverProbe = new ServerProbe(probeRedis, () => sum(counters.map((c) => c.count)));
-    const writeCounters = [new WriteCounter(h.redis), new WriteCounter(hInfo.redis)];
-    const writesSent = () => sum(writeCounters.map((c) => c.count));
-    let writesAtOpen = 0;
-    let windowWrites = 0;
-    const probe = {
-      open: async () => {
-        writesAtOpen = writesSent();
-        await serverProbe.open();
-      },
-      close: async () => {
-        windowWrites = writesSent() - writesAtOpen;
-        await serverProbe.close();
-      },
-      result: () => ({ cost: serverProbe.result(), writes: windowWrites }),
-    };
-    const okByTarget = new Map<TargetName, number>();
-    const addOk = (target: TargetName, n: number) => okByTarget.set(target, (okByTarget.get(target) ?? 0) + n);
-    let non200 = 0;
-    const countNon200 = (result: LoadResult) => {
-      non200 += sum(Object.entries(result.statuses).flatMap(([status, n]) => (status === "200" ? [] : [n])));
-    };
-
-    const closed: ClosedRun[] = [];
-    for (let round = 1; round <= settings.rounds; round++) {
-      for (const { name: target } of TARGETS) {
-        const label = `C${round}${target.replace(/[^a-z]/g, "")}`;
-        const spec = { label, connections: settings.connections, warmupMs: settings.warmupMs, durationMs: settings.durationMs };
-        const result =
-          target === "redis-only"
-            ? await redisOnlyLoop(redisOnlyQueues, spec, probe)
-            : await load.run({ ...spec, url: urls[target], appSecret }, { onMeasureStart: probe.open, onMeasureEnd: probe.close });
-        addOk(target, result.totalOk);
-        countNon200(result);
-        closed.push(closedRun(target, round, result, probe.result()));
-        await sleep(200); // let the previous target's sockets close before the next one starts
-      }
-    }
-
-    // Open loop: a fixed moderate rate, then 80% of what the app sustained closed-loop (where
-    // queueing starts to show), unless that is about the same rate.
-    const appCapacity = median(closed.filter((r) => r.target === "app").map((r) => r.reqPerSec));
-    const nearCapacity = Math.max(50, Math.round((appCapacity * 0.8) / 50) * 50);
-    const rates = Math.abs(nearCapacity - settings.openRate) > 50 ? [settings.openRate, nearCapacity] : [settings.openRate];
-    const open: OpenRun[] = [];
-    for (const rate of rates) {
-      for (const target of ["baseline", "app", "app+info-log"] as const) {
-        const result = await load.run({
-          url: urls[target],
-          appSecret,
-          label: `O${rate}${target.replace(/[^a-z]/g, "")}`,
-          connections: settings.openConnections,
-          warmupMs: settings.warmupMs,
-          durationMs: settings.durationMs,
-          rate,
-        });
-        addOk(target, result.totalOk);
-        countNon200(result);
-        open.push({
-          target,
-          rate,
-          achieved: result.sent / (result.windowMs / 1000),
-          p50: percentile(result.latenciesMs, 50),
-          p99: percentile(result.latenciesMs, 99),
-          max: percentile(result.latenciesMs, 100),
-          non200: result.non200,
-        });
-        await sleep(200);
-      }
-    }
-
+    const systems = await startTargets(closers);
+    const tally = new Tally();
+    const closed = await closedRounds(load, settings, systems, tally);
+    const open = settings.only ? [] : await openRuns(load, settings, systems, closed, tally);
     // The correctness check: every 200 an app gave is a job in its queue (law 2), no more, no less.
     const jobs = async (queues: Queues) => sum(Object.values(await queues.inbound.getJobCounts()));
     return {
@@ -211,16 +111,150 @@ export async function runIngestBench(load: LoadGenerator, settings: IngestSettin
       generators: load.processes,
       closed,
       open,
-      pieces: routeCpuPieces(appSecret),
+      pieces: routeCpuPieces(systems.appSecret),
       check: {
-        non200,
-        targets: (["app", "app+info-log", "redis-only"] as const).map((target) => ({ target, ok: okByTarget.get(target) ?? 0 })),
-        jobs: { app: await jobs(h.queues), "app+info-log": await jobs(hInfo.queues), "redis-only": await jobs(redisOnlyQueues) },
+        non200: tally.non200,
+        targets: (["app", "app+info-log", "redis-only"] as const).map((target) => ({ target, ok: tally.ok.get(target) ?? 0 })),
+        jobs: { app: await jobs(systems.h.queues), "app+info-log": await jobs(systems.hInfo.queues), "redis-only": await jobs(systems.redisOnlyQueues) },
       },
     };
   } finally {
     for (const close of closers.reverse()) await close();
   }
+}
+
+/** Every 200 per target, and every answer that was not a 200, over all runs, warm-ups included. */
+class Tally {
+  readonly ok = new Map<TargetName, number>();
+  non200 = 0;
+
+  add(target: TargetName, result: LoadResult): void {
+    this.ok.set(target, (this.ok.get(target) ?? 0) + result.totalOk);
+    this.non200 += sum(Object.entries(result.statuses).flatMap(([status, n]) => (status === "200" ? [] : [n])));
+  }
+}
+
+/** What the runs are made against: every target listening, and a probe of the apps' Redis work per window. */
+interface Systems {
+  h: Harness;
+  hInfo: Harness;
+  redisOnlyQueues: Queues;
+  urls: Record<Exclude<TargetName, "redis-only">, string>;
+  appSecret: string;
+  probe: { open: () => Promise<void>; close: () => Promise<void>; result: () => { cost: WindowCost; writes: number } };
+}
+
+async function startTargets(closers: (() => Promise<unknown>)[]): Promise<Systems> {
+  const h = await startHarness({ workers: 0 });
+  closers.push(() => h.close()); // closes its app too, and deletes every key under its prefix
+  // A second system, identical but for production's default log level (to /dev/null, so the
+  // cost measured is pino's formatting and redaction, not a terminal's).
+  const hInfo = await startHarness({
+    workers: 0,
+    logger: createLogger({ level: "info", destination: pino.destination({ dest: "/dev/null", sync: true }) }),
+  });
+  closers.push(() => hInfo.close());
+  const probeRedis = new Redis(TEST_REDIS_URL);
+  closers.push(() => probeRedis.quit());
+  // A queue set of its own for the redis-only runs, so each job count stays exact. The
+  // prefix keeps the harness's hash tag, so the harness's clean-up deletes its keys too.
+  const redisOnlyQueues = createQueues(h.redis, { prefix: `${h.prefix}:ro`, attempts: h.config.jobs.attempts });
+  closers.push(() => closeQueues(redisOnlyQueues));
+  const baseline = await startBaseline();
+  closers.push(() => baseline.app.close());
+  const appSecret = h.config.whatsapp.appSecret;
+  // Their keys under the harness's prefix: its clean-up deletes them too.
+  const reference = await startReference(TEST_REDIS_URL, `${h.prefix}:ref`, appSecret);
+  closers.push(() => reference.close());
+  const floor = await startFloor(TEST_REDIS_URL, `${h.prefix}:floor`, appSecret);
+  closers.push(() => floor.close());
+  const appUrl = await h.app.listen({ host: "127.0.0.1", port: 0 });
+  const infoUrl = await hInfo.app.listen({ host: "127.0.0.1", port: 0 });
+  const urls = {
+    baseline: `${baseline.url}/webhook`,
+    reference: `${reference.url}/webhook`,
+    floor: `${floor.url}/webhook`,
+    app: `${appUrl}/webhook`,
+    "app+info-log": `${infoUrl}/webhook`,
+  };
+  return { h, hInfo, redisOnlyQueues, urls, appSecret, probe: windowProbe(probeRedis, [h.redis, hInfo.redis]) };
+}
+
+/** Redis's commands and CPU in a measured window, and the writes the apps' connections made in it. */
+function windowProbe(probeRedis: Redis, appConnections: Redis[]): Systems["probe"] {
+  const counters = appConnections.map((c) => new CommandCounter(c));
+  const serverProbe = new ServerProbe(probeRedis, () => sum(counters.map((c) => c.count)));
+  const writeCounters = appConnections.map((c) => new WriteCounter(c));
+  const writesSent = () => sum(writeCounters.map((c) => c.count));
+  let writesAtOpen = 0;
+  let windowWrites = 0;
+  return {
+    open: async () => {
+      writesAtOpen = writesSent();
+      await serverProbe.open();
+    },
+    close: async () => {
+      windowWrites = writesSent() - writesAtOpen;
+      await serverProbe.close();
+    },
+    result: () => ({ cost: serverProbe.result(), writes: windowWrites }),
+  };
+}
+
+/** Each round runs every target (or `settings.only`) in turn, closed loop, so a drift of the machine reaches them all alike. */
+async function closedRounds(load: LoadGenerator, settings: IngestSettings, systems: Systems, tally: Tally): Promise<ClosedRun[]> {
+  const closed: ClosedRun[] = [];
+  const { probe } = systems;
+  for (let round = 1; round <= settings.rounds; round++) {
+    for (const { name: target } of TARGETS.filter((t) => !settings.only || settings.only.includes(t.name))) {
+      const label = `C${round}${target.replace(/[^a-z]/g, "")}`;
+      const spec = { label, connections: settings.connections, warmupMs: settings.warmupMs, durationMs: settings.durationMs };
+      const result =
+        target === "redis-only"
+          ? await redisOnlyLoop(systems.redisOnlyQueues, spec, probe)
+          : await load.run({ ...spec, url: systems.urls[target], appSecret: systems.appSecret }, { onMeasureStart: probe.open, onMeasureEnd: probe.close });
+      tally.add(target, result);
+      closed.push(closedRun(target, round, result, probe.result()));
+      await sleep(200); // let the previous target's sockets close before the next one starts
+    }
+  }
+  return closed;
+}
+
+/**
+ * Open loop: a fixed moderate rate, then 80% of what the app sustained closed-loop (where
+ * queueing starts to show), unless that is about the same rate.
+ */
+async function openRuns(load: LoadGenerator, settings: IngestSettings, systems: Systems, closed: ClosedRun[], tally: Tally): Promise<OpenRun[]> {
+  const appCapacity = median(closed.filter((r) => r.target === "app").map((r) => r.reqPerSec));
+  const nearCapacity = Math.max(50, Math.round((appCapacity * 0.8) / 50) * 50);
+  const rates = Math.abs(nearCapacity - settings.openRate) > 50 ? [settings.openRate, nearCapacity] : [settings.openRate];
+  const open: OpenRun[] = [];
+  for (const rate of rates) {
+    for (const target of ["baseline", "app", "app+info-log"] as const) {
+      const result = await load.run({
+        url: systems.urls[target],
+        appSecret: systems.appSecret,
+        label: `O${rate}${target.replace(/[^a-z]/g, "")}`,
+        connections: settings.openConnections,
+        warmupMs: settings.warmupMs,
+        durationMs: settings.durationMs,
+        rate,
+      });
+      tally.add(target, result);
+      open.push({
+        target,
+        rate,
+        achieved: result.sent / (result.windowMs / 1000),
+        p50: percentile(result.latenciesMs, 50),
+        p99: percentile(result.latenciesMs, 99),
+        max: percentile(result.latenciesMs, 100),
+        non200: result.non200,
+      });
+      await sleep(200);
+    }
+  }
+  return open;
 }
 
 /**
@@ -414,17 +448,43 @@ function routeCpuPieces(appSecret: string): { name: string; micros: number }[] {
   const raw = Buffer.from(textWebhook({ text: "Benchmark message: hello, is the shop open on Sunday?" }).body, "utf8");
   const signature = signMetaBody(raw, appSecret);
   const parsed: unknown = JSON.parse(raw.toString("utf8"));
-  const time = (fn: () => unknown, iterations = 20_000) => {
-    for (let i = 0; i < 2_000; i++) fn(); // let the JIT settle first
-    const start = performance.now();
-    for (let i = 0; i < iterations; i++) fn();
-    return ((performance.now() - start) * 1000) / iterations;
-  };
+  const key = createSecretKey(Buffer.from(appSecret, "utf8"));
+  const hmacWith = (secret: string | KeyObject) => () => createHmac("sha256", secret).update(raw).digest();
+  // The delivery's one info line, as the route writes it (pino to /dev/null, the app's redaction).
+  const logger = createLogger({ level: "info", destination: pino.destination({ dest: "/dev/null", sync: true }) });
+  const line = { event: "webhook.enqueued", status: 200, ms: 1.2, enqueued: ["wamid.BENCH1"], duplicates: [], ignored: 0, notOurs: 0 };
+  let reqs = 0;
+  const [hmacString, hmacKey] = alternating(hmacWith(appSecret), hmacWith(key));
+  const [childLine, parentLine] = alternating(
+    () => logger.child({ reqId: `req-${++reqs}` }).info(line, "delivery accepted"),
+    () => logger.info({ reqId: `req-${++reqs}`, ...line }, "delivery accepted"),
+  );
   return [
-    { name: "verifyMetaSignature (HMAC-SHA256 + timingSafeEqual)", micros: time(() => verifyMetaSignature(raw, signature, appSecret)) },
-    { name: "JSON.parse of the raw body", micros: time(() => JSON.parse(raw.toString("utf8"))) },
-    { name: "walkWebhook (zod validation of the envelope and items)", micros: time(() => walkWebhook(parsed, everyNumber)) },
+    { name: "verifyMetaSignature (HMAC-SHA256 + timingSafeEqual)", micros: timePerCall(() => verifyMetaSignature(raw, signature, appSecret)) },
+    { name: "  its HMAC, the key given as the secret's string (as the route does)", micros: hmacString },
+    { name: "  its HMAC, the key prepared once (a KeyObject): the lever, not kept", micros: hmacKey },
+    { name: "JSON.parse of the raw body", micros: timePerCall(() => JSON.parse(raw.toString("utf8"))) },
+    { name: "walkWebhook (zod validation of the envelope and items)", micros: timePerCall(() => walkWebhook(parsed, everyNumber)) },
+    { name: "the delivery's info line through a per-request child logger (request.log)", micros: childLine },
+    { name: "  the same line on the app's logger, reqId as a field: the lever, not kept", micros: parentLine },
   ];
+}
+
+function timePerCall(fn: () => unknown, iterations = 20_000): number {
+  for (let i = 0; i < 2_000; i++) fn(); // let the JIT settle first
+  const start = performance.now();
+  for (let i = 0; i < iterations; i++) fn();
+  return ((performance.now() - start) * 1000) / iterations;
+}
+
+/** Two ways of one piece, timed in turn five times (A B A B …): the median µs/call of each. */
+function alternating(a: () => unknown, b: () => unknown): [number, number] {
+  const times: [number[], number[]] = [[], []];
+  for (let i = 0; i < 5; i++) {
+    times[0].push(timePerCall(a));
+    times[1].push(timePerCall(b));
+  }
+  return [median(times[0]), median(times[1])];
 }
 
 /**
@@ -447,34 +507,56 @@ export function ingestTargets(report: IngestReport): TargetLine[] {
       baseline: "3 / 0.18–0.24×",
     },
     {
-      target: "22.3a ingest (LOG_LEVEL=info) ÷ the seeds' reference design",
+      target: "36.1a ingest (LOG_LEVEL=info) ÷ the seeds' reference design (22.3a)",
       goal: "≥ 1.2×",
       figure: `${fmt(overReference, 2)}× (${fmt(shipped)} vs ${fmt(reqPerSec("reference"))} req/s)`,
       met: overReference >= 1.2,
-      baseline: "0.75× (6bdc40e)",
+      baseline: "0.88–0.96× (Dec 3); 0.75× (6bdc40e)",
     },
     {
-      target: "22.3b ingest (LOG_LEVEL=info) ÷ the physical floor",
+      target: "36.1b ingest (LOG_LEVEL=info) ÷ the physical floor (22.3b)",
       goal: "≥ 0.6×",
       figure: `${fmt(overFloor, 2)}× (${fmt(shipped)} vs ${fmt(reqPerSec("floor"))} req/s)`,
       met: overFloor >= 0.6,
-      baseline: "0.48× (6bdc40e)",
+      baseline: "0.48–0.50× (Dec 3); 0.48× (6bdc40e)",
     },
   ];
 }
 
 export function formatIngest(report: IngestReport): string {
-  const { settings, generators, closed, open, pieces, check } = report;
-  const out: string[] = [];
-  out.push(
-    `Closed loop: ${settings.connections} keep-alive connections from ${generators} generator processes, ${settings.warmupMs / 1000} s warm-up + ` +
-      `${settings.durationMs / 1000} s measured, ${settings.rounds} rounds alternating targets; medians over rounds.`,
-  );
-  out.push(...TARGETS.map((t) => `  ${t.name.padEnd(13)} ${t.description}`), "");
+  // One block per printed table, in the order they appear; each returns its lines, blanks included.
+  return [
+    ...closedLoopSetup(report),
+    ...closedLoopTable(report),
+    ...closedLoopRatios(report),
+    ...openLoopTable(report),
+    ...routePiecesTable(report),
+    ...ingestChecks(report),
+  ].join("\n");
+}
 
+/** The closed-loop runs of one target, and the median over its rounds of one of their figures. */
+function closedMedians(closed: ClosedRun[]) {
   const byTarget = (target: TargetName) => closed.filter((r) => r.target === target);
   const med = (target: TargetName, pick: (r: ClosedRun) => number) => median(byTarget(target).map(pick));
+  return { byTarget, med };
+}
+
+/** How the closed loop ran, and what each target is. */
+function closedLoopSetup({ settings, generators }: IngestReport): string[] {
+  return [
+    `Closed loop: ${settings.connections} keep-alive connections from ${generators} generator processes, ${settings.warmupMs / 1000} s warm-up + ` +
+      `${settings.durationMs / 1000} s measured, ${settings.rounds} rounds alternating targets; medians over rounds.`,
+    ...TARGETS.map((t) => `  ${t.name.padEnd(13)} ${t.description}`),
+    "",
+  ];
+}
+
+/** The closed-loop figures per target, what its columns mean, and each round's rate. */
+function closedLoopTable({ closed }: IngestReport): string[] {
+  const { byTarget, med } = closedMedians(closed);
   const perReq = (r: ClosedRun, value: number) => (value * 1000) / r.requests; // ms → µs per request
+  const out: string[] = [];
   out.push(
     table(
       [
@@ -531,9 +613,15 @@ export function formatIngest(report: IngestReport): string {
         .join(" / ")}`,
     );
   }
+  return out;
+}
+
+/** The app's Redis traffic per message, and its rate and p99 against the bare route and Redis alone. */
+function closedLoopRatios({ closed }: IngestReport): string[] {
+  const { med } = closedMedians(closed);
   const ratio = (target: TargetName, pick: (r: ClosedRun) => number) => med(target, pick) / med("baseline", pick);
   const commandsPerMessage = med("app", (r) => r.cost.redisCommands / r.requests);
-  out.push(
+  return [
     "",
     `Redis per webhook message (app): ${fmt(commandsPerMessage, 2)} commands (EXISTS, naming the outcome, + the add script that also ` +
       `claims), sent together: 1 round trip; ${fmt(
@@ -555,6 +643,12 @@ export function formatIngest(report: IngestReport): string {
       2,
     )}x`,
     `app / redis-only:         throughput ${fmt(med("app", (r) => r.reqPerSec) / med("redis-only", (r) => r.reqPerSec), 2)}x`,
+  ];
+}
+
+/** Latency at fixed request rates, measured from each request's scheduled send time. */
+function openLoopTable({ settings, open }: IngestReport): string[] {
+  return [
     "",
     `Open loop: fixed request rate, ${settings.openConnections}-socket pool, ${settings.warmupMs / 1000} s warm-up + ${settings.durationMs / 1000} s measured; ` +
       "latency from each request's scheduled send time.",
@@ -562,6 +656,12 @@ export function formatIngest(report: IngestReport): string {
       ["target", "rate/s", "achieved/s", "p50 ms", "p99 ms", "max ms", "non-200", "p99 < 10 ms"],
       open.map((r) => [r.target, fmt(r.rate), fmt(r.achieved), fmt(r.p50, 2), fmt(r.p99, 2), fmt(r.max, 2), fmt(r.non200), r.p99 < 10 ? "yes" : "NO"]),
     ),
+  ];
+}
+
+/** What each piece of the route costs on its own. */
+function routePiecesTable({ pieces }: IngestReport): string[] {
+  return [
     "",
     "Route CPU pieces, one-message webhook, in isolation:",
     table(
@@ -569,7 +669,12 @@ export function formatIngest(report: IngestReport): string {
       pieces.map((p) => [p.name, fmt(p.micros, 1)]),
     ),
     "",
-  );
+  ];
+}
+
+/** Whether each target's 200s match the inbound jobs found in its queue, and whether anything answered other than 200. */
+function ingestChecks({ check }: IngestReport): string[] {
+  const out: string[] = [];
   for (const { target, ok } of check.targets) {
     const jobs = check.jobs[target];
     out.push(
@@ -578,7 +683,7 @@ export function formatIngest(report: IngestReport): string {
     );
   }
   out.push(`Check all targets: ${fmt(check.non200)} answers other than 200 -> ${check.non200 === 0 ? "OK" : "FAIL"}`);
-  return out.join("\n");
+  return out;
 }
 
 /** npm run bench's settings; `quick` (BENCH_QUICK=1) shortens every phase. */
@@ -586,11 +691,37 @@ export function ingestSettings(quick: boolean): IngestSettings {
   return { rounds: quick ? 1 : 3, connections: 16, warmupMs: quick ? 300 : 1000, durationMs: quick ? 1000 : 5000, openRate: 500, openConnections: 64 };
 }
 
-/** `tsx bench/ingest.ts`: benchmark 1 alone, with npm run bench's settings (BENCH_QUICK=1 shortens it, as there). */
+/** The figures an A/B of one lever compares (bench/ab.ts): the shipped app's rate against the two designs beside it. */
+function leverFigures(report: IngestReport): Record<string, number> {
+  const of = (target: TargetName, figure: (r: ClosedRun) => number) => median(report.closed.filter((r) => r.target === target).map(figure));
+  const reqPerSec = (target: TargetName) => of(target, (r) => r.reqPerSec);
+  // CPU per request moves less with how the two cores are shared out than the rate does.
+  const cpuPerReq = (target: TargetName) => of(target, (r) => (r.cost.nodeCpuMs * 1000) / r.requests);
+  const app = reqPerSec("app+info-log");
+  return {
+    "app at info, req/s": app,
+    "app at info ÷ reference": app / reqPerSec("reference"),
+    "app at info ÷ floor": app / reqPerSec("floor"),
+    "app silent ÷ reference": reqPerSec("app") / reqPerSec("reference"),
+    "app at info, node CPU µs/req": cpuPerReq("app+info-log"),
+    "reference, node CPU µs/req": cpuPerReq("reference"),
+  };
+}
+
+/**
+ * `tsx bench/ingest.ts`: benchmark 1 alone, with npm run bench's settings (BENCH_QUICK=1
+ * shortens it, as there). `--figures`: the apps, the reference and the floor alone, two
+ * rounds, printed as one JSON line for bench/ab.ts.
+ */
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
   const load = LoadGenerator.start();
-  runIngestBench(load, ingestSettings(process.env.BENCH_QUICK === "1"))
-    .then((report) => console.log(`${formatIngest(report)}\n\n${ingestTargets(report).map(Targets.inline).join("\n")}`))
+  const figures = process.argv.includes("--figures");
+  const settings = ingestSettings(process.env.BENCH_QUICK === "1");
+  const run = figures ? { ...settings, rounds: 2, only: ["reference", "floor", "app", "app+info-log"] satisfies TargetName[] } : settings;
+  runIngestBench(load, run)
+    .then((report) =>
+      console.log(figures ? JSON.stringify(leverFigures(report)) : `${formatIngest(report)}\n\n${ingestTargets(report).map(Targets.inline).join("\n")}`),
+    )
     .catch((error: unknown) => {
       console.error(error);
       process.exitCode = 1;
