@@ -12,7 +12,7 @@ import { textWebhook } from "../test/support/webhook-bodies.ts";
 import type { EndToEndResult, EndToEndScenario, RoundResult } from "./e2e.ts";
 import { NodeProcess } from "./node-process.ts";
 import { processStat } from "./proc.ts";
-import { percentile, sleep } from "./stats.ts";
+import { logNormalDraw, percentile, sleep } from "./stats.ts";
 
 /**
  * Benchmark 2's system under test: the harness (web role by inject, the fakes, a Postgres
@@ -100,11 +100,17 @@ export class System {
 
   /** `workerEnv` is added to the worker's variables (bench/timeline.ts has it log at info). */
   static async start(scenario: EndToEndScenario, index: number, workerEnv: Record<string, string> = {}): Promise<System> {
-    const h = await startHarness({ workers: 0, env: { REPLY_CONCURRENCY: String(scenario.replyConcurrency), REPLY_DEBOUNCE_MS: "0" } });
+    const h = await startHarness({
+      workers: 0,
+      env: { REPLY_CONCURRENCY: String(scenario.replyConcurrency), REPLY_DEBOUNCE_MS: "0" },
+      // The floor worker asks Claude and keeps no ledger: only the real worker's is held to the bill.
+      ledgerChecked: !scenario.floor,
+    });
     try {
       if (scenario.storedMessages > 0) await seedHistory(h.config.databaseUrl, { messages: scenario.storedMessages });
-      // The worker runs with the production default pool size (DATABASE_POOL_SIZE unset), not the tests' small one.
-      const { DATABASE_POOL_SIZE: _testPool, ...harnessEnv } = h.env;
+      // The worker runs with production's default pool size and Claude timeout (both unset), not
+      // the tests' small pool and 5 s, which a drawn latency's tail (36.3) would outrun.
+      const { DATABASE_POOL_SIZE: _testPool, ANTHROPIC_TIMEOUT_MS: _testTimeout, ...harnessEnv } = h.env;
       const env = { ...harnessEnv, ...workerEnv };
       const config = loadSettings(env);
       const settings = {
@@ -141,8 +147,14 @@ export class System {
     return Array.from({ length: n }, (_, i) => `1${kind}${String(i).padStart(8, "0")}`);
   }
 
+  private drawLatencies(): void {
+    const { claudeLatency } = this.scenario;
+    this.h.claude.latencyDraw = claudeLatency && logNormalDraw(claudeLatency);
+  }
+
   async warmUp(): Promise<void> {
     this.h.claude.latencyMs = this.scenario.claudeLatencyMs;
+    this.drawLatencies();
     const users = this.users("44", Math.max(WARMUP_MESSAGES, this.scenario.replyConcurrency));
     const replied = this.repliesTo(users);
     await this.deliverAll(users, this.scenario.deliveryConcurrency, new Map());
@@ -164,6 +176,7 @@ export class System {
   async measureRound(): Promise<RoundResult> {
     const { h, scenario } = this;
     const users = this.users(`5${++this.round}`, scenario.messages);
+    this.drawLatencies(); // from the start of the sequence: every round, real worker or floor, draws the same
     const claudeBefore = h.claude.requests.length;
     const deadBefore = await h.db.deadLetter.count();
     const failedBefore = await this.failedJobs();

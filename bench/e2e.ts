@@ -19,6 +19,8 @@ export interface EndToEndScenario {
   messages: number;
   rounds: number;
   claudeLatencyMs: number;
+  /** Set: each Claude call's latency is drawn from this log-normal instead, the same sequence every round (issue 36.3). */
+  claudeLatency?: { medianMs: number; p95Ms: number; seed: number } | undefined;
   replyConcurrency: number;
   /** Messages already stored (seeded) before the worker starts: 0 for an empty database. */
   storedMessages: number;

@@ -32,3 +32,24 @@ export function table(header: string[], rows: string[][]): string {
       .trimEnd();
   return [line(header), widths.map((w) => "-".repeat(w)).join("  "), ...rows.map(line)].join("\n");
 }
+
+/**
+ * A seeded draw from a log-normal distribution given by its median and 95th percentile (how
+ * generation times spread: most near the median, a long tail), so two runs see the same
+ * sequence. mulberry32 for the uniform draws, Box–Muller for the normal one.
+ */
+export function logNormalDraw({ medianMs, p95Ms, seed }: { medianMs: number; p95Ms: number; seed: number }): () => number {
+  const sigma = Math.log(p95Ms / medianMs) / 1.6448536269514722; // the standard normal's 95th percentile
+  let state = seed >>> 0;
+  const uniform = () => {
+    state = (state + 0x6d2b79f5) >>> 0;
+    let t = state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+  return () => {
+    const normal = Math.sqrt(-2 * Math.log(1 - uniform())) * Math.cos(2 * Math.PI * uniform());
+    return Math.round(medianMs * Math.exp(sigma * normal));
+  };
+}

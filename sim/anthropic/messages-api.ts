@@ -47,6 +47,8 @@ export abstract class MessagesApiServer extends LocalService {
   maxInFlight = 0;
   /** Latency of every answer, to model Claude's seconds-long generations. */
   latencyMs = 0;
+  /** Set: each answer's latency is drawn from it instead (a benchmark's spread of generation times). */
+  latencyDraw: (() => number) | undefined;
   /**
    * Told of every request as it arrives. Processes given their own base URL path (say
    * `${url}/w1`) can be told apart by it: the chaos runner uses this to find which worker
@@ -95,7 +97,8 @@ export abstract class MessagesApiServer extends LocalService {
     this.inFlight++;
     this.maxInFlight = Math.max(this.maxInFlight, this.inFlight);
     try {
-      if (this.latencyMs) await new Promise((r) => setTimeout(r, this.latencyMs));
+      const latencyMs = this.latencyDraw?.() ?? this.latencyMs;
+      if (latencyMs) await new Promise((r) => setTimeout(r, latencyMs));
       const answer = await this.respond(request, path);
       if ("status" in answer) {
         sendJson(res, answer.status, answer.body ?? anthropicError(answer.status), { "request-id": "req_sim" });
