@@ -3,6 +3,7 @@ import { randomUUID } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { stripVTControlCharacters } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { addStaff } from "../src/staff/accounts.ts";
 import { STAFF_JS } from "./support/build.ts";
@@ -296,5 +297,32 @@ describe("npm run staff -- erase", () => {
     expect(await everyRow(h)).not.toContain("Hello from Dana");
     expect(await h.db.dataRequest.findFirst({ where: { kind: "erase", actor: { startsWith: "cli:" } } })).not.toBeNull();
     expect((await staffCli(["erase", `+${dana.phone}`, "--yes"])).status).toBe(1);
+  });
+
+  it("at a terminal the label is shown as it is typed (it is no secret, unlike a password), and a wrong one erases nothing", async () => {
+    const eli = { phone: "4915187654321", name: "Eli Park" };
+    h.claude.answer({ text: "Hello Eli." });
+    await say(eli, "Hello from Eli");
+    // A terminal of its own (util-linux's script), so the CLI reads the label as a person types it.
+    const command = [process.execPath, STAFF_JS, "erase", `+${eli.phone}`].join(" ");
+    const typed = "+4915100000001";
+    const { status, out } = await new Promise<{ status: number | null; out: string }>((resolve) => {
+      const child = spawn("script", ["-qec", command, "/dev/null"], { env: { PATH: process.env.PATH ?? "", ...h.env } });
+      let out = "";
+      let sent = false;
+      child.stdout.on("data", (chunk: Buffer) => {
+        out += chunk.toString();
+        if (sent || !out.includes("to confirm: ")) return;
+        sent = true;
+        child.stdin.write(`${typed}\r`);
+      });
+      child.once("close", (status) => resolve({ status, out }));
+    });
+    expect(status, out).toBe(1);
+    // The terminal's cursor moves stripped: what a person sees on the line.
+    const seen = stripVTControlCharacters(out);
+    expect(seen).toContain(`Type +${eli.phone} to confirm: ${typed}`);
+    expect(seen).toContain("not confirmed; nothing was erased");
+    expect(await h.db.contact.count({ where: { waId: eli.phone } })).toBe(1);
   });
 });

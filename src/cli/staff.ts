@@ -24,7 +24,8 @@ import { contactLabel } from "../state/contacts.ts";
 
 const USAGE = "usage: npm run staff -- add <email> [--operator] | role <email> operator|staff | disable <email> | list | erase <phone|@username|BSUID> [--yes]";
 
-async function readPassword(prompt: string): Promise<string> {
+/** One line typed at the terminal after `prompt` (echoed unless `hidden`, as a password is), or a pipe's first line. */
+async function readLine(prompt: string, { hidden }: { hidden: boolean }): Promise<string> {
   if (!process.stdin.isTTY) {
     // From a pipe (scripts, tests): the first line, no prompt.
     const rl = createInterface({ input: process.stdin });
@@ -33,10 +34,11 @@ async function readPassword(prompt: string): Promise<string> {
     return line;
   }
   const rl = createInterface({ input: process.stdin, output: process.stdout, terminal: true });
-  // Echo nothing while the password is typed.
-  (rl as unknown as { _writeToOutput: (s: string) => void })._writeToOutput = (s: string) => {
-    if (s.includes(prompt)) process.stdout.write(prompt);
-  };
+  // Echo nothing while a password is typed.
+  if (hidden)
+    (rl as unknown as { _writeToOutput: (s: string) => void })._writeToOutput = (s: string) => {
+      if (s.includes(prompt)) process.stdout.write(prompt);
+    };
   return new Promise((resolve) => {
     rl.question(prompt, (answer) => {
       rl.close();
@@ -60,8 +62,8 @@ async function main(): Promise<number> {
   const db = createDb(databaseUrl, { poolSize: 1 });
   try {
     if (command === "add" && address && roleName === undefined) {
-      const password = await readPassword("Password: ");
-      if (process.stdin.isTTY && (await readPassword("Again: ")) !== password) {
+      const password = await readLine("Password: ", { hidden: true });
+      if (process.stdin.isTTY && (await readLine("Again: ", { hidden: true })) !== password) {
         console.error("the passwords differ; nothing was created");
         return 1;
       }
@@ -128,7 +130,9 @@ async function eraseCommand(args: string[]): Promise<number> {
     const label = contactLabel(contact);
     if (
       !yes &&
-      (await readPassword(`Erase everything held about ${label}${contact.name ? ` (${contact.name})` : ""}? Type ${label} to confirm: `)).trim() !== label
+      (
+        await readLine(`Erase everything held about ${label}${contact.name ? ` (${contact.name})` : ""}? Type ${label} to confirm: `, { hidden: false })
+      ).trim() !== label
     ) {
       console.error("not confirmed; nothing was erased");
       return 1;
