@@ -1,22 +1,27 @@
 import { randomUUID } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createLogger } from "../src/logger.ts";
 import { saysAndIsAnswered } from "./support/customer.ts";
 import { everyKey, everyRow } from "./support/every-row.ts";
 import { graphError } from "./support/fake-graph.ts";
 import { eventually, type Harness, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
+import { logLines } from "./support/log-lines.ts";
+import { PrivatePostgres } from "./support/private-postgres.ts";
 import { untilQuiet } from "./support/quiet.ts";
 import { textWebhook } from "./support/webhook-bodies.ts";
 
 /**
  * Issue 35.3: with RETENTION=20s and a sweep every second, what customers wrote and were told is
  * emptied once older than that, in Postgres and in the jobs Redis keeps, the rows, counts and
- * costs kept; a conversation with an open item keeps its words until the item is closed.
+ * costs kept; a conversation with an open item keeps its words until the item is closed. A
+ * sweep that meets no database waits for the next period.
  */
 
 const bearer = { authorization: `Bearer ${TEST_ADMIN_TOKEN}` };
 const EVA = { phone: "447700900555", name: "Eva Stone" };
 const FIN = { phone: "447700900666", name: "Fin Gray" };
+const GIA = { phone: "447700900777", name: "Gia Moss" };
 
 let h: Harness;
 beforeAll(async () => {
@@ -68,5 +73,34 @@ describe("RETENTION", () => {
     expect(await h.db.inboundMessage.count({ where: { conversation: { contact: { waId: EVA.phone } } } })).toBe(2);
     const swept = (await h.metrics.registry.getSingleMetricAsString("wa_retention_erased_total")).split("\n");
     expect(swept).toContainEqual(expect.stringMatching(/^wa_retention_erased_total\{kind="messages"\} [1-9]/));
+  }, 60_000);
+});
+
+describe("RETENTION while Postgres is away", () => {
+  it("a sweep that finds no database is logged and tried again next period; once Postgres returns, the words older than RETENTION go", async () => {
+    const pg = await PrivatePostgres.start();
+    const logs = logLines();
+    const away = await startHarness({
+      databaseUrl: pg.url,
+      logger: createLogger({ level: "info", destination: logs.destination }),
+      env: { RETENTION: "5s", RETENTION_SWEEP_SECONDS: "1", REPLY_DEBOUNCE_MS: "0" },
+    });
+    const failedSweeps = () => logs.parsed().filter((line) => line.event === "retention.sweep_failed").length;
+    try {
+      away.claude.answer({ text: "We open at nine." });
+      await saysAndIsAnswered(away, GIA, "When do you open?");
+      await pg.crash(); // before the words are 5 s old: no sweep has taken them yet
+      await eventually(() => failedSweeps() >= 2, "two sweeps to fail while Postgres is away", 15_000);
+
+      await pg.resume();
+      await eventually(async () => !(await everyRow(away)).includes("When do you open?"), "the first sweep after Postgres returns", 15_000);
+      const rows = await everyRow(away);
+      for (const word of ["When do you open?", "We open at nine."]) expect(rows, `a row still holds "${word}"`).not.toContain(word);
+      expect(await away.db.inboundMessage.count()).toBe(1); // the row kept, its words gone
+    } finally {
+      await pg.resume().catch(() => undefined);
+      await away.close();
+      await pg.destroy();
+    }
   }, 60_000);
 });
