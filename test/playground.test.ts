@@ -1,21 +1,24 @@
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { addStaff } from "../src/staff/accounts.ts";
 import { type Business, citedHours, startBusiness } from "./support/business-fixture.ts";
-import { type AnswerBlock, FakeAnthropic } from "./support/fake-anthropic.ts";
+import type { AnswerBlock, FakeAnthropic } from "./support/fake-anthropic.ts";
 import { type Harness, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
+import { expectLedgerToMatchBilled } from "./support/ledger.ts";
 import { PHONE_NUMBER_ID } from "./support/webhook-bodies.ts";
 
 /**
  * Issue 34.2: POST /admin/playground answers a customer's words as the bot would, for
  * operators and the ADMIN_TOKEN (staff 403): the knowledge cited, a read (GET) run for real, an
  * action (POST) not run, a stubbed tool answered by its stub, the cost; nothing sent to
- * WhatsApp and nothing stored.
+ * WhatsApp and nothing stored but the cost: every try is in the ledger and the daily budget.
  */
 
 const PASSWORD = "correct horse battery staple";
+/** A second number whose daily budget one try spends. */
+const FRUGAL = "100000000000042";
 const toolUse = (id: string, name: string, input: unknown): AnswerBlock => ({ type: "tool_use", id, name, input });
 
 let root: string;
@@ -30,16 +33,21 @@ beforeAll(async () => {
     book_fitting: ["POST", "/fittings", ["day"]],
     check_stock: ["GET", "/stock/{orderId}", ["orderId"]],
   });
-  // Its own fake: the harness's checks its Messages API against the cost ledger, which a try never enters.
-  claude = await new FakeAnthropic().start();
-  h = await startHarness({ env: { PHONE_NUMBERS_FILE: business.numbersFile, ANTHROPIC_BASE_URL: claude.url } });
+  const numbersFile = join(root, "numbers-and-budget.json");
+  await writeFile(
+    numbersFile,
+    JSON.stringify({ [PHONE_NUMBER_ID]: { knowledgeDir: "knowledge", toolsFile: "tools.json" }, [FRUGAL]: { dailyBudget: { usd: 0.000001 } } }),
+  );
+  // Closing, the harness holds the ledger to what its fake Claude billed: tries included.
+  h = await startHarness({ env: { PHONE_NUMBERS_FILE: numbersFile } });
+  claude = h.claude;
   await addStaff(h.db, "ops@example.com", PASSWORD, "operator");
   await addStaff(h.db, "ana@example.com", PASSWORD);
 });
 
 afterAll(async () => {
   await h?.close();
-  await Promise.all([claude?.stop(), business?.stop()]);
+  await business?.stop();
   await rm(root, { recursive: true, force: true });
 });
 
@@ -80,11 +88,23 @@ describe("POST /admin/playground", () => {
     // The read went to the business; the stubbed read and the action did not.
     expect(business.requests).toEqual(["GET /orders/A1003"]);
     expect(JSON.stringify(claude.requests.at(-1)!.messages)).toContain("Not run: book_fitting is not called here");
-    // Nothing sent, nothing stored.
+    // Nothing sent, nothing stored but what it cost: a row of the ledger per call, of no reply, counted by GET /admin/costs.
     expect(h.graph.requests).toEqual([]);
     expect(await h.db.conversation.count()).toBe(0);
     expect(await h.db.reply.count()).toBe(0);
-    expect(await h.db.claudeCall.count()).toBe(0);
+    await expectLedgerToMatchBilled(h.db, claude.usages);
+    expect(await h.db.claudeCall.count({ where: { replyId: null, phoneNumberId: PHONE_NUMBER_ID } })).toBe(5);
+    const costs = await h.app.inject({ method: "GET", url: "/admin/costs", headers: { authorization: `Bearer ${TEST_ADMIN_TOKEN}` } });
+    expect(costs.json().total.amounts.claudeUsd).toBeCloseTo(body.costUsd, 10);
+  });
+
+  it("spends the number's daily budget as a customer's answer does: once it is spent, a try is refused before Claude is asked", async () => {
+    const before = claude.requests.length;
+    expect((await play({ phoneNumberId: FRUGAL, turns: ["hi"] })).statusCode).toBe(200);
+    const refused = await play({ phoneNumberId: FRUGAL, turns: ["hi again"] });
+    expect(refused.statusCode).toBe(409);
+    expect(refused.json()).toEqual({ error: expect.stringMatching(/^The number's daily budget \(0\.000001 USD for Claude\) is spent/) });
+    expect(claude.requests.length).toBe(before + 1);
   });
 
   it("is for operators and the ADMIN_TOKEN: staff are refused, a bad body or an unknown number named", async () => {

@@ -7,7 +7,7 @@ import { parseEvalFile } from "../src/eval/file.ts";
 import { addStaff } from "../src/staff/accounts.ts";
 import { type Business, citedHours, startBusiness } from "./support/business-fixture.ts";
 import { axeViolations, CHROMIUM, chromiumAvailable, readmeScreenshot } from "./support/chromium.ts";
-import { type AnswerBlock, FakeAnthropic } from "./support/fake-anthropic.ts";
+import type { AnswerBlock, FakeAnthropic } from "./support/fake-anthropic.ts";
 import { type Harness, startHarness } from "./support/harness.ts";
 import { PHONE_NUMBER_ID } from "./support/webhook-bodies.ts";
 
@@ -37,9 +37,9 @@ describe.runIf(chromiumAvailable("try-browser.test.ts"))("Try it, in Chromium", 
   beforeAll(async () => {
     root = await mkdtemp(join(tmpdir(), "try-"));
     business = await startBusiness(root, { lookup_order: ["GET", "/orders/{orderId}", ["orderId"]] });
-    // Its own fake: the harness's checks its Messages API against the cost ledger, which a try never enters.
-    claude = await new FakeAnthropic().start();
-    h = await startHarness({ env: { ADMIN_SECURE_COOKIES: "false", PHONE_NUMBERS_FILE: business.numbersFile, ANTHROPIC_BASE_URL: claude.url } });
+    // Closing, the harness holds the ledger to what its fake Claude billed: tries included.
+    h = await startHarness({ env: { ADMIN_SECURE_COOKIES: "false", PHONE_NUMBERS_FILE: business.numbersFile } });
+    claude = h.claude;
     await addStaff(h.db, "ops@example.com", PASSWORD, "operator");
     await addStaff(h.db, "ana@example.com", PASSWORD);
     base = await h.app.listen({ port: 0, host: "127.0.0.1" });
@@ -49,7 +49,7 @@ describe.runIf(chromiumAvailable("try-browser.test.ts"))("Try it, in Chromium", 
   afterAll(async () => {
     await browser?.close();
     await h?.close();
-    await Promise.all([claude?.stop(), business?.stop()]);
+    await business?.stop();
     await rm(root, { recursive: true, force: true });
   });
 
@@ -70,6 +70,8 @@ describe.runIf(chromiumAvailable("try-browser.test.ts"))("Try it, in Chromium", 
     page = await signIn("ops@example.com");
     await page.getByRole("link", { name: "Try it" }).click();
     await page.getByRole("heading", { name: "Try the bot" }).waitFor();
+    // The view shows at once; its numbers come with GET /admin/playground a moment later.
+    await page.locator(`#try-number option[value="${PHONE_NUMBER_ID}"]`).waitFor({ state: "attached" });
     expect(await page.locator("#try-number").inputValue()).toBe(PHONE_NUMBER_ID);
 
     claude.answer(citedHours());

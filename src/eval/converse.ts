@@ -4,7 +4,7 @@ import type { KnowledgeSource } from "../replies/generation.ts";
 import { conversationTurns, type HistoryDeps, type HistorySettings } from "../replies/history.ts";
 import { ToolLoop, type ToolLoopDeps, type ToolLoopSettings } from "../replies/tool-loop.ts";
 import type { HistoryRows } from "../state/history.ts";
-import { MemoryStore } from "./memory.ts";
+import { type CallLedger, MemoryStore } from "./memory.ts";
 import type { StubbedActions, StubbedCall } from "./stubs.ts";
 
 /**
@@ -19,6 +19,8 @@ export interface ConverseDeps extends ToolLoopDeps, HistoryDeps {
   actions: StubbedActions;
   knowledge?: KnowledgeSource | undefined;
   logger: Logger;
+  /** The playground's: every call in the cost ledger, within the number's daily budget. An eval's are not. */
+  ledger?: CallLedger | undefined;
 }
 
 export interface ConverseSettings extends ToolLoopSettings, HistorySettings {
@@ -53,7 +55,7 @@ export async function converse(
     const messages = [{ text: turn, payload: { type: "text", text: { body: turn } } }];
     const asked = await conversationTurns(deps, settings, messages, history);
     const knowledge = await deps.knowledge?.forReply(phoneNumberId, turn);
-    const store = new MemoryStore(deps.claude, deps.clock);
+    const store = new MemoryStore(deps.claude, deps.clock, deps.ledger);
     const callsBefore = deps.actions.calls.length;
     const loop = new ToolLoop(deps, settings, { phoneNumberId, answerId: `${name}.${i}` }, store, deps.logger);
     const written = await loop.run(asked, knowledge, []);

@@ -9,6 +9,11 @@ import type { StoredStep, StoredToolCall, ToolCallAnswer, ToolCallStart } from "
  * case, the playground): nothing is written to Postgres, and every Claude call's usage is
  * gathered for the report.
  */
+/** Where each call of an answer nobody receives is counted, if anywhere: the playground's, in the cost ledger. */
+export interface CallLedger {
+  around(ask: ClaudeAsk, call: () => Promise<ClaudeAnswer>): Promise<ClaudeAnswer>;
+}
+
 export class MemoryStore implements LoopStore {
   readonly steps: StoredStep[] = [];
   readonly usage: CallUsage[] = [];
@@ -18,10 +23,12 @@ export class MemoryStore implements LoopStore {
   constructor(
     private readonly claude: Pick<ClaudeClient, "ask">,
     private readonly clock: Clock,
+    private readonly ledger?: CallLedger | undefined,
   ) {}
 
   async ask(_step: number, ask: ClaudeAsk): Promise<ClaudeAnswer> {
-    const answer = await this.claude.ask(ask);
+    const call = () => this.claude.ask(ask);
+    const answer = await (this.ledger ? this.ledger.around(ask, call) : call());
     this.usage.push(answer.usage);
     return answer;
   }

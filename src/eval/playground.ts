@@ -1,14 +1,18 @@
-import type { ClaudeClient } from "../ai/claude.ts";
-import { estimateCostUsd } from "../ai/pricing.ts";
+import { randomUUID } from "node:crypto";
+import type { ClaudeAnswer, ClaudeClient } from "../ai/claude.ts";
+import { estimateCostUsd, greatestCostUsd } from "../ai/pricing.ts";
 import type { Clock } from "../clock.ts";
+import { budgetSpent } from "../costs/budget.ts";
 import type { Db } from "../db/client.ts";
 import { type KnowledgeBaseDeps, startKnowledgeBase } from "../knowledge/knowledge.ts";
 import type { Logger } from "../logger.ts";
 import type { Metrics } from "../metrics/metrics.ts";
+import { closeClaudeCall, failedCallState, reserveClaudeCall, settleClaudeCall } from "../state/claude-calls.ts";
 import type { BusinessActions } from "../tools/actions.ts";
 import type { BusinessTool } from "../tools/business-tool.ts";
 import { type ConverseSettings, converse } from "./converse.ts";
 import type { ToolStub } from "./file.ts";
+import type { CallLedger } from "./memory.ts";
 import { stubbedActions } from "./stubs.ts";
 
 /**
@@ -78,7 +82,8 @@ export class Playground {
         live: "reads",
         methodOf: (number, name) => this.deps.businessTools.get(number)?.find((t) => t.name === name)?.request.method,
       });
-      const answers = await converse({ ...this.deps, actions, knowledge, graph: NO_MEDIA }, this.settings, phoneNumberId, "playground", input.turns);
+      const ledger = playgroundLedger(this.deps, this.settings, phoneNumberId);
+      const answers = await converse({ ...this.deps, actions, knowledge, graph: NO_MEDIA, ledger }, this.settings, phoneNumberId, "playground", input.turns);
       const usage = answers.flatMap((a) => a.usage);
       const costs = usage.map((u) => estimateCostUsd(u.model, u, this.settings.modelPrices));
       return {
@@ -100,6 +105,38 @@ export class Playground {
       await knowledge?.close();
     }
   }
+}
+
+/**
+ * Every try is paid for: each call is a row of the cost ledger (src/state/claude-calls.ts) of no
+ * reply, reserved within the number's daily budget before it is made and settled after, so GET
+ * /admin/costs and the budget count the playground as they count customers' answers.
+ */
+function playgroundLedger(deps: PlaygroundDeps, settings: PlaygroundSettings, phoneNumberId: string): CallLedger {
+  const budgetUsd = settings.numbers.get(phoneNumberId)?.dailyBudget?.usd;
+  let step = 0;
+  return {
+    async around(ask, call) {
+      const { claude, db, clock } = deps;
+      const id = randomUUID();
+      const reservedUsd = greatestCostUsd(claude.model, claude.boundOf(ask), settings.modelPrices);
+      const reserved = await reserveClaudeCall(
+        db,
+        { id, phoneNumberId, replyId: null, step: step++, model: claude.model, reservedUsd, budgetUsd },
+        clock.now(),
+      );
+      if (!reserved.ok) throw budgetSpent(budgetUsd!, reserved); // refused only under a budget
+      let answer: ClaudeAnswer;
+      try {
+        answer = await call();
+      } catch (error) {
+        await closeClaudeCall(db, id, failedCallState(error), clock.now()).catch(() => undefined); // counted at its reservation
+        throw error;
+      }
+      await settleClaudeCall(db, id, answer.usage, estimateCostUsd(answer.usage.model, answer.usage, settings.modelPrices), clock.now());
+      return answer;
+    },
+  };
 }
 
 /** The playground's turns are words: no media to fetch. */

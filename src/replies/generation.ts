@@ -10,7 +10,7 @@ import { FencedOut, PermanentError, Postpone, RetryableError } from "../errors.t
 import type { Logger } from "../logger.ts";
 import { countClaudeCall, type Metrics } from "../metrics/metrics.ts";
 import type { KeptStep } from "../queue/catalog.ts";
-import { closeClaudeCall, reserveClaudeCall, settleClaudeCall } from "../state/claude-calls.ts";
+import { closeClaudeCall, failedCallState, reserveClaudeCall, settleClaudeCall } from "../state/claude-calls.ts";
 import type { Begun } from "../state/conversations.ts";
 import { type QuestionMessage, readHistory } from "../state/history.ts";
 import { armGeneration, releaseGeneration } from "../state/replies.ts";
@@ -242,9 +242,7 @@ class ReplyStore implements LoopStore {
       const timedOut = error instanceof RetryableError && error.code === "timeout";
       countClaudeCall(this.deps.metrics, asked, { error: { retryable: !(error instanceof PermanentError), timedOut } }, this.settings.modelPrices);
       if (timedOut) this.log.warn({ event: "reply.claude_timeout" }, "Claude did not answer in time; the call may be billed, and a retry is another");
-      // An error Anthropic answered (a status) is not billed; no answer at all may be.
-      const answered = error instanceof RetryableError || error instanceof PermanentError ? /^\d+$/.test(error.code ?? "") : false;
-      await closeClaudeCall(this.deps.db, callId, answered ? "refused" : "unknown", this.deps.clock.now()).catch(() => undefined); // counted at its reservation
+      await closeClaudeCall(this.deps.db, callId, failedCallState(error), this.deps.clock.now()).catch(() => undefined); // counted at its reservation
       await releaseGeneration(this.deps.db, reply.id, deadline).catch(() => undefined); // at worst the retry waits for the deadline
       throw error;
     }

@@ -1,5 +1,6 @@
 import type { CallUsage } from "../ai/claude.ts";
 import type { Db } from "../db/client.ts";
+import { PermanentError, RetryableError } from "../errors.ts";
 
 /**
  * The ledger of Claude calls (issue 32.6–7): a row per call, made before the call and settled
@@ -18,7 +19,8 @@ import type { Db } from "../db/client.ts";
 export interface ClaudeCallPlan {
   id: string;
   phoneNumberId: string;
-  replyId: string;
+  /** null: a call no customer receives (the staff page's "Try it"), counted all the same. */
+  replyId: string | null;
   step: number;
   model: string;
   /** The call's greatest cost in USD (src/ai/pricing.ts, greatestCostUsd); undefined for a model without a price. */
@@ -41,7 +43,12 @@ const SPENT = `COALESCE(sum(CASE WHEN state = 'answered' THEN COALESCE(cost_usd,
  * the other and each sees the others' reservations: the day overshoots by at most one call.
  */
 export async function reserveClaudeCall(db: Db, plan: ClaudeCallPlan, now: Date): Promise<Reserved> {
-  const insert = (tx: Pick<Db, "$executeRaw">) => tx.$executeRaw`
+  const insert = (tx: Pick<Db, "$executeRaw">) =>
+    plan.replyId === null
+      ? tx.$executeRaw`
+    INSERT INTO claude_calls (id, phone_number_id, reply_id, round, step, model, reserved_usd, created_at)
+    VALUES (${plan.id}::uuid, ${plan.phoneNumberId}, NULL, 0, ${plan.step}::int, ${plan.model}, ${plan.reservedUsd ?? null}::float8, ${now}::timestamptz)`
+      : tx.$executeRaw`
     INSERT INTO claude_calls (id, phone_number_id, reply_id, round, step, model, reserved_usd, created_at)
     SELECT ${plan.id}::uuid, ${plan.phoneNumberId}, r.id, r.round, ${plan.step}::int, ${plan.model}, ${plan.reservedUsd ?? null}::float8, ${now}::timestamptz
     FROM replies r WHERE r.id = ${plan.replyId}::uuid`;
@@ -73,6 +80,11 @@ export async function settleClaudeCall(db: Db, id: string, usage: CallUsage, cos
       cache_read_tokens = ${usage.cacheReadTokens}::int, cache_creation_tokens = ${usage.cacheCreationTokens}::int,
       cache_creation_1h_tokens = ${usage.cacheCreation1hTokens}::int, cost_usd = ${costUsd ?? null}::float8, settled_at = ${now}::timestamptz
     WHERE id = ${id}::uuid AND state IN ('reserved', 'unknown')`;
+}
+
+/** What a call that failed closes to: an error Anthropic answered (a status) is not billed; no answer at all may be. */
+export function failedCallState(error: unknown): "refused" | "unknown" {
+  return (error instanceof RetryableError || error instanceof PermanentError) && /^\d+$/.test(error.code ?? "") ? "refused" : "unknown";
 }
 
 /** reserved → refused (Anthropic answered with an error, which is not billed) or unknown (no answer came: it may be). */

@@ -1,5 +1,6 @@
 import type { FastifyInstance } from "fastify";
 import { z } from "zod";
+import { PermanentError } from "../../errors.ts";
 import { toolStub } from "../../eval/file.ts";
 import type { Playground } from "../../eval/playground.ts";
 import { answer, problem, requestPart, staffRoute, type ZodParts } from "../schema.ts";
@@ -84,6 +85,7 @@ export function registerPlaygroundRoutes(scope: FastifyInstance, playground: Pla
           200: played,
           400: problem("a bad body (the answer names what), or a number PHONE_NUMBERS_FILE lacks"),
           403: problem("staff without the operator role"),
+          409: problem("the number's daily budget is spent: a try is a paid call like a customer's answer"),
         },
       }),
     },
@@ -91,7 +93,12 @@ export function registerPlaygroundRoutes(scope: FastifyInstance, playground: Pla
       if (!request.operator) return reply.code(403).send({ error: "the playground is for operators: every try is paid for" });
       if (!playground.knows(request.body.phoneNumberId))
         return reply.code(400).send({ error: `bad body: phoneNumberId (${request.body.phoneNumberId} is not an entry of PHONE_NUMBERS_FILE)` });
-      return playground.play(request.body);
+      try {
+        return await playground.play(request.body);
+      } catch (error) {
+        if (error instanceof PermanentError && error.code === "daily_budget") return reply.code(409).send({ error: error.reason });
+        throw error;
+      }
     },
   );
 }
