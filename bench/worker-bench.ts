@@ -194,10 +194,34 @@ function targetLines(results: EndToEndResult[]): TargetLine[] {
   ];
 }
 
-/** `tsx bench/worker-bench.ts`: benchmark 2 alone, with npm run bench's settings (BENCH_QUICK=1 shortens it, as there). */
+/**
+ * What an A/B of one worker lever compares (bench/ab.ts): (a) against the floor worker (f), the
+ * rounds alternating as in the full bench, as one JSON line.
+ */
+export async function workerLeverFigures(quick: boolean): Promise<Record<string, number>> {
+  const [a, , f] = endToEndGroups(quick)[0] ?? [];
+  if (!a || !f) throw new Error("the saturated group has no (a) and (f)");
+  const [worker, floor] = await runEndToEnd([a, f]);
+  if (!worker || !floor) throw new Error("the saturated group gave no results");
+  const cpuPerReply = (r: EndToEndResult) => medianOf(r, (x) => 1e6 / perCpuSecond(x));
+  return {
+    repliesPerSec: medianOf(worker, (r) => r.repliesPerSec),
+    floorRepliesPerSec: medianOf(floor, (r) => r.repliesPerSec),
+    ratioToFloor: pairedRatio(worker, floor, (r) => r.repliesPerSec),
+    cpuUsPerReply: cpuPerReply(worker),
+    floorCpuUsPerReply: cpuPerReply(floor),
+    cpuRatioToFloor: cpuPerReply(worker) / cpuPerReply(floor),
+  };
+}
+
+/**
+ * `tsx bench/worker-bench.ts`: benchmark 2 alone, with npm run bench's settings (BENCH_QUICK=1
+ * shortens it, as there). `--figures`: (a) and (f) alone, one JSON line, for bench/ab.ts.
+ */
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  runWorkerBench(process.env.BENCH_QUICK === "1")
-    .then(({ text }) => console.log(text))
+  const quick = process.env.BENCH_QUICK === "1";
+  (process.argv.includes("--figures") ? workerLeverFigures(quick).then((figures) => JSON.stringify(figures)) : runWorkerBench(quick).then(({ text }) => text))
+    .then((text) => console.log(text))
     .catch((error: unknown) => {
       console.error(error);
       process.exitCode = 1;
