@@ -1,4 +1,5 @@
 import { PrismaPg } from "@prisma/adapter-pg";
+import pg from "pg";
 import { Prisma, PrismaClient } from "../generated/prisma/client.ts";
 
 export { Prisma, PrismaClient };
@@ -52,27 +53,52 @@ function statementNames(): (query: { sql: string }) => string {
   };
 }
 
+/** The pool beneath a client's adapter and its statement names: the hot statements' way past Prisma's runtime (db/sql.ts). */
+export interface DirectPool {
+  pool: pg.Pool;
+  /** The statement's name on every connection; "" when it goes unnamed. Shared with the adapter: one name, one text. */
+  nameOf: (query: { sql: string }) => string;
+}
+
+const directPools = new WeakMap<object, DirectPool>();
+
+/** The pool beneath `db`'s adapter; undefined for a transaction's client, whose statements must stay on its connection. */
+export function directPoolOf(db: object): DirectPool | undefined {
+  return directPools.get(db);
+}
+
 export function createDb(databaseUrl: string, options: { poolSize: number }): Db {
   const { connectionString, schema, pgbouncer } = parseDatabaseUrl(databaseUrl);
-  const adapter = new PrismaPg(
-    {
-      connectionString,
-      max: options.poolSize,
-      // Prisma qualifies its own queries with the schema; the reply state machine's SQL
-      // (src/state/) finds its tables through the search path instead.
-      ...(schema ? { options: `-c search_path="${schema.replaceAll('"', '""')}"` } : {}),
-    },
-    { ...(schema ? { schema } : {}), ...(pgbouncer ? {} : { statementNameGenerator: statementNames() }) },
-  );
+  const pool = new pg.Pool({
+    connectionString,
+    max: options.poolSize,
+    // Prisma qualifies its own queries with the schema; the reply state machine's SQL
+    // (src/state/) finds its tables through the search path instead.
+    ...(schema ? { options: `-c search_path="${schema.replaceAll('"', '""')}"` } : {}),
+  });
+  // An idle connection that dies (Postgres restarted) is reported here; without a listener
+  // it would end the process. The next statement on the pool fails, and its caller decides.
+  pool.on("error", () => {});
+  const nameOf = pgbouncer ? () => "" : statementNames();
+  const adapter = new PrismaPg(pool, {
+    ...(schema ? { schema } : {}),
+    ...(pgbouncer ? {} : { statementNameGenerator: nameOf }),
+    disposeExternalPool: true,
+  });
   // Under load a transaction may wait for a pooled connection longer than Prisma's 2 s default.
-  return new PrismaClient({ adapter, transactionOptions: { maxWait: 10_000, timeout: 15_000 } });
+  const db = new PrismaClient({ adapter, transactionOptions: { maxWait: 10_000, timeout: 15_000 } });
+  directPools.set(db, { pool, nameOf });
+  return db;
 }
 
 /**
  * A unique-constraint violation: the row is already there (e.g. a wamid seen before). Prisma's
- * own queries say P2002; a raw statement says P2010 with the driver's error underneath.
+ * own queries say P2002; a raw statement says P2010 with the driver's error underneath; a
+ * statement of db/sql.ts, the driver's error itself.
  */
 export function isUniqueViolation(error: unknown): boolean {
+  // The pg driver's own error, from a statement of db/sql.ts: SQLSTATE unique_violation.
+  if (error instanceof pg.DatabaseError) return error.code === "23505";
   if (!(error instanceof Prisma.PrismaClientKnownRequestError)) return false;
   if (error.code === "P2002") return true;
   const cause = (error.meta?.driverAdapterError as { cause?: { kind?: string } } | undefined)?.cause;

@@ -1,6 +1,7 @@
 import { z } from "zod";
 import type { Config } from "../config/config.ts";
-import type { Db } from "../db/client.ts";
+import { type Db, Prisma } from "../db/client.ts";
+import { queryRows } from "../db/sql.ts";
 import { afterDeadLetters, type DeadLetterDeps, holdingReplyFor } from "../dlq/dead-letters.ts";
 import type { Logger } from "../logger.ts";
 import { type Control, controlOf } from "../messages/controls.ts";
@@ -171,7 +172,9 @@ async function withQuote(db: Db, data: InboundJobData, text: string | null): Pro
   const quotedId = (data.message as { context?: { id?: unknown } }).context?.id;
   if (!text || typeof quotedId !== "string") return text;
   const sender = senderOf(data);
-  const [quoted] = await db.$queryRaw<{ text: string; ours: boolean }[]>`
+  const [quoted] = await queryRows<{ text: string; ours: boolean }>(
+    db,
+    Prisma.sql`
     WITH mine AS (
       SELECT c.id FROM conversations c JOIN contacts ct ON ct.id = c.contact_id
       WHERE c.phone_number_id = ${data.phoneNumberId} AND (ct.wa_id = ${sender.waId ?? null} OR ct.user_id = ${sender.userId ?? null})
@@ -179,7 +182,8 @@ async function withQuote(db: Db, data: InboundJobData, text: string | null): Pro
     SELECT m.text, false AS ours FROM inbound_messages m WHERE m.wamid = ${quotedId} AND m.conversation_id IN (SELECT id FROM mine) AND m.text IS NOT NULL
     UNION ALL
     SELECT p.text, true FROM outbound_messages p JOIN replies r ON r.id = p.reply_id WHERE p.wamid = ${quotedId} AND r.conversation_id IN (SELECT id FROM mine)
-    LIMIT 1`;
+    LIMIT 1`,
+  );
   return quoted ? `[Replying to ${quoted.ours ? "your" : "their earlier"} message: "${quoted.text.slice(0, 300)}"]\n${text}` : text;
 }
 

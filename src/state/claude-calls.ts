@@ -1,5 +1,6 @@
 import type { CallUsage } from "../ai/claude.ts";
-import type { Db } from "../db/client.ts";
+import { type Db, Prisma } from "../db/client.ts";
+import { execute } from "../db/sql.ts";
 import { PermanentError, RetryableError } from "../errors.ts";
 
 /**
@@ -43,15 +44,18 @@ const SPENT = `COALESCE(sum(CASE WHEN state = 'answered' THEN COALESCE(cost_usd,
  * the other and each sees the others' reservations: the day overshoots by at most one call.
  */
 export async function reserveClaudeCall(db: Db, plan: ClaudeCallPlan, now: Date): Promise<Reserved> {
-  const insert = (tx: Pick<Db, "$executeRaw">) =>
-    plan.replyId === null
-      ? tx.$executeRaw`
+  const insert = (tx: Db | Prisma.TransactionClient) =>
+    execute(
+      tx,
+      plan.replyId === null
+        ? Prisma.sql`
     INSERT INTO claude_calls (id, phone_number_id, reply_id, round, step, model, reserved_usd, created_at)
     VALUES (${plan.id}::uuid, ${plan.phoneNumberId}, NULL, 0, ${plan.step}::int, ${plan.model}, ${plan.reservedUsd ?? null}::float8, ${now}::timestamptz)`
-      : tx.$executeRaw`
+        : Prisma.sql`
     INSERT INTO claude_calls (id, phone_number_id, reply_id, round, step, model, reserved_usd, created_at)
     SELECT ${plan.id}::uuid, ${plan.phoneNumberId}, r.id, r.round, ${plan.step}::int, ${plan.model}, ${plan.reservedUsd ?? null}::float8, ${now}::timestamptz
-    FROM replies r WHERE r.id = ${plan.replyId}::uuid`;
+    FROM replies r WHERE r.id = ${plan.replyId}::uuid`,
+    );
   const budget = plan.budgetUsd;
   if (budget === undefined) {
     await insert(db);
@@ -75,11 +79,14 @@ export async function reserveClaudeCall(db: Db, plan: ClaudeCallPlan, now: Date)
 
 /** reserved | unknown → answered: the usage as Anthropic answered, priced (null: a model without a price). Repeating it changes nothing. */
 export async function settleClaudeCall(db: Db, id: string, usage: CallUsage, costUsd: number | undefined, now: Date): Promise<void> {
-  await db.$executeRaw`
+  await execute(
+    db,
+    Prisma.sql`
     UPDATE claude_calls SET state = 'answered', model = ${usage.model}, input_tokens = ${usage.inputTokens}::int, output_tokens = ${usage.outputTokens}::int,
       cache_read_tokens = ${usage.cacheReadTokens}::int, cache_creation_tokens = ${usage.cacheCreationTokens}::int,
       cache_creation_1h_tokens = ${usage.cacheCreation1hTokens}::int, cost_usd = ${costUsd ?? null}::float8, settled_at = ${now}::timestamptz
-    WHERE id = ${id}::uuid AND state IN ('reserved', 'unknown')`;
+    WHERE id = ${id}::uuid AND state IN ('reserved', 'unknown')`,
+  );
 }
 
 /** What a call that failed closes to: an error Anthropic answered (a status) is not billed; no answer at all may be. */
@@ -89,5 +96,5 @@ export function failedCallState(error: unknown): "refused" | "unknown" {
 
 /** reserved → refused (Anthropic answered with an error, which is not billed) or unknown (no answer came: it may be). */
 export async function closeClaudeCall(db: Db, id: string, state: "refused" | "unknown", now: Date): Promise<void> {
-  await db.$executeRaw`UPDATE claude_calls SET state = ${state}, settled_at = ${now}::timestamptz WHERE id = ${id}::uuid AND state = 'reserved'`;
+  await execute(db, Prisma.sql`UPDATE claude_calls SET state = ${state}, settled_at = ${now}::timestamptz WHERE id = ${id}::uuid AND state = 'reserved'`);
 }

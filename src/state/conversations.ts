@@ -1,5 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { type Db, Prisma } from "../db/client.ts";
+import { execute, queryRows } from "../db/sql.ts";
 import { FencedOut } from "../errors.ts";
 import type { ReplyState } from "../generated/prisma/client.ts";
 import { BUSINESS_APP, type Control, PAUSED_INDEFINITELY } from "../messages/controls.ts";
@@ -178,16 +179,18 @@ interface Taken {
  * for it) and reads, in the same statement, what the run decides from.
  */
 async function takeConversation(db: Db, conversationId: string): Promise<Taken | undefined> {
-  const [row] = await db.$queryRaw<
-    (ConversationView & {
+  const [row] = await queryRows<
+    ConversationView & {
       fence: bigint;
       optedOut: boolean;
       pausedUntil: Date | null;
       pausedBy: string | null;
       unfinished: ReplyJson[] | null;
       pending: WaitingJson[] | null;
-    })[]
-  >`
+    }
+  >(
+    db,
+    Prisma.sql`
     WITH taken AS (
       UPDATE conversations SET reply_fence = reply_fence + 1 WHERE id = ${conversationId}::uuid
       RETURNING id, reply_fence, phone_number_id, contact_id, last_inbound_at, opted_out_at, paused_until, paused_by
@@ -205,7 +208,8 @@ async function takeConversation(db: Db, conversationId: string): Promise<Taken |
                      'control', m.control, 'payload', m.payload, 'createdAt', m.created_at, 'awaitingWords', ${AWAITING_WORDS})
                    ORDER BY m.sent_at, m.arrival NULLS FIRST, m.created_at)
               FROM inbound_messages m WHERE m.conversation_id = t.id AND m.reply_id IS NULL AND m.skip_reason IS NULL) AS pending
-    FROM taken t JOIN contacts ct ON ct.id = t.contact_id`;
+    FROM taken t JOIN contacts ct ON ct.id = t.contact_id`,
+  );
   if (!row) return undefined;
   return {
     lease: { conversationId, fence: row.fence },
@@ -260,7 +264,9 @@ async function bindAnswer(db: Db | Tx, lease: Lease, plan: Plan, pending: Waitin
     answer?.kind === "ai"
       ? historyColumns(lease.conversationId, Prisma.sql`${newest}::timestamptz`, Prisma.sql`NOT (id = ANY(${ids}::uuid[]))`, settings.historyMessages)
       : Prisma.sql`NULL AS earlier, NULL AS replies`;
-  const [row] = await db.$queryRaw<{ held: boolean; made: ReplyJson | null; earlier: HistoryJson["earlier"]; replies: HistoryJson["replies"] }[]>`
+  const [row] = await queryRows<{ held: boolean; made: ReplyJson | null; earlier: HistoryJson["earlier"]; replies: HistoryJson["replies"] }>(
+    db,
+    Prisma.sql`
     WITH fenced AS (
       SELECT id FROM conversations WHERE id = ${lease.conversationId}::uuid AND reply_fence = ${lease.fence} FOR UPDATE
     ),
@@ -298,7 +304,8 @@ async function bindAnswer(db: Db | Tx, lease: Lease, plan: Plan, pending: Waitin
     bound AS (
       UPDATE inbound_messages m SET reply_id = made.id FROM made, answerable a WHERE m.id = a.id RETURNING m.id
     )
-    SELECT EXISTS (SELECT 1 FROM fenced) AS held, (SELECT to_jsonb(made) FROM made) AS made, ${history}`;
+    SELECT EXISTS (SELECT 1 FROM fenced) AS held, (SELECT to_jsonb(made) FROM made) AS made, ${history}`,
+  );
   if (!row) throw new Error("bindAnswer returned no row");
   return { held: row.held, reply: row.made ? replyOf(row.made) : undefined, history: row.made && answer?.kind === "ai" ? historyOf(row) : undefined };
 }
@@ -308,9 +315,12 @@ async function bindAnswer(db: Db | Tx, lease: Lease, plan: Plan, pending: Waitin
  * the bot keeps out until `until`, then comes back by itself. Never shortens a longer pause.
  */
 export async function pauseForPerson(db: Db, conversationId: string, until: Date, by: string, now: Date): Promise<boolean> {
-  const paused = await db.$executeRaw`
+  const paused = await execute(
+    db,
+    Prisma.sql`
     UPDATE conversations SET paused_until = ${until}::timestamptz, paused_by = ${by}, updated_at = ${now}::timestamptz
-    WHERE id = ${conversationId}::uuid AND (paused_until IS NULL OR paused_until < ${until}::timestamptz)`;
+    WHERE id = ${conversationId}::uuid AND (paused_until IS NULL OR paused_until < ${until}::timestamptz)`,
+  );
   return paused > 0;
 }
 

@@ -1,4 +1,5 @@
-import type { Db, Prisma } from "../db/client.ts";
+import { type Db, Prisma } from "../db/client.ts";
+import { queryRows } from "../db/sql.ts";
 import type { CsatRating } from "../messages/csat.ts";
 import { splitForWhatsApp } from "../whatsapp/split.ts";
 import { windowOpen } from "../whatsapp/window.ts";
@@ -23,14 +24,17 @@ type Tx = Prisma.TransactionClient;
 
 /** The bot answered: an ask waits until `dueAt`; one already waiting moves there (the quiet counts from the last answer). */
 export async function scheduleCsatAsk(db: Db, conversationId: string, answeredAt: Date, dueAt: Date): Promise<{ id: string; dueAt: Date }> {
-  const [row] = await db.$queryRaw<{ id: string; dueAt: Date }[]>`
+  const [row] = await queryRows<{ id: string; dueAt: Date }>(
+    db,
+    Prisma.sql`
     INSERT INTO csat_asks (id, conversation_id, answered_at, due_at, updated_at)
     VALUES (gen_random_uuid(), ${conversationId}::uuid, ${answeredAt}::timestamptz, ${dueAt}::timestamptz, ${answeredAt}::timestamptz)
     ON CONFLICT (conversation_id) WHERE state = 'pending' DO UPDATE SET
       answered_at = GREATEST(csat_asks.answered_at, EXCLUDED.answered_at),
       due_at = GREATEST(csat_asks.due_at, EXCLUDED.due_at),
       updated_at = EXCLUDED.updated_at
-    RETURNING id, due_at AS "dueAt"`;
+    RETURNING id, due_at AS "dueAt"`,
+  );
   return row!;
 }
 
@@ -157,7 +161,9 @@ async function writeThanks(tx: Tx, conversationId: string, thanks: string, now: 
  * maybe-sent part stays (law 5). Only for the lease holder.
  */
 export async function dropUnsentCsat(db: Db, lease: Lease, replyId: string, now: Date): Promise<boolean> {
-  const [row] = await db.$queryRaw<{ dropped: boolean }[]>`
+  const [row] = await queryRows<{ dropped: boolean }>(
+    db,
+    Prisma.sql`
     WITH held AS (SELECT 1 FROM conversations WHERE id = ${lease.conversationId}::uuid AND reply_fence = ${lease.fence} FOR SHARE),
     r AS (SELECT id FROM replies WHERE id = ${replyId}::uuid AND kind IN ('csat', 'csat_thanks') AND state = 'ready' AND EXISTS (SELECT 1 FROM held) FOR UPDATE),
     dropped AS (DELETE FROM outbound_messages p USING r WHERE p.reply_id = r.id AND p.send_state = 'pending' RETURNING p.id),
@@ -170,13 +176,17 @@ export async function dropUnsentCsat(db: Db, lease: Lease, replyId: string, now:
       UPDATE csat_asks a SET state = 'skipped', reason = 'the 24-hour window had closed before it was sent', asked_at = NULL, updated_at = ${now}::timestamptz
       FROM settled WHERE a.reply_id = settled.id AND NOT EXISTS (SELECT 1 FROM outbound_messages p WHERE p.reply_id = settled.id AND p.send_state = 'accepted')
     )
-    SELECT EXISTS (SELECT 1 FROM settled) AS dropped`;
+    SELECT EXISTS (SELECT 1 FROM settled) AS dropped`,
+  );
   return row?.dropped ?? false;
 }
 
 /** Asks due and still pending (their delayed job lost, or the workers down when it was due): the reconciler's read. */
 export async function dueCsatAsks(db: Db, now: Date, limit: number): Promise<{ id: string; conversationId: string }[]> {
-  return db.$queryRaw`
+  return queryRows(
+    db,
+    Prisma.sql`
     SELECT id, conversation_id AS "conversationId" FROM csat_asks
-    WHERE state = 'pending' AND due_at <= ${now}::timestamptz ORDER BY due_at LIMIT ${limit}`;
+    WHERE state = 'pending' AND due_at <= ${now}::timestamptz ORDER BY due_at LIMIT ${limit}`,
+  );
 }

@@ -1,4 +1,5 @@
 import { type Db, Prisma } from "../db/client.ts";
+import { queryRows } from "../db/sql.ts";
 
 /**
  * What a reply's statements read of the conversation before it (Claude's history): the
@@ -49,9 +50,12 @@ export async function readHistory(
   reply: { id: string; conversationId: string },
   limit: number,
 ): Promise<{ messages: QuestionMessage[]; history: HistoryRows }> {
-  const [row] = await db.$queryRaw<(HistoryJson & { messages: QuestionMessage[] | null })[]>`
+  const [row] = await queryRows<HistoryJson & { messages: QuestionMessage[] | null }>(
+    db,
+    Prisma.sql`
     WITH answering AS (SELECT text, payload, sent_at, arrival, created_at FROM inbound_messages WHERE reply_id = ${reply.id}::uuid)
     SELECT (SELECT jsonb_agg(jsonb_build_object('text', text, 'payload', payload) ORDER BY sent_at, arrival NULLS FIRST, created_at) FROM answering) AS messages,
-           ${historyColumns(reply.conversationId, Prisma.sql`(SELECT max(created_at) FROM answering)`, Prisma.sql`reply_id IS DISTINCT FROM ${reply.id}::uuid`, limit)}`;
+           ${historyColumns(reply.conversationId, Prisma.sql`(SELECT max(created_at) FROM answering)`, Prisma.sql`reply_id IS DISTINCT FROM ${reply.id}::uuid`, limit)}`,
+  );
   return { messages: row?.messages ?? [], history: historyOf(row ?? { earlier: null, replies: null }) };
 }

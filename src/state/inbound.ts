@@ -1,5 +1,5 @@
-import type { Db } from "../db/client.ts";
-import { isUniqueViolation, Prisma } from "../db/client.ts";
+import { type Db, isUniqueViolation, Prisma } from "../db/client.ts";
+import { queryRows } from "../db/sql.ts";
 import type { Sender } from "../whatsapp/webhook-payload.ts";
 import { resolveContact } from "./contacts.ts";
 
@@ -60,9 +60,10 @@ export async function recordInbound(db: Db, who: { sender: Sender } | { contactI
   }
   if (recorded.inserted) return recorded;
   // Stored before: its own reason counts (a deletion stored first left a tombstone).
-  const [earlier] = await db.$queryRaw<
-    { skipReason: string | null }[]
-  >`SELECT skip_reason AS "skipReason" FROM inbound_messages WHERE wamid = ${message.wamid}`;
+  const [earlier] = await queryRows<{ skipReason: string | null }>(
+    db,
+    Prisma.sql`SELECT skip_reason AS "skipReason" FROM inbound_messages WHERE wamid = ${message.wamid}`,
+  );
   return { ...recorded, skipReason: earlier?.skipReason ?? null };
 }
 
@@ -89,7 +90,9 @@ function contactUpsert(sender: Sender): Prisma.Sql {
 }
 
 async function storeOnce(db: Db, contact: Prisma.Sql, phoneNumberId: string, m: InboundRecord): Promise<Recorded | undefined> {
-  const [row] = await db.$queryRaw<Recorded[]>`
+  const [row] = await queryRows<Recorded>(
+    db,
+    Prisma.sql`
     WITH contact AS (${contact}),
     conversation AS (
       INSERT INTO conversations AS c (id, phone_number_id, contact_id, last_inbound_at, last_message_at, updated_at)
@@ -114,6 +117,7 @@ async function storeOnce(db: Db, contact: Prisma.Sql, phoneNumberId: string, m: 
     )
     SELECT conversation.id AS "conversationId", EXISTS (SELECT 1 FROM message) AS inserted, (SELECT id FROM message) AS "messageId",
            (SELECT skip_reason FROM message) AS "skipReason"
-    FROM conversation`;
+    FROM conversation`,
+  );
   return row;
 }

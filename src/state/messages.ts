@@ -1,4 +1,5 @@
 import { type Db, Prisma } from "../db/client.ts";
+import { execute } from "../db/sql.ts";
 
 /**
  * The customer's messages once stored (inbound.ts stores them): what changes them
@@ -21,11 +22,14 @@ type Tx = Prisma.TransactionClient;
  * yet plans again (its bind checks the words it read). False when there was nothing to edit.
  */
 export async function applyEdit(db: Db, edit: { wamid: string; contactId: string; phoneNumberId: string; text: string }): Promise<boolean> {
-  const applied = await db.$executeRaw`
+  const applied = await execute(
+    db,
+    Prisma.sql`
     UPDATE inbound_messages m SET text = ${edit.text}
     FROM conversations c
     WHERE m.wamid = ${edit.wamid} AND c.id = m.conversation_id AND c.contact_id = ${edit.contactId}::uuid
-      AND c.phone_number_id = ${edit.phoneNumberId} AND m.reply_id IS NULL AND m.skip_reason IS NULL`;
+      AND c.phone_number_id = ${edit.phoneNumberId} AND m.reply_id IS NULL AND m.skip_reason IS NULL`,
+  );
   return applied > 0;
 }
 
@@ -37,13 +41,16 @@ export async function applyEdit(db: Db, edit: { wamid: string; contactId: string
  * unique wamid decides, with no window between two jobs. True when it erased or took the wamid.
  */
 export async function recordDeletion(db: Db, conversationId: string, wamid: string, deletedAt: Date, now: Date): Promise<boolean> {
-  const changed = await db.$executeRaw`
+  const changed = await execute(
+    db,
+    Prisma.sql`
     INSERT INTO inbound_messages AS m (id, wamid, conversation_id, type, skip_reason, sent_at, payload, deleted_at)
     VALUES (gen_random_uuid(), ${wamid}, ${conversationId}::uuid, 'deleted', 'deleted by the customer', ${deletedAt}, '{"deleted":true}'::jsonb, ${now}::timestamptz)
     ON CONFLICT (wamid) DO UPDATE SET
       text = NULL, canned_text = NULL, transcript = NULL, payload = '{"deleted":true}'::jsonb, deleted_at = ${now}::timestamptz,
       skip_reason = CASE WHEN m.reply_id IS NULL AND m.skip_reason IS NULL THEN 'deleted by the customer' ELSE m.skip_reason END
-    WHERE m.conversation_id = ${conversationId}::uuid AND m.deleted_at IS NULL`;
+    WHERE m.conversation_id = ${conversationId}::uuid AND m.deleted_at IS NULL`,
+  );
   return changed > 0;
 }
 
@@ -64,9 +71,12 @@ export const AWAITING_WORDS = Prisma.sql`(m.type = 'audio' AND m.transcript IS N
  * not (deleted, or heard by another run meanwhile).
  */
 export async function storeTranscript(db: Db, messageId: string, words: string): Promise<boolean> {
-  const stored = await db.$executeRaw`
+  const stored = await execute(
+    db,
+    Prisma.sql`
     UPDATE inbound_messages m SET transcript = ${words}, text = m.text || ' ' || ${words}
-    WHERE m.id = ${messageId}::uuid AND ${AWAITING_WORDS}`;
+    WHERE m.id = ${messageId}::uuid AND ${AWAITING_WORDS}`,
+  );
   return stored > 0;
 }
 
@@ -78,9 +88,12 @@ export async function storeTranscript(db: Db, messageId: string, words: string):
 export async function voiceNoteUnheard(db: Db, messageId: string, outcome: { cannedText: string } | { skipReason: string }): Promise<boolean> {
   const cannedText = "cannedText" in outcome ? outcome.cannedText : null;
   const skipReason = "skipReason" in outcome ? outcome.skipReason : null;
-  const changed = await db.$executeRaw`
+  const changed = await execute(
+    db,
+    Prisma.sql`
     UPDATE inbound_messages m SET text = NULL, canned_text = ${cannedText}, skip_reason = ${skipReason}
-    WHERE m.id = ${messageId}::uuid AND ${AWAITING_WORDS}`;
+    WHERE m.id = ${messageId}::uuid AND ${AWAITING_WORDS}`,
+  );
   return changed > 0;
 }
 

@@ -1,4 +1,5 @@
 import { type Db, Prisma } from "../db/client.ts";
+import { execute, queryRows } from "../db/sql.ts";
 import type { Lease } from "./fence.ts";
 
 /**
@@ -56,16 +57,22 @@ export const quoteOf = (replyId: string) => Prisma.sql`(
 
 /** The reply's outbox as it stands, for a run that did not just write it. */
 export async function unsentParts(db: Db, replyId: string): Promise<Outbox> {
-  const [row] = await db.$queryRaw<OutboxJson[]>`
+  const [row] = await queryRows<OutboxJson>(
+    db,
+    Prisma.sql`
     SELECT (SELECT jsonb_agg(${partJson} ORDER BY p.seq) FROM outbound_messages p WHERE p.reply_id = ${replyId}::uuid AND p.send_state IN ('pending', 'sending')) AS parts,
-           (SELECT min(seq) FROM outbound_messages WHERE reply_id = ${replyId}::uuid) AS "firstSeq", ${quoteOf(replyId)}`;
+           (SELECT min(seq) FROM outbound_messages WHERE reply_id = ${replyId}::uuid) AS "firstSeq", ${quoteOf(replyId)}`,
+  );
   return outboxOf(row!);
 }
 
 /** Whether the reply's unsent part is a template a person chose (issue 21): it goes out as it is, whatever the window. */
 export async function awaitsChosenTemplate(db: Db, replyId: string): Promise<boolean> {
-  const [row] = await db.$queryRaw<{ chosen: boolean }[]>`
-    SELECT EXISTS (SELECT 1 FROM outbound_messages WHERE reply_id = ${replyId}::uuid AND send_state IN ('pending', 'sending') AND template_language IS NOT NULL) AS chosen`;
+  const [row] = await queryRows<{ chosen: boolean }>(
+    db,
+    Prisma.sql`
+    SELECT EXISTS (SELECT 1 FROM outbound_messages WHERE reply_id = ${replyId}::uuid AND send_state IN ('pending', 'sending') AND template_language IS NOT NULL) AS chosen`,
+  );
   return row?.chosen ?? false;
 }
 
@@ -87,9 +94,15 @@ export type MarkSending =
  * its status webhook first. The part's state as this statement found it says why it refused.
  */
 export async function markSending(db: Db, lease: Lease, partId: string, resendAfterMs: number, now: Date): Promise<MarkSending> {
-  const [row] = await db.$queryRaw<
-    { attempt: number | null; sendState: PartView["sendState"] | null; replyState: string | null; held: boolean; resendAfter: Date | null }[]
-  >`
+  const [row] = await queryRows<{
+    attempt: number | null;
+    sendState: PartView["sendState"] | null;
+    replyState: string | null;
+    held: boolean;
+    resendAfter: Date | null;
+  }>(
+    db,
+    Prisma.sql`
     WITH found AS (
       SELECT p.send_state, p.resend_after, r.state AS reply_state
       FROM outbound_messages p JOIN replies r ON r.id = p.reply_id
@@ -109,7 +122,8 @@ export async function markSending(db: Db, lease: Lease, partId: string, resendAf
     )
     SELECT (SELECT send_attempt FROM marked) AS attempt, EXISTS (SELECT 1 FROM held) AS held,
            (SELECT send_state FROM found) AS "sendState", (SELECT reply_state::text FROM found) AS "replyState",
-           (SELECT resend_after FROM found) AS "resendAfter"`;
+           (SELECT resend_after FROM found) AS "resendAfter"`,
+  );
   if (!row) throw new Error(`markSending of part ${partId} returned no row`);
   if (row.attempt !== null) return { ok: true, attempt: row.attempt };
   if (!row.held) return { ok: false, refused: "fenced_out" };
@@ -133,7 +147,9 @@ export async function markAccepted(
   wamid: string,
   now: Date,
 ): Promise<{ accepted: boolean; replySent: boolean; answersSinceMs: number | null }> {
-  const [row] = await db.$queryRaw<{ accepted: boolean; replySent: boolean; answersSinceMs: number | null }[]>`
+  const [row] = await queryRows<{ accepted: boolean; replySent: boolean; answersSinceMs: number | null }>(
+    db,
+    Prisma.sql`
     WITH accepted AS (
       UPDATE outbound_messages SET send_state = 'accepted', wamid = ${wamid}, accepted_at = ${now}::timestamptz
       WHERE id = ${partId}::uuid AND wamid IS NULL
@@ -143,7 +159,8 @@ export async function markAccepted(
     SELECT EXISTS (SELECT 1 FROM accepted) AS accepted, EXISTS (SELECT 1 FROM sent) AS "replySent",
            -- arrival is the webhook's receipt in µs (absent on older rows: then when it was stored)
            (SELECT max(COALESCE(m.arrival / 1000.0, extract(epoch FROM m.created_at) * 1000))::float8
-              FROM sent JOIN inbound_messages m ON m.reply_id = sent.id) AS "answersSinceMs"`;
+              FROM sent JOIN inbound_messages m ON m.reply_id = sent.id) AS "answersSinceMs"`,
+  );
   if (row!.accepted) await conversationMoved(db, partId, now);
   return row!;
 }
@@ -154,10 +171,13 @@ export async function markAccepted(
  * statement would lock the two in the opposite order to a person's resend, which could deadlock.
  */
 async function conversationMoved(db: Db, partId: string, at: Date): Promise<void> {
-  await db.$executeRaw`
+  await execute(
+    db,
+    Prisma.sql`
     UPDATE conversations c SET last_message_at = ${at}::timestamptz
     FROM outbound_messages p JOIN replies r ON r.id = p.reply_id
-    WHERE p.id = ${partId}::uuid AND c.id = r.conversation_id AND c.last_message_at < ${at}::timestamptz`;
+    WHERE p.id = ${partId}::uuid AND c.id = r.conversation_id AND c.last_message_at < ${at}::timestamptz`,
+  );
 }
 
 /** ready → sent, in the statement that accepted `accepted`'s part, when it was the reply's last one outstanding. */
@@ -172,9 +192,12 @@ const replySentWhenLast = (accepted: Prisma.Sql, now: Date) => Prisma.sql`
 
 /** sending → pending: Meta refused this attempt with Graph's error body, so it is safe to send again. */
 export async function markRefused(db: Db, partId: string, attempt: number): Promise<void> {
-  await db.$executeRaw`
+  await execute(
+    db,
+    Prisma.sql`
     UPDATE outbound_messages SET send_state = 'pending'
-    WHERE id = ${partId}::uuid AND send_state = 'sending' AND send_attempt = ${attempt} AND wamid IS NULL`;
+    WHERE id = ${partId}::uuid AND send_state = 'sending' AND send_attempt = ${attempt} AND wamid IS NULL`,
+  );
 }
 
 /** The delivery states Meta reports, in the order they only ever move (failed is terminal). */
@@ -206,9 +229,17 @@ export async function recordDeliveryStatus(
 ): Promise<StatusOutcome> {
   const rank = STATUS_RANK[status.status];
   const byCallback = status.callbackPartId ?? null;
-  const [row] = await db.$queryRaw<
-    { partId: string | null; replyId: string | null; knownAs: string | null; changed: boolean; reconciled: boolean; advanced: boolean; replySent: boolean }[]
-  >`
+  const [row] = await queryRows<{
+    partId: string | null;
+    replyId: string | null;
+    knownAs: string | null;
+    changed: boolean;
+    reconciled: boolean;
+    advanced: boolean;
+    replySent: boolean;
+  }>(
+    db,
+    Prisma.sql`
     WITH found AS (
       SELECT id, reply_id, wamid, status_rank FROM (
         SELECT id, reply_id, wamid, status_rank, 0 AS pick FROM outbound_messages WHERE wamid = ${status.wamid}
@@ -234,7 +265,8 @@ export async function recordDeliveryStatus(
            EXISTS (SELECT 1 FROM changed) AS changed, EXISTS (SELECT 1 FROM accepted) AS reconciled,
            -- found holds the part as it was before this statement changed it
            EXISTS (SELECT 1 FROM changed) AND COALESCE((SELECT status_rank FROM found) < ${rank}, false) AS advanced,
-           EXISTS (SELECT 1 FROM sent) AS "replySent"`;
+           EXISTS (SELECT 1 FROM sent) AS "replySent"`,
+  );
   if (!row?.partId || !row.replyId) return { outcome: "unknown" };
   const part = { partId: row.partId, replyId: row.replyId };
   if (row.knownAs !== null && row.knownAs !== status.wamid) return { outcome: "superseded", ...part };
@@ -247,8 +279,11 @@ export async function recordDeliveryStatus(
 /** The part a status webhook is about, by its wamid, else by our part id in biz_opaque_callback_data (a read, for the reconciler). */
 export async function findPartOfStatus(db: Db, wamid: string, callback: string | undefined): Promise<{ id: string; replyId: string } | null> {
   const byCallback = callback && UUID.test(callback) ? callback : null;
-  const [row] = await db.$queryRaw<{ id: string; replyId: string }[]>`
-    SELECT id, reply_id AS "replyId" FROM outbound_messages WHERE wamid = ${wamid} OR id = ${byCallback}::uuid ORDER BY wamid = ${wamid} DESC LIMIT 1`;
+  const [row] = await queryRows<{ id: string; replyId: string }>(
+    db,
+    Prisma.sql`
+    SELECT id, reply_id AS "replyId" FROM outbound_messages WHERE wamid = ${wamid} OR id = ${byCallback}::uuid ORDER BY wamid = ${wamid} DESC LIMIT 1`,
+  );
   return row ?? null;
 }
 
@@ -285,12 +320,15 @@ export async function recordPartPricing(
   pricing: PartPricing,
   now: Date,
 ): Promise<{ recorded: true; phoneNumberId: string } | { recorded: false }> {
-  const [row] = await db.$queryRaw<{ phoneNumberId: string }[]>`
+  const [row] = await queryRows<{ phoneNumberId: string }>(
+    db,
+    Prisma.sql`
     UPDATE outbound_messages p SET pricing_category = ${pricing.category}, pricing_type = ${pricing.type}, pricing_model = ${pricing.pricingModel},
       billable = ${pricing.billable}, market = ${pricing.market}, meta_amount = ${pricing.amount ?? null}::double precision, priced_at = ${now}::timestamptz
     FROM replies r JOIN conversations c ON c.id = r.conversation_id
     WHERE p.id = ${partId}::uuid AND p.priced_at IS NULL AND r.id = p.reply_id
-    RETURNING c.phone_number_id AS "phoneNumberId"`;
+    RETURNING c.phone_number_id AS "phoneNumberId"`,
+  );
   return row ? { recorded: true, phoneNumberId: row.phoneNumberId } : { recorded: false };
 }
 
@@ -304,7 +342,9 @@ export async function recordCopyPricing(
   pricing: PartPricing,
   now: Date,
 ): Promise<{ recorded: true; phoneNumberId: string } | { recorded: false }> {
-  const [row] = await db.$queryRaw<{ phoneNumberId: string }[]>`
+  const [row] = await queryRows<{ phoneNumberId: string }>(
+    db,
+    Prisma.sql`
     WITH made AS (
       INSERT INTO outbound_copies (wamid, part_id, pricing_category, pricing_type, pricing_model, billable, market, meta_amount, priced_at)
       VALUES (${copy.wamid}, ${copy.partId}::uuid, ${pricing.category}, ${pricing.type}, ${pricing.pricingModel}, ${pricing.billable}, ${pricing.market},
@@ -313,6 +353,7 @@ export async function recordCopyPricing(
       RETURNING part_id
     )
     SELECT c.phone_number_id AS "phoneNumberId" FROM made JOIN outbound_messages p ON p.id = made.part_id
-      JOIN replies r ON r.id = p.reply_id JOIN conversations c ON c.id = r.conversation_id`;
+      JOIN replies r ON r.id = p.reply_id JOIN conversations c ON c.id = r.conversation_id`,
+  );
   return row ? { recorded: true, phoneNumberId: row.phoneNumberId } : { recorded: false };
 }

@@ -1,5 +1,6 @@
 import type { GeneratedReply } from "../ai/claude.ts";
-import { type Db, isUniqueViolation, type Prisma } from "../db/client.ts";
+import { type Db, isUniqueViolation, Prisma } from "../db/client.ts";
+import { execute, queryRows } from "../db/sql.ts";
 import { FencedOut } from "../errors.ts";
 
 import { splitForWhatsApp } from "../whatsapp/split.ts";
@@ -42,7 +43,9 @@ export async function storeDraft(
   now: Date,
 ): Promise<{ held: boolean; lastInboundAt: Date | null; outbox: Outbox | undefined }> {
   const fence = lease?.fence ?? null;
-  const [row] = await db.$queryRaw<(OutboxJson & { held: boolean; stored: boolean; lastInboundAt: Date | null; firstBefore: number | null })[]>`
+  const [row] = await queryRows<OutboxJson & { held: boolean; stored: boolean; lastInboundAt: Date | null; firstBefore: number | null }>(
+    db,
+    Prisma.sql`
     WITH conversation AS (
       SELECT c.last_inbound_at, c.reply_fence = ${fence}::bigint AS held
       FROM conversations c JOIN replies r ON r.conversation_id = c.id WHERE r.id = ${replyId}::uuid
@@ -67,7 +70,8 @@ export async function storeDraft(
     )
     SELECT COALESCE((SELECT held FROM conversation), false) AS held, (SELECT last_inbound_at FROM conversation) AS "lastInboundAt",
            EXISTS (SELECT 1 FROM stored) AS stored,
-           (SELECT jsonb_agg(${partJson} ORDER BY p.seq) FROM p) AS parts, (SELECT first FROM before) AS "firstBefore", ${quoteOf(replyId)}`;
+           (SELECT jsonb_agg(${partJson} ORDER BY p.seq) FROM p) AS parts, (SELECT first FROM before) AS "firstBefore", ${quoteOf(replyId)}`,
+  );
   if (!row) throw new Error(`storeDraft of reply ${replyId} returned no row`);
   const held = lease === null || row.held;
   if (!row.stored) return { held, lastInboundAt: row.lastInboundAt, outbox: undefined };
@@ -87,7 +91,9 @@ export type Armed = { ok: true; deadline: Date } | { ok: false; refused: "fenced
  */
 export async function armGeneration(db: Db, lease: Lease, replyId: string, budgetMs: number, now: Date): Promise<Armed> {
   const deadline = new Date(now.getTime() + budgetMs);
-  const [row] = await db.$queryRaw<{ armed: boolean; held: boolean; state: string | null; until: Date | null }[]>`
+  const [row] = await queryRows<{ armed: boolean; held: boolean; state: string | null; until: Date | null }>(
+    db,
+    Prisma.sql`
     WITH held AS (SELECT 1 FROM conversations WHERE id = ${lease.conversationId}::uuid AND reply_fence = ${lease.fence} FOR SHARE),
     before AS (SELECT state, generation_deadline FROM replies WHERE id = ${replyId}::uuid),
     armed AS (
@@ -97,7 +103,8 @@ export async function armGeneration(db: Db, lease: Lease, replyId: string, budge
       RETURNING id
     )
     SELECT EXISTS (SELECT 1 FROM armed) AS armed, EXISTS (SELECT 1 FROM held) AS held,
-           (SELECT state::text FROM before) AS state, (SELECT generation_deadline FROM before) AS until`;
+           (SELECT state::text FROM before) AS state, (SELECT generation_deadline FROM before) AS until`,
+  );
   if (row?.armed) return { ok: true, deadline };
   if (!row?.held) return { ok: false, refused: "fenced_out" };
   if (row.state !== "generating") return { ok: false, refused: "not_generating" };
@@ -110,17 +117,23 @@ export async function armGeneration(db: Db, lease: Lease, replyId: string, budge
  * deadline is released: one armed since by another run stays.
  */
 export async function releaseGeneration(db: Db, replyId: string, deadline: Date): Promise<void> {
-  await db.$executeRaw`
+  await execute(
+    db,
+    Prisma.sql`
     UPDATE replies SET generation_deadline = NULL
-    WHERE id = ${replyId}::uuid AND state = 'generating' AND generation_deadline = ${deadline}::timestamptz`;
+    WHERE id = ${replyId}::uuid AND state = 'generating' AND generation_deadline = ${deadline}::timestamptz`,
+  );
 }
 
 /** ready → sent, once every part is accepted (a "failed" status may have dead-lettered it meanwhile). */
 export async function markReplySent(db: Db, replyId: string, now: Date): Promise<boolean> {
-  const changed = await db.$executeRaw`
+  const changed = await execute(
+    db,
+    Prisma.sql`
     UPDATE replies SET state = 'sent', sent_at = ${now}::timestamptz, updated_at = ${now}::timestamptz
     WHERE id = ${replyId}::uuid AND state = 'ready'
-      AND NOT EXISTS (SELECT 1 FROM outbound_messages WHERE reply_id = ${replyId}::uuid AND send_state IN ('pending', 'sending'))`;
+      AND NOT EXISTS (SELECT 1 FROM outbound_messages WHERE reply_id = ${replyId}::uuid AND send_state IN ('pending', 'sending'))`,
+  );
   return changed > 0;
 }
 
@@ -134,7 +147,9 @@ export async function markReplySent(db: Db, replyId: string, now: Date): Promise
  */
 export async function replaceUnsentWithTemplate(db: Db, lease: Lease, replyId: string, template: { name: string; language: string }, now: Date): Promise<void> {
   const text = `[Template "${template.name}" (${template.language}): the 24-hour window had closed]`;
-  const [row] = await db.$queryRaw<{ held: boolean; open: boolean }[]>`
+  const [row] = await queryRows<{ held: boolean; open: boolean }>(
+    db,
+    Prisma.sql`
     WITH held AS (SELECT 1 FROM conversations WHERE id = ${lease.conversationId}::uuid AND reply_fence = ${lease.fence} FOR SHARE),
     r AS (SELECT id FROM replies WHERE id = ${replyId}::uuid AND state IN ('generating', 'ready') AND EXISTS (SELECT 1 FROM held) FOR UPDATE),
     dropped AS (
@@ -156,7 +171,8 @@ export async function replaceUnsentWithTemplate(db: Db, lease: Lease, replyId: s
       FROM r WHERE NOT EXISTS (SELECT 1 FROM live)
     ),
     readied AS (UPDATE replies SET state = 'ready', text = ${text}, generation_deadline = NULL, updated_at = ${now}::timestamptz FROM r WHERE replies.id = r.id)
-    SELECT EXISTS (SELECT 1 FROM held) AS held, EXISTS (SELECT 1 FROM r) AS open`;
+    SELECT EXISTS (SELECT 1 FROM held) AS held, EXISTS (SELECT 1 FROM r) AS open`,
+  );
   if (!row?.held) throw new FencedOut(`conversation ${lease.conversationId} was taken over before the template replaced reply ${replyId}`);
 }
 
@@ -270,8 +286,11 @@ export async function recordBusinessReply(db: Db, conversationId: string, echo: 
       },
     });
     // The conversation moved (its place in GET /admin/conversations).
-    await db.$executeRaw`
-      UPDATE conversations SET last_message_at = ${echo.at}::timestamptz WHERE id = ${conversationId}::uuid AND last_message_at < ${echo.at}::timestamptz`;
+    await execute(
+      db,
+      Prisma.sql`
+      UPDATE conversations SET last_message_at = ${echo.at}::timestamptz WHERE id = ${conversationId}::uuid AND last_message_at < ${echo.at}::timestamptz`,
+    );
     return true;
   } catch (error) {
     if (isUniqueViolation(error)) return false;

@@ -1,6 +1,7 @@
 import type { CallUsage } from "../ai/claude.ts";
 import type { ContentBlockJson } from "../ai/request.ts";
-import type { Db, Prisma } from "../db/client.ts";
+import { type Db, Prisma } from "../db/client.ts";
+import { execute, queryRows } from "../db/sql.ts";
 import { openToolUnknownItem } from "./dead-letters.ts";
 import type { Lease } from "./fence.ts";
 
@@ -151,14 +152,17 @@ export type ToolCallStart = { ok: true; attempt: number } | { ok: false; refused
  * conversation, and for a call whose answer is stored.
  */
 export async function startToolCall(db: Db, lease: Lease, id: string, now: Date): Promise<ToolCallStart> {
-  const [row] = await db.$queryRaw<{ attempt: number | null; held: boolean }[]>`
+  const [row] = await queryRows<{ attempt: number | null; held: boolean }>(
+    db,
+    Prisma.sql`
     WITH held AS (SELECT 1 FROM conversations WHERE id = ${lease.conversationId}::uuid AND reply_fence = ${lease.fence} FOR SHARE),
     started AS (
       UPDATE tool_calls SET attempts = attempts + 1, started_at = ${now}::timestamptz
       WHERE id = ${id} AND state = 'requested' AND EXISTS (SELECT 1 FROM held)
       RETURNING attempts
     )
-    SELECT (SELECT attempts FROM started) AS attempt, EXISTS (SELECT 1 FROM held) AS held`;
+    SELECT (SELECT attempts FROM started) AS attempt, EXISTS (SELECT 1 FROM held) AS held`,
+  );
   if (row?.attempt != null) return { ok: true, attempt: row.attempt };
   return { ok: false, refused: row?.held ? "finished" : "fenced_out" };
 }
@@ -168,10 +172,13 @@ export async function startToolCall(db: Db, lease: Lease, id: string, now: Date)
  * (it could not be asked at all): the answer stored, never asked for again. A fact: no lease.
  */
 export async function finishToolCall(db: Db | Tx, id: string, outcome: ToolCallAnswer & { state: "done" | "failed" | "unknown" }, now: Date): Promise<boolean> {
-  const finished = await db.$executeRaw`
+  const finished = await execute(
+    db,
+    Prisma.sql`
     UPDATE tool_calls SET state = ${outcome.state}, answer = ${outcome.answer}, is_error = ${outcome.isError}, status = ${outcome.status ?? null}::int,
       request = ${outcome.request ? JSON.stringify(outcome.request) : null}::jsonb, finished_at = ${now}::timestamptz
-    WHERE id = ${id} AND state = 'requested'`;
+    WHERE id = ${id} AND state = 'requested'`,
+  );
   return finished === 1;
 }
 
