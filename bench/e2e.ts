@@ -33,6 +33,8 @@ export interface EndToEndScenario {
   floor?: boolean;
   /** The real worker under `--cpu-prof`, writing its profile here when it exits. */
   profileDir?: string;
+  /** Added to the worker's variables (LOG_LEVEL: the harness's is silent). */
+  workerEnv?: Record<string, string>;
 }
 
 export interface RoundResult {
@@ -78,7 +80,7 @@ export interface EndToEndResult {
 export async function runEndToEnd(scenarios: EndToEndScenario[]): Promise<EndToEndResult[]> {
   const systems: System[] = [];
   try {
-    for (const [i, scenario] of scenarios.entries()) systems.push(await System.start(scenario, i));
+    for (const [i, scenario] of scenarios.entries()) systems.push(await System.start(scenario, i, scenario.workerEnv));
     const idle = new Map<System, number[]>();
     for (const system of systems) {
       await system.warmUp();

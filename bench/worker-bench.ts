@@ -198,10 +198,10 @@ function targetLines(results: EndToEndResult[]): TargetLine[] {
  * What an A/B of one worker lever compares (bench/ab.ts): (a) against the floor worker (f), the
  * rounds alternating as in the full bench, as one JSON line.
  */
-export async function workerLeverFigures(quick: boolean): Promise<Record<string, number>> {
+export async function workerLeverFigures(quick: boolean, logLevel = "silent"): Promise<Record<string, number>> {
   const [a, , f] = endToEndGroups(quick)[0] ?? [];
   if (!a || !f) throw new Error("the saturated group has no (a) and (f)");
-  const [worker, floor] = await runEndToEnd([a, f]);
+  const [worker, floor] = await runEndToEnd([{ ...a, workerEnv: { LOG_LEVEL: logLevel } }, f]);
   if (!worker || !floor) throw new Error("the saturated group gave no results");
   const cpuPerReply = (r: EndToEndResult) => medianOf(r, (x) => 1e6 / perCpuSecond(x));
   return {
@@ -216,11 +216,13 @@ export async function workerLeverFigures(quick: boolean): Promise<Record<string,
 
 /**
  * `tsx bench/worker-bench.ts`: benchmark 2 alone, with npm run bench's settings (BENCH_QUICK=1
- * shortens it, as there). `--figures`: (a) and (f) alone, one JSON line, for bench/ab.ts.
+ * shortens it, as there). `--figures`: (a) and (f) alone, one JSON line, for bench/ab.ts;
+ * `--log-level info` has the worker log as production does (the harness's level is silent).
  */
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
   const quick = process.env.BENCH_QUICK === "1";
-  (process.argv.includes("--figures") ? workerLeverFigures(quick).then((figures) => JSON.stringify(figures)) : runWorkerBench(quick).then(({ text }) => text))
+  const logLevel = process.argv[process.argv.indexOf("--log-level") + 1];
+  (process.argv.includes("--figures") ? workerLeverFigures(quick, process.argv.includes("--log-level") ? logLevel : undefined).then((figures) => JSON.stringify(figures)) : runWorkerBench(quick).then(({ text }) => text))
     .then((text) => console.log(text))
     .catch((error: unknown) => {
       console.error(error);
