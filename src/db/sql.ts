@@ -32,12 +32,19 @@ export async function execute(db: Client, query: Prisma.Sql): Promise<number> {
 }
 
 function statementOf(nameOf: (query: { sql: string }) => string, query: Prisma.Sql): pg.QueryConfig {
-  const name = nameOf({ sql: query.text });
-  return { ...(name ? { name } : {}), text: query.text, values: query.values.map(parameterOf), types: PRISMA_TYPES };
+  // `text` is a getter that joins the statement anew at every read: read once.
+  const text = query.text;
+  const name = nameOf({ sql: text });
+  return { ...(name ? { name } : {}), text, values: query.values.map(parameterOf), types: PRISMA_TYPES };
 }
 
-/** What pg cannot send as Prisma does: a Decimal (pg would send its JSON, a quoted string). */
+/**
+ * What pg cannot send as Prisma does: a Decimal (pg would send its JSON, a quoted string). A
+ * Date goes as its ISO string, the instant in UTC, which pg would otherwise spell out in the
+ * process's time zone field by field.
+ */
 function parameterOf(value: unknown): unknown {
+  if (value instanceof Date) return value.toISOString();
   return value instanceof Prisma.Decimal ? value.toString() : value;
 }
 
