@@ -222,7 +222,10 @@ export async function workerLeverFigures(quick: boolean, logLevel = "silent"): P
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
   const quick = process.env.BENCH_QUICK === "1";
   const logLevel = process.argv[process.argv.indexOf("--log-level") + 1];
-  (process.argv.includes("--figures") ? workerLeverFigures(quick, process.argv.includes("--log-level") ? logLevel : undefined).then((figures) => JSON.stringify(figures)) : runWorkerBench(quick).then(({ text }) => text))
+  (process.argv.includes("--figures")
+    ? workerLeverFigures(quick, process.argv.includes("--log-level") ? logLevel : undefined).then((figures) => JSON.stringify(figures))
+    : runWorkerBench(quick).then(({ text }) => text)
+  )
     .then((text) => console.log(text))
     .catch((error: unknown) => {
       console.error(error);

@@ -44,6 +44,8 @@ function statementOf(nameOf: (query: { sql: string }) => string, query: Prisma.S
  * process's time zone field by field.
  */
 function parameterOf(value: unknown): unknown {
+  // Most parameters are strings and numbers: they pass untouched, without the checks below.
+  if (typeof value !== "object" || value === null) return value;
   if (value instanceof Date) return value.toISOString();
   return value instanceof Prisma.Decimal ? value.toString() : value;
 }
