@@ -1,13 +1,12 @@
 import { randomUUID } from "node:crypto";
-import type { ClaudeAnswer, ClaudeClient } from "../ai/claude.ts";
+import type { ClaudeClient } from "../ai/claude.ts";
 import { estimateCostUsd, greatestCostUsd } from "../ai/pricing.ts";
 import type { Clock } from "../clock.ts";
-import { budgetSpent } from "../costs/budget.ts";
 import type { Db } from "../db/client.ts";
 import { type KnowledgeBaseDeps, startKnowledgeBase } from "../knowledge/knowledge.ts";
 import type { Logger } from "../logger.ts";
 import type { Metrics } from "../metrics/metrics.ts";
-import { closeClaudeCall, failedCallState, reserveClaudeCall, settleClaudeCall } from "../state/claude-calls.ts";
+import { countedClaudeCall } from "../state/claude-calls.ts";
 import type { BusinessActions } from "../tools/actions.ts";
 import type { BusinessTool } from "../tools/business-tool.ts";
 import { type ConverseSettings, converse } from "./converse.ts";
@@ -114,28 +113,25 @@ export class Playground {
  */
 function playgroundLedger(deps: PlaygroundDeps, settings: PlaygroundSettings, phoneNumberId: string): CallLedger {
   const budgetUsd = settings.numbers.get(phoneNumberId)?.dailyBudget?.usd;
+  const { claude, db, clock } = deps;
   let step = 0;
   return {
-    async around(ask, call) {
-      const { claude, db, clock } = deps;
-      const id = randomUUID();
-      const reservedUsd = greatestCostUsd(claude.model, claude.boundOf(ask), settings.modelPrices);
-      const reserved = await reserveClaudeCall(
+    around: (ask, call) =>
+      countedClaudeCall(
         db,
-        { id, phoneNumberId, replyId: null, step: step++, model: claude.model, reservedUsd, budgetUsd },
-        clock.now(),
-      );
-      if (!reserved.ok) throw budgetSpent(budgetUsd!, reserved); // refused only under a budget
-      let answer: ClaudeAnswer;
-      try {
-        answer = await call();
-      } catch (error) {
-        await closeClaudeCall(db, id, failedCallState(error), clock.now()).catch(() => undefined); // counted at its reservation
-        throw error;
-      }
-      await settleClaudeCall(db, id, answer.usage, estimateCostUsd(answer.usage.model, answer.usage, settings.modelPrices), clock.now());
-      return answer;
-    },
+        {
+          id: randomUUID(),
+          phoneNumberId,
+          replyId: null,
+          step: step++,
+          model: claude.model,
+          reservedUsd: greatestCostUsd(claude.model, claude.boundOf(ask), settings.modelPrices),
+          budgetUsd,
+        },
+        settings.modelPrices,
+        () => clock.now(),
+        call,
+      ),
   };
 }
 

@@ -3,14 +3,13 @@ import type { CallUsage, ClaudeAnswer, ClaudeClient } from "../ai/claude.ts";
 import { estimateCostUsd, greatestCostUsd } from "../ai/pricing.ts";
 import type { ClaudeAsk, ClaudeKnowledge } from "../ai/request.ts";
 import type { Clock } from "../clock.ts";
-import { budgetSpent } from "../costs/budget.ts";
 import { type Db, isDatabaseUnavailable } from "../db/client.ts";
 import { countDeadLetter } from "../dlq/dead-letters.ts";
 import { FencedOut, PermanentError, Postpone, RetryableError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
 import { countClaudeCall, type Metrics } from "../metrics/metrics.ts";
 import type { KeptStep } from "../queue/catalog.ts";
-import { closeClaudeCall, failedCallState, reserveClaudeCall, settleClaudeCall } from "../state/claude-calls.ts";
+import { countedClaudeCall, settleClaudeCall } from "../state/claude-calls.ts";
 import type { Begun } from "../state/conversations.ts";
 import { type QuestionMessage, readHistory } from "../state/history.ts";
 import { armGeneration, releaseGeneration } from "../state/replies.ts";
@@ -218,44 +217,39 @@ class ReplyStore implements LoopStore {
     }
     const asked = { phoneNumberId: conversation.phoneNumberId, model: this.deps.claude.model };
     const callId = randomUUID();
-    const reserved = await reserveClaudeCall(
-      this.deps.db,
+    const plan = {
+      id: callId,
+      phoneNumberId: conversation.phoneNumberId,
+      replyId: reply.id,
+      step,
+      model: asked.model,
+      reservedUsd: greatestCostUsd(asked.model, this.deps.claude.boundOf(ask), this.settings.modelPrices),
+      budgetUsd: this.settings.numbers.get(conversation.phoneNumberId)?.dailyBudget?.usd,
+    };
+    const { db, clock, metrics } = this.deps;
+    const answer = await countedClaudeCall(
+      db,
+      plan,
+      this.settings.modelPrices,
+      () => clock.now(),
+      async () => ({ ...(await this.deps.claude.ask(ask)), callId }),
       {
-        id: callId,
-        phoneNumberId: conversation.phoneNumberId,
-        replyId: reply.id,
-        step,
-        model: asked.model,
-        reservedUsd: greatestCostUsd(asked.model, this.deps.claude.boundOf(ask), this.settings.modelPrices),
-        budgetUsd: this.settings.numbers.get(conversation.phoneNumberId)?.dailyBudget?.usd,
+        refused: () => releaseGeneration(db, reply.id, deadline),
+        failed: async (error) => {
+          const timedOut = error instanceof RetryableError && error.code === "timeout";
+          countClaudeCall(metrics, asked, { error: { retryable: !(error instanceof PermanentError), timedOut } }, this.settings.modelPrices);
+          if (timedOut) this.log.warn({ event: "reply.claude_timeout" }, "Claude did not answer in time; the call may be billed, and a retry is another");
+          await releaseGeneration(db, reply.id, deadline).catch(() => undefined); // at worst the retry waits for the deadline
+        },
+        answered: (answer) => countClaudeCall(metrics, asked, { ok: { ...answer.usage, text: "" } }, this.settings.modelPrices),
+        // Paid for, and its row still reserved: Redis keeps the answer, and the run that resumes
+        // this step settles the row instead of asking again (law 4). Swallowed here, a settle lost
+        // to a dropped connection left the row reserved while the reply went on and was sent.
+        unsettled: async (answer, error) => {
+          if (isDatabaseUnavailable(error)) await this.keeping.keep({ replyId: reply.id, step, ...answer });
+        },
       },
-      this.deps.clock.now(),
     );
-    if (!reserved.ok) {
-      await releaseGeneration(this.deps.db, reply.id, deadline);
-      throw budgetSpent(this.settings.numbers.get(conversation.phoneNumberId)!.dailyBudget!.usd, reserved);
-    }
-    let answer: ClaudeAnswer;
-    try {
-      answer = { ...(await this.deps.claude.ask(ask)), callId };
-    } catch (error) {
-      const timedOut = error instanceof RetryableError && error.code === "timeout";
-      countClaudeCall(this.deps.metrics, asked, { error: { retryable: !(error instanceof PermanentError), timedOut } }, this.settings.modelPrices);
-      if (timedOut) this.log.warn({ event: "reply.claude_timeout" }, "Claude did not answer in time; the call may be billed, and a retry is another");
-      await closeClaudeCall(this.deps.db, callId, failedCallState(error), this.deps.clock.now()).catch(() => undefined); // counted at its reservation
-      await releaseGeneration(this.deps.db, reply.id, deadline).catch(() => undefined); // at worst the retry waits for the deadline
-      throw error;
-    }
-    countClaudeCall(this.deps.metrics, asked, { ok: { ...answer.usage, text: "" } }, this.settings.modelPrices);
-    try {
-      await settleAnswer(this.deps, this.settings, answer);
-    } catch (error) {
-      // Paid for, and its row still reserved: Redis keeps the answer, and the run that resumes
-      // this step settles the row instead of asking again (law 4). Swallowed here, a settle lost
-      // to a dropped connection left the row reserved while the reply went on and was sent.
-      if (isDatabaseUnavailable(error)) await this.keeping.keep({ replyId: reply.id, step, ...answer });
-      throw error;
-    }
     this.log.info(
       {
         event: "reply.generated",

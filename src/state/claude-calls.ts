@@ -1,4 +1,6 @@
 import type { CallUsage } from "../ai/claude.ts";
+import { estimateCostUsd, type PriceOverrides } from "../ai/pricing.ts";
+import { budgetSpent } from "../costs/budget.ts";
 import { type Db, Prisma } from "../db/client.ts";
 import { execute } from "../db/sql.ts";
 import { PermanentError, RetryableError } from "../errors.ts";
@@ -97,4 +99,52 @@ export function failedCallState(error: unknown): "refused" | "unknown" {
 /** reserved → refused (Anthropic answered with an error, which is not billed) or unknown (no answer came: it may be). */
 export async function closeClaudeCall(db: Db, id: string, state: "refused" | "unknown", now: Date): Promise<void> {
   await execute(db, Prisma.sql`UPDATE claude_calls SET state = ${state}, settled_at = ${now}::timestamptz WHERE id = ${id}::uuid AND state = 'reserved'`);
+}
+
+/** What a caller adds to a counted call at each of its turns. */
+export interface CountedCallHooks<T> {
+  /** The budget refused the call, before it is thrown as a dead letter's error. */
+  refused?: () => Promise<void>;
+  /** The call failed; its row is closed after this. */
+  failed?: (error: unknown) => Promise<void>;
+  /** Answered; its row is settled after this. */
+  answered?: (answer: T) => void;
+  /** Answered and paid for, but the settle did not reach Postgres; thrown on after this. */
+  unsettled?: (answer: T, error: unknown) => Promise<void>;
+}
+
+/**
+ * One Claude call through the ledger: reserved before it is made (refused once the number's
+ * daily budget is spent, and then not made), closed if it fails, settled with its cost once
+ * answered. A customer's reply and the staff page's "Try it" both pay this way.
+ */
+export async function countedClaudeCall<T extends { usage: CallUsage }>(
+  db: Db,
+  plan: ClaudeCallPlan,
+  prices: PriceOverrides | undefined,
+  now: () => Date,
+  call: () => Promise<T>,
+  hooks: CountedCallHooks<T> = {},
+): Promise<T> {
+  const reserved = await reserveClaudeCall(db, plan, now());
+  if (!reserved.ok) {
+    await hooks.refused?.();
+    throw budgetSpent(plan.budgetUsd!, reserved); // refused only under a budget
+  }
+  let answer: T;
+  try {
+    answer = await call();
+  } catch (error) {
+    await hooks.failed?.(error);
+    await closeClaudeCall(db, plan.id, failedCallState(error), now()).catch(() => undefined); // counted at its reservation
+    throw error;
+  }
+  hooks.answered?.(answer);
+  try {
+    await settleClaudeCall(db, plan.id, answer.usage, estimateCostUsd(answer.usage.model, answer.usage, prices), now());
+  } catch (error) {
+    await hooks.unsettled?.(answer, error);
+    throw error;
+  }
+  return answer;
 }
