@@ -203,7 +203,7 @@ export function formatEndToEnd(results: EndToEndResult[]): string {
     "  process (webhook, fakes, counting), not the worker's; load: the machine's 1-minute load average after each round",
     "  (2 cores: above 2, the worker waits for a core and replies/s understates it; replies/CPU-s does not).",
     ...(results.some((r) => r.scenario.floor)
-      ? ["  floor: bench/floor-worker.ts in the worker's place, a bare BullMQ worker doing the same 6 SQL statements and 2 HTTP calls a reply."]
+      ? ["  floor: bench/floor-worker.ts in the worker's place, a bare BullMQ worker doing 6 SQL statements and 2 HTTP calls a reply (the real worker: 9 and 3)."]
       : []),
     ...(results.some((r) => r.scenario.profileDir)
       ? ["  --cpu-prof: the worker sampled every 100 µs, which slows it: read for its profile, not its figures."]

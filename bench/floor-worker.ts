@@ -9,8 +9,9 @@ import { loadSettings } from "../src/settings.ts";
  * Issue 22's floor worker: a bare BullMQ worker doing the text path's I/O and nothing else, so
  * that benchmark 2 can read the real worker's replies/s as a share of what the same I/O costs
  * on the same machine in the same run. It takes the inbound jobs the webhook queued, on the
- * same queues, and answers them with the six SQL statements the real worker issues per
- * answered message (inbound 2 here, reply 4; the real worker's split is 1 + 5), on the same
+ * same queues, and answers them with six SQL statements per answered message (inbound 2 here,
+ * reply 4), what the real worker issued when the floor was written (it now issues 9, 1 + 8:
+ * the cost ledger's reservation and settle, and the conversation's place in the list), on the same
  * schema, and one Claude-shaped and one Graph-shaped HTTP call to the same fakes.
  *
  * What it leaves out is the real worker's cost beyond that I/O: job validation, contact
