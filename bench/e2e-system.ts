@@ -9,10 +9,66 @@ import type { RecordedRequest } from "../test/support/fake-graph.ts";
 import { type Harness, startHarness } from "../test/support/harness.ts";
 import { seedHistory } from "../test/support/seed-history.ts";
 import { textWebhook } from "../test/support/webhook-bodies.ts";
-import type { EndToEndResult, EndToEndScenario, RoundResult } from "./e2e.ts";
 import { NodeProcess } from "./node-process.ts";
 import { processStat } from "./proc.ts";
 import { logNormalDraw, percentile, sleep } from "./stats.ts";
+
+export interface EndToEndScenario {
+  name: string;
+  messages: number;
+  rounds: number;
+  claudeLatencyMs: number;
+  /** Set: each Claude call's latency is drawn from this log-normal instead, the same sequence every round (issue 36.3). */
+  claudeLatency?: { medianMs: number; p95Ms: number; seed: number } | undefined;
+  replyConcurrency: number;
+  /** Messages already stored (seeded) before the worker starts: 0 for an empty database. */
+  storedMessages: number;
+  /** Webhook POSTs in flight at once while delivering (the inject path; HTTP is benchmark 1's). */
+  deliveryConcurrency: number;
+  /** Single messages sent one at a time, each after the last was answered: the latency of an idle system. */
+  idleSamples: number;
+  timeoutMs: number;
+  /** Issue 22's floor worker (bench/floor-worker.ts) in place of the real one. */
+  floor?: boolean;
+  /** The real worker under `--cpu-prof`, writing its profile here when it exits. */
+  profileDir?: string;
+  /** Added to the worker's variables (LOG_LEVEL: the harness's is silent). */
+  workerEnv?: Record<string, string>;
+}
+
+export interface RoundResult {
+  deliveryMs: number;
+  elapsedMs: number;
+  repliesPerSec: number;
+  /** CPU the worker process used over the round, as % of one core (the machine has two). */
+  workerCpuPercent: number;
+  /** CPU of this process (webhook, fakes, counting) over the round, % of one core. */
+  benchCpuPercent: number;
+  p50: number;
+  p99: number;
+  max: number;
+  claudeMaxInFlight: number;
+  /** The machine's 1-minute load average when the round ended (others share the machine). */
+  load: number;
+  replied: number;
+  sends: number;
+  recipients: number;
+  claudeCalls: number;
+  deadLetters: number;
+  failedJobs: number;
+  non200: number;
+  /** When the round ran, on the monotonic clock in µs (a CPU profile's clock). */
+  window: { fromUs: number; toUs: number };
+}
+
+/** The worker process's settings as it parsed them (src/config.ts). */
+export interface WorkerSettings {
+  replyConcurrency: number;
+  inboundConcurrency: number;
+  databasePoolSize: number;
+  replyDebounceMs: number;
+  logLevel: string;
+}
 
 /**
  * Benchmark 2's system under test: the harness (web role by inject, the fakes, a Postgres
@@ -74,7 +130,7 @@ export class System {
     readonly scenario: EndToEndScenario,
     readonly h: Harness,
     readonly worker: WorkerProcess,
-    readonly settings: EndToEndResult["worker"],
+    readonly settings: WorkerSettings,
     private readonly logDir: string,
   ) {
     // FakeGraph records each request but not when it came. Stamping them as they are

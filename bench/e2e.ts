@@ -1,4 +1,7 @@
-import { System } from "./e2e-system.ts";
+import { type EndToEndScenario, type RoundResult, System, type WorkerSettings } from "./e2e-system.ts";
+
+export type { EndToEndScenario, RoundResult } from "./e2e-system.ts";
+
 import { fmt, median, percentile, table } from "./stats.ts";
 
 /**
@@ -14,58 +17,10 @@ import { fmt, median, percentile, table } from "./stats.ts";
  * machine's load (others share it) falls on both; figures are medians over rounds.
  */
 
-export interface EndToEndScenario {
-  name: string;
-  messages: number;
-  rounds: number;
-  claudeLatencyMs: number;
-  /** Set: each Claude call's latency is drawn from this log-normal instead, the same sequence every round (issue 36.3). */
-  claudeLatency?: { medianMs: number; p95Ms: number; seed: number } | undefined;
-  replyConcurrency: number;
-  /** Messages already stored (seeded) before the worker starts: 0 for an empty database. */
-  storedMessages: number;
-  /** Webhook POSTs in flight at once while delivering (the inject path; HTTP is benchmark 1's). */
-  deliveryConcurrency: number;
-  /** Single messages sent one at a time, each after the last was answered: the latency of an idle system. */
-  idleSamples: number;
-  timeoutMs: number;
-  /** Issue 22's floor worker (bench/floor-worker.ts) in place of the real one. */
-  floor?: boolean;
-  /** The real worker under `--cpu-prof`, writing its profile here when it exits. */
-  profileDir?: string;
-  /** Added to the worker's variables (LOG_LEVEL: the harness's is silent). */
-  workerEnv?: Record<string, string>;
-}
-
-export interface RoundResult {
-  deliveryMs: number;
-  elapsedMs: number;
-  repliesPerSec: number;
-  /** CPU the worker process used over the round, as % of one core (the machine has two). */
-  workerCpuPercent: number;
-  /** CPU of this process (webhook, fakes, counting) over the round, % of one core. */
-  benchCpuPercent: number;
-  p50: number;
-  p99: number;
-  max: number;
-  claudeMaxInFlight: number;
-  /** The machine's 1-minute load average when the round ended (others share the machine). */
-  load: number;
-  replied: number;
-  sends: number;
-  recipients: number;
-  claudeCalls: number;
-  deadLetters: number;
-  failedJobs: number;
-  non200: number;
-  /** When the round ran, on the monotonic clock in µs (a CPU profile's clock). */
-  window: { fromUs: number; toUs: number };
-}
-
 export interface EndToEndResult {
   scenario: EndToEndScenario;
   /** The worker process's settings as it parsed them (src/config.ts). */
-  worker: { replyConcurrency: number; inboundConcurrency: number; databasePoolSize: number; replyDebounceMs: number; logLevel: string };
+  worker: WorkerSettings;
   rounds: RoundResult[];
   idleP50: number;
   idleP99: number;
@@ -203,7 +158,9 @@ export function formatEndToEnd(results: EndToEndResult[]): string {
     "  process (webhook, fakes, counting), not the worker's; load: the machine's 1-minute load average after each round",
     "  (2 cores: above 2, the worker waits for a core and replies/s understates it; replies/CPU-s does not).",
     ...(results.some((r) => r.scenario.floor)
-      ? ["  floor: bench/floor-worker.ts in the worker's place, a bare BullMQ worker doing 6 SQL statements and 2 HTTP calls a reply (the real worker: 9 and 3)."]
+      ? [
+          "  floor: bench/floor-worker.ts in the worker's place, a bare BullMQ worker doing 6 SQL statements and 2 HTTP calls a reply (the real worker: 9 and 3).",
+        ]
       : []),
     ...(results.some((r) => r.scenario.profileDir)
       ? ["  --cpu-prof: the worker sampled every 100 µs, which slows it: read for its profile, not its figures."]
