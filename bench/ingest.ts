@@ -1,6 +1,7 @@
 import { createHmac, createSecretKey, type KeyObject } from "node:crypto";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import { dirname, join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { pathToFileURL } from "node:url";
 import { Queue } from "bullmq";
@@ -12,6 +13,7 @@ import { closeQueues, createQueues, type Queues, webhookJobOf } from "../src/que
 import { WEBHOOK_BODY_LIMIT } from "../src/webhook/routes.ts";
 import { signMetaBody, verifyMetaSignature } from "../src/webhook/signature.ts";
 import { type InboundItem, jobFor, walkWebhook } from "../src/webhook/walk.ts";
+import buildWhenStale, { MAIN_JS } from "../test/support/build.ts";
 import { type Harness, startHarness, TEST_REDIS_URL } from "../test/support/harness.ts";
 import { textWebhook } from "../test/support/webhook-bodies.ts";
 import { LoadGenerator, type LoadResult } from "./load.ts";
@@ -52,8 +54,8 @@ const TARGETS: { name: TargetName; description: string }[] = [
     description: "the seeds' design (issue 22): Fastify, the HMAC check, JSON.parse, SET NX with a 24 h TTL, then BullMQ's queue.add: two round trips",
   },
   { name: "floor", description: "the physical floor (issue 22): node:http, the HMAC check, JSON.parse, one round trip (a Lua SET NX + RPUSH)" },
-  { name: "app", description: "the real app from the harness (LOG_LEVEL silent, as in the tests)" },
-  { name: "app+info-log", description: "a second harness, the same but LOG_LEVEL=info (production's default), logs to /dev/null" },
+  { name: "app", description: "the real app as built (dist/, as npm start runs it) on the harness's Redis, LOG_LEVEL silent" },
+  { name: "app+info-log", description: "the same on a second harness, LOG_LEVEL=info (production's default), logs to /dev/null" },
   { name: "redis-only", description: "the route's Redis work alone: the inbound job's add (claim in the same script), no HTTP (in process)" },
 ];
 
@@ -147,12 +149,8 @@ interface Systems {
 async function startTargets(closers: (() => Promise<unknown>)[]): Promise<Systems> {
   const h = await startHarness({ workers: 0 });
   closers.push(() => h.close()); // closes its app too, and deletes every key under its prefix
-  // A second system, identical but for production's default log level (to /dev/null, so the
-  // cost measured is pino's formatting and redaction, not a terminal's).
-  const hInfo = await startHarness({
-    workers: 0,
-    logger: createLogger({ level: "info", destination: pino.destination({ dest: "/dev/null", sync: true }) }),
-  });
+  // A second system, its queues apart, for the app at production's default log level.
+  const hInfo = await startHarness({ workers: 0 });
   closers.push(() => hInfo.close());
   const probeRedis = new Redis(TEST_REDIS_URL);
   closers.push(() => probeRedis.quit());
@@ -168,8 +166,15 @@ async function startTargets(closers: (() => Promise<unknown>)[]): Promise<System
   closers.push(() => reference.close());
   const floor = await startFloor(TEST_REDIS_URL, `${h.prefix}:floor`, appSecret);
   closers.push(() => floor.close());
-  const appUrl = await h.app.listen({ host: "127.0.0.1", port: 0 });
-  const infoUrl = await hInfo.app.listen({ host: "127.0.0.1", port: 0 });
+  // The apps measured are dist/'s, as `npm start` runs them: tsx's output (the harness's own
+  // app) wraps every closure made per request in esbuild's `__name`, which tsc's does not.
+  const app = await builtApp(h, "silent");
+  closers.push(() => app.close());
+  // Its log to /dev/null, so the cost measured is pino's formatting and redaction, not a terminal's.
+  const infoApp = await builtApp(hInfo, "info");
+  closers.push(() => infoApp.close());
+  const appUrl = await app.listen({ host: "127.0.0.1", port: 0 });
+  const infoUrl = await infoApp.listen({ host: "127.0.0.1", port: 0 });
   const urls = {
     baseline: `${baseline.url}/webhook`,
     reference: `${reference.url}/webhook`,
@@ -178,6 +183,17 @@ async function startTargets(closers: (() => Promise<unknown>)[]): Promise<System
     "app+info-log": `${infoUrl}/webhook`,
   };
   return { h, hInfo, redisOnlyQueues, urls, appSecret, probe: windowProbe(probeRedis, [h.redis, hInfo.redis]) };
+}
+
+/** The web app compiled (npm run build), on the harness's Redis, queues and database, with its own logger and metrics. */
+async function builtApp(h: Harness, level: "silent" | "info"): Promise<FastifyInstance> {
+  buildWhenStale();
+  const built = (file: string) => pathToFileURL(join(dirname(MAIN_JS), file)).href;
+  const { buildApp } = (await import(built("app.js"))) as typeof import("../src/app.ts");
+  const { createMetrics } = (await import(built("metrics/metrics.js"))) as typeof import("../src/metrics/metrics.ts");
+  const { createLogger } = (await import(built("logger.js"))) as typeof import("../src/logger.ts");
+  const logger = createLogger({ level, destination: pino.destination({ dest: "/dev/null", sync: true }) });
+  return buildApp({ config: h.config, logger, redis: h.redis, queues: h.queues, db: h.db, metrics: createMetrics() });
 }
 
 /** Redis's commands and CPU in a measured window, and the writes the apps' connections made in it. */
