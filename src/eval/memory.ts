@@ -4,16 +4,16 @@ import type { Clock } from "../clock.ts";
 import type { KeyedToolCall, LoopStore } from "../replies/tool-loop.ts";
 import type { StoredStep, StoredToolCall, ToolCallAnswer, ToolCallStart } from "../state/steps.ts";
 
-/**
- * The tool loop's steps and tool calls kept in memory, for an answer nobody receives (an eval's
- * case, the playground): nothing is written to Postgres, and every Claude call's usage is
- * gathered for the report.
- */
 /** Where each call of an answer nobody receives is counted, if anywhere: the playground's, in the cost ledger. */
 export interface CallLedger {
   around(ask: ClaudeAsk, call: () => Promise<ClaudeAnswer>): Promise<ClaudeAnswer>;
 }
 
+/**
+ * The tool loop's steps and tool calls kept in memory, for an answer nobody receives (an eval's
+ * case, the playground): nothing is written to Postgres, and every Claude call's usage is
+ * gathered for the report.
+ */
 export class MemoryStore implements LoopStore {
   readonly steps: StoredStep[] = [];
   readonly usage: CallUsage[] = [];

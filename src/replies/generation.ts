@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import type { CallUsage, ClaudeAnswer, ClaudeClient } from "../ai/claude.ts";
-import { estimateCostUsd, greatestCostUsd } from "../ai/pricing.ts";
+import { greatestCostUsd } from "../ai/pricing.ts";
 import type { ClaudeAsk, ClaudeKnowledge } from "../ai/request.ts";
 import type { Clock } from "../clock.ts";
 import { type Db, isDatabaseUnavailable } from "../db/client.ts";
@@ -119,7 +119,7 @@ export async function settleAnswer(
   answer: { callId?: string | undefined; usage: CallUsage },
 ): Promise<void> {
   if (!answer.callId) return; // kept before the ledger
-  await settleClaudeCall(deps.db, answer.callId, answer.usage, estimateCostUsd(answer.usage.model, answer.usage, settings.modelPrices), deps.clock.now());
+  await settleClaudeCall(deps.db, answer.callId, answer.usage, settings.modelPrices, deps.clock.now());
 }
 
 /**

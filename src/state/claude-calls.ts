@@ -79,8 +79,12 @@ export async function reserveClaudeCall(db: Db, plan: ClaudeCallPlan, now: Date)
   });
 }
 
-/** reserved | unknown → answered: the usage as Anthropic answered, priced (null: a model without a price). Repeating it changes nothing. */
-export async function settleClaudeCall(db: Db, id: string, usage: CallUsage, costUsd: number | undefined, now: Date): Promise<void> {
+/**
+ * reserved | unknown → answered: the usage as Anthropic answered, priced by the model that
+ * answered (null: a model without a price). Repeating it changes nothing.
+ */
+export async function settleClaudeCall(db: Db, id: string, usage: CallUsage, prices: PriceOverrides | undefined, now: Date): Promise<void> {
+  const costUsd = estimateCostUsd(usage.model, usage, prices);
   await execute(
     db,
     Prisma.sql`
@@ -141,7 +145,7 @@ export async function countedClaudeCall<T extends { usage: CallUsage }>(
   }
   hooks.answered?.(answer);
   try {
-    await settleClaudeCall(db, plan.id, answer.usage, estimateCostUsd(answer.usage.model, answer.usage, prices), now());
+    await settleClaudeCall(db, plan.id, answer.usage, prices, now());
   } catch (error) {
     await hooks.unsettled?.(answer, error);
     throw error;
