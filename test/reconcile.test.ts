@@ -3,6 +3,7 @@ import { Redis } from "ioredis";
 import pino from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { systemClock } from "../src/clock.ts";
+import { DeadLetterDesk } from "../src/dlq/dead-letters.ts";
 import { reconcile } from "../src/jobs/reconcile.ts";
 import { eventually, type Harness, TEST_REDIS_URL } from "./support/harness.ts";
 import { harnessPerTest } from "./support/per-test.ts";
@@ -59,14 +60,14 @@ const SWEEP_NOW = { RECONCILE_AFTER_MS: "0", RECONCILE_INTERVAL_MS: "3600000", R
 const sweepDeps = (h: Harness) => ({
   db: h.db,
   queues: h.queues,
+  deadLetters: new DeadLetterDesk({ db: h.db, queues: h.queues, metrics: h.metrics, clock: systemClock }, ""),
   redis: h.redis,
   prefix: h.prefix,
   logger: pino({ level: "silent" }),
-  metrics: h.metrics,
   clock: systemClock,
 });
 /** A sweep of the test's own, acting on work of any age. */
-const sweep = (deps: ReturnType<typeof sweepDeps>) => reconcile(deps, { afterMs: 0, holdingReply: "", queuePrefix: deps.prefix });
+const sweep = (deps: ReturnType<typeof sweepDeps>) => reconcile(deps, { afterMs: 0, queuePrefix: deps.prefix });
 
 describe("the reconciler", () => {
   it("drives a reply job BullMQ gave up on again at start-up: the message is answered once, and the failed set is empty", async () => {

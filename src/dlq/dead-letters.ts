@@ -1,7 +1,14 @@
 import type { Clock } from "../clock.ts";
 import type { Db } from "../db/client.ts";
 import { type Queues, scheduleReply } from "../queue/queues.ts";
-import { type DeadLetterHolder, type DeadLetterInput, deadLetterReply, type RecordedDeadLetter } from "../state/dead-letters.ts";
+import {
+  type DeadLetterHolder,
+  type DeadLetterInput,
+  deadLetterConversation,
+  deadLetterMessage,
+  deadLetterReply,
+  type RecordedDeadLetter,
+} from "../state/dead-letters.ts";
 import type { ReasonKind } from "./explain.ts";
 import { reasonKind } from "./reasons.ts";
 
@@ -28,7 +35,7 @@ export interface DeadLetterDeps {
 const UNREACHABLE: ReadonlySet<ReasonKind> = new Set(["window_closed", "cannot_receive", "needs_phone", "setup", "handoff"]);
 
 /** HOLDING_REPLY (`text`), when it is set and the failure leaves the customer reachable. */
-export function holdingReplyFor(text: string, failure: Pick<DeadLetterInput["failure"], "source" | "code">): string | undefined {
+function holdingReplyFor(text: string, failure: Pick<DeadLetterInput["failure"], "source" | "code">): string | undefined {
   return text && !UNREACHABLE.has(reasonKind(failure.source, failure.code ?? null)) ? text : undefined;
 }
 
@@ -37,25 +44,48 @@ export interface DeadLettersCreated {
 }
 
 /**
- * A reply becomes a dead letter (or joins its open one); a new one is counted by its reason,
- * and HOLDING_REPLY (`holdingReply`) sent when the customer can still be written to.
+ * The DLQ as the workers record to it. HOLDING_REPLY is its own setting, given once at start:
+ * each way of recording an item offers it to the customer when the failure leaves them
+ * reachable (holdingReplyFor), then counts what is new and schedules the reply that sends it.
  */
-export async function recordDeadLetter(
-  deps: DeadLetterDeps,
-  input: Omit<DeadLetterInput, "holdingReply">,
-  holder: DeadLetterHolder,
-  holdingReply: string,
-): Promise<RecordedDeadLetter | "csat_dropped" | null> {
-  const recorded = await deadLetterReply(deps.db, { ...input, holdingReply: holdingReplyFor(holdingReply, input.failure) }, holder, deps.clock.now());
-  await afterDeadLetters(deps, input.conversationId, recorded && recorded !== "csat_dropped" ? [recorded] : [], input.failure);
-  return recorded;
+export class DeadLetterDesk {
+  constructor(
+    private readonly deps: DeadLetterDeps,
+    private readonly holdingText: string,
+  ) {}
+
+  /** A reply becomes a dead letter (or joins its open one). */
+  async reply(input: Omit<DeadLetterInput, "holdingReply">, holder: DeadLetterHolder): Promise<RecordedDeadLetter | "csat_dropped" | null> {
+    const recorded = await deadLetterReply(this.deps.db, { ...input, holdingReply: this.holdingFor(input.failure) }, holder, this.deps.clock.now());
+    await afterDeadLetters(this.deps, input.conversationId, recorded && recorded !== "csat_dropped" ? [recorded] : [], input.failure);
+    return recorded;
+  }
+
+  /** A message no worker could read becomes a dead letter of its own (null: bound or recorded before). */
+  async message(message: { conversationId: string; messageId: string }, failure: DeadLetterInput["failure"]): Promise<RecordedDeadLetter | null> {
+    const letter = await deadLetterMessage(this.deps.db, message, failure, this.holdingFor(failure), this.deps.clock.now());
+    await afterDeadLetters(this.deps, message.conversationId, letter ? [letter] : [], failure);
+    return letter;
+  }
+
+  /** What a conversation left unfinished becomes dead letters (the reconciler gave up on it): how many. */
+  async conversation(conversationId: string, failure: DeadLetterInput["failure"], dedupPrefix: string): Promise<number> {
+    const holdingReply = this.holdingFor(failure);
+    const letters = await deadLetterConversation(this.deps.db, conversationId, failure, { dedupPrefix, holdingReply }, this.deps.clock.now());
+    await afterDeadLetters(this.deps, conversationId, letters, failure);
+    return letters.length;
+  }
+
+  private holdingFor(failure: Pick<DeadLetterInput["failure"], "source" | "code">): string | undefined {
+    return holdingReplyFor(this.holdingText, failure);
+  }
 }
 
 /**
  * Once dead letters are committed: the new ones counted, and a reply job for the conversation
  * when a holding reply waits to go out (BullMQ keeps it until a run in progress ends).
  */
-export async function afterDeadLetters(
+async function afterDeadLetters(
   deps: DeadLetterDeps,
   conversationId: string,
   letters: readonly RecordedDeadLetter[],

@@ -1,24 +1,32 @@
 import { z } from "zod";
+import type { Clock } from "../clock.ts";
 import type { Config } from "../config/config.ts";
 import { type Db, Prisma } from "../db/client.ts";
 import { queryRows } from "../db/sql.ts";
-import { afterDeadLetters, type DeadLetterDeps, holdingReplyFor } from "../dlq/dead-letters.ts";
+import type { DeadLetterDesk } from "../dlq/dead-letters.ts";
 import type { Logger } from "../logger.ts";
 import { type Control, controlOf } from "../messages/controls.ts";
 import { type CsatRating, csatRatingOf } from "../messages/csat.ts";
 import { adContext, describeInbound } from "../messages/describe.ts";
 import { type InboundJobData, senderOf, storableCopy } from "../queue/catalog.ts";
-import { scheduleReply } from "../queue/queues.ts";
+import { type Queues, scheduleReply } from "../queue/queues.ts";
 import { changeUserId, resolveContact } from "../state/contacts.ts";
 import { rateCsat } from "../state/csat.ts";
-import { deadLetterMessage } from "../state/dead-letters.ts";
 import { type InboundRecord, recordInbound } from "../state/inbound.ts";
 import { applyEdit, recordDeletion } from "../state/messages.ts";
 import type { Sender } from "../whatsapp/webhook-payload.ts";
 import type { Processor } from "./processor.ts";
 
-export interface InboundDeps extends DeadLetterDeps {
+export interface InboundDeps extends KeepingDeps {
+  queues: Queues;
   logger: Logger;
+}
+
+/** What keeping a message for staff takes: where it is stored, the desk that dead-letters it, the time. */
+export interface KeepingDeps {
+  db: Db;
+  deadLetters: DeadLetterDesk;
+  clock: Clock;
 }
 
 /** What the settings say of a customer's message: how to read it, and how long a burst is waited for. */
@@ -31,7 +39,7 @@ export interface InboundSettings {
 export function inboundProcessor(deps: InboundDeps, settings: InboundSettings): Processor<"inbound"> {
   return {
     run: (job) => processInbound(deps, settings, job.data),
-    keepInvalid: (data, reason) => keepUnreadableMessage(deps, settings.conversation.holdingReply, data, reason),
+    keepInvalid: (data, reason) => keepUnreadableMessage(deps, data, reason),
   };
 }
 
@@ -202,7 +210,7 @@ const identifiable = z.object({
  * as a dead letter with the reason, for staff to answer (law 6); otherwise the caller's log
  * line is all that remains of it.
  */
-export async function keepUnreadableMessage(deps: DeadLetterDeps, holdingReply: string, data: unknown, reason: string): Promise<void> {
+export async function keepUnreadableMessage(deps: KeepingDeps, data: unknown, reason: string): Promise<void> {
   const found = identifiable.safeParse(storableCopy(data).value);
   if (!found.success) return;
   const { phoneNumberId, message } = found.data;
@@ -210,7 +218,6 @@ export async function keepUnreadableMessage(deps: DeadLetterDeps, holdingReply: 
   if (!sender.waId && !sender.userId) return;
   await keepForStaff(
     deps,
-    holdingReply,
     { phoneNumberId, sender, message, sentAt: deps.clock.now() },
     {
       code: "invalid_job",
@@ -225,13 +232,11 @@ export async function keepUnreadableMessage(deps: DeadLetterDeps, holdingReply: 
  * goes on. Nothing when it was stored before (answered, or kept, already).
  */
 export async function keepForStaff(
-  deps: DeadLetterDeps,
-  holdingReply: string,
+  deps: KeepingDeps,
   kept: { phoneNumberId: string; sender: Sender; message: { id: string; type?: string | undefined; text?: { body: string } | undefined }; sentAt: Date },
   why: { code: string; reason: string; detail?: Record<string, unknown> | undefined },
 ): Promise<void> {
   const { message } = kept;
-  const now = deps.clock.now();
   const stored = await recordInbound(deps.db, { sender: kept.sender }, kept.phoneNumberId, {
     wamid: message.id,
     type: message.type ?? "unreadable",
@@ -247,6 +252,5 @@ export async function keepForStaff(
   if (!stored.messageId) return;
   const failure = { source: "internal" as const, ...why, detail: why.detail };
   const unread = { conversationId: stored.conversationId, messageId: stored.messageId };
-  const letter = await deadLetterMessage(deps.db, unread, failure, holdingReplyFor(holdingReply, failure), now);
-  await afterDeadLetters(deps, stored.conversationId, letter ? [letter] : [], failure);
+  await deps.deadLetters.message(unread, failure);
 }

@@ -1,15 +1,15 @@
 import { randomUUID } from "node:crypto";
 import type { Job } from "bullmq";
+import type { Clock } from "../clock.ts";
 import type { CsatSettings } from "../config/config.ts";
 import type { Db } from "../db/client.ts";
-import { afterDeadLetters, type DeadLetterDeps, holdingReplyFor } from "../dlq/dead-letters.ts";
+import type { DeadLetterDesk } from "../dlq/dead-letters.ts";
 import { forTheQueue } from "../errors.ts";
 import type { Logger } from "../logger.ts";
 import { type EventJobData, type InboundJobData, type ReplyJobData, readJob, type StatusJobData, senderOf } from "../queue/catalog.ts";
 import { hasLiveReplyJob, type Queues, scheduleReply } from "../queue/queues.ts";
 import type { RedisClient } from "../queue/redis.ts";
 import { dueCsatAsks } from "../state/csat.ts";
-import { deadLetterConversation } from "../state/dead-letters.ts";
 import { findPartOfStatus, markAccepted } from "../state/parts.ts";
 import { storeDraft } from "../state/replies.ts";
 import { runCsatAsk } from "./csat.ts";
@@ -33,21 +33,22 @@ import { deadLetterFailedDelivery } from "./status.ts";
  * conditional change, so a second sweep finds nothing left to do.
  */
 
-export interface ReconcileDeps extends DeadLetterDeps {
+export interface ReconcileDeps {
   db: Db;
   queues: Queues;
+  deadLetters: DeadLetterDesk;
+  clock: Clock;
   /** For the "driven again once" marks, beside the queues. */
   redis: RedisClient;
   logger: Logger;
 }
 
 /**
- * How old unanswered work must be before the sweep acts on it (RECONCILE_AFTER_MS), what a
- * customer whose reply it gives up on is told, and how CSAT asks are made (for those due).
+ * How old unanswered work must be before the sweep acts on it (RECONCILE_AFTER_MS), and how
+ * CSAT asks are made (for those due).
  */
 export interface ReconcileSettings {
   afterMs: number;
-  holdingReply: string;
   csat?: CsatSettings | undefined;
   /** The queues' prefix: the "driven again once" marks are kept under it. */
   queuePrefix: string;
@@ -127,10 +128,16 @@ async function settleStuckConversations(deps: ReconcileDeps, settings: Reconcile
         result.redriven++;
         return;
       }
-      result.deadLettered += await giveUp(deps, settings.holdingReply, conversationId, {
-        code: "stuck",
-        reason: "The reply was never completed: it was driven again and stalled again. Review the conversation and resend or discard.",
-      });
+      result.deadLettered += await deps.deadLetters.conversation(
+        conversationId,
+        {
+          source: "internal",
+          code: "stuck",
+          reason: "The reply was never completed: it was driven again and stalled again. Review the conversation and resend or discard.",
+          detail: undefined,
+        },
+        `reconcile.${randomUUID()}`,
+      );
       log.error({ event: "reconcile.dead_lettered" }, "unanswered work stalled twice; dead-lettered");
     });
   }
@@ -148,23 +155,6 @@ async function settleDueCsatAsks(deps: ReconcileDeps, settings: ReconcileSetting
       }
     });
   }
-}
-
-/**
- * Dead-letters what a conversation left unfinished: its unfinished replies, and its unanswered
- * messages bound to one new reply (without a draft: staff write it, or regenerate).
- */
-async function giveUp(
-  deps: DeadLetterDeps,
-  holdingText: string,
-  conversationId: string,
-  why: { code: string; reason: string; detail?: Record<string, unknown> | undefined },
-): Promise<number> {
-  const failure = { source: "internal" as const, code: why.code, reason: why.reason, detail: why.detail };
-  const holdingReply = holdingReplyFor(holdingText, failure);
-  const letters = await deadLetterConversation(deps.db, conversationId, failure, { dedupPrefix: `reconcile.${randomUUID()}`, holdingReply }, deps.clock.now());
-  await afterDeadLetters(deps, conversationId, letters, failure);
-  return letters.length;
 }
 
 async function settleFailedJobs(deps: ReconcileDeps, settings: ReconcileSettings, result: SweepResult): Promise<void> {
@@ -216,7 +206,7 @@ async function settleFailedInboundJob(deps: ReconcileDeps, settings: ReconcileSe
   const log = deps.logger.child({ job: job.id });
   if (!read.ok) {
     // Its worker would settle it at once (workers.ts): do the same here.
-    await keepUnreadableMessage(deps, settings.holdingReply, job.data, read.reason);
+    await keepUnreadableMessage(deps, job.data, read.reason);
     await job.remove();
     log.error(
       { event: "reconcile.dead_lettered", queue: "inbound", reason: read.reason },
@@ -240,7 +230,6 @@ async function settleFailedInboundJob(deps: ReconcileDeps, settings: ReconcileSe
   // It failed twice over: keep the message itself as a dead letter, for staff to answer.
   await keepForStaff(
     deps,
-    settings.holdingReply,
     { phoneNumberId, sender: senderOf(read.data), message, sentAt: new Date(Number(message.timestamp) * 1000) },
     {
       code: "inbound_failed",
@@ -268,7 +257,7 @@ async function settleFailedStatusJob(deps: ReconcileDeps, settings: ReconcileSet
   const status = read.ok ? read.data.status : undefined;
   const part = status?.status === "failed" ? await findPartOfStatus(deps.db, status.id, status.biz_opaque_callback_data) : null;
   if (status && part) {
-    const letter = await deadLetterFailedDelivery(deps, settings.holdingReply, status, part.replyId);
+    const letter = await deadLetterFailedDelivery(deps, status, part.replyId);
     log.error(
       { event: "reconcile.dead_lettered", queue: "status", deadLetter: letter === "csat_dropped" ? undefined : letter?.id, failedReason: job.failedReason },
       "failed-delivery status could not be processed; its reply dead-lettered",

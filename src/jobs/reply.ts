@@ -3,7 +3,7 @@ import { type Job, RateLimitError } from "bullmq";
 import type { ClaudeClient, GeneratedReply } from "../ai/claude.ts";
 import type { Config } from "../config/config.ts";
 import type { Db } from "../db/client.ts";
-import { countHandoff, recordDeadLetter } from "../dlq/dead-letters.ts";
+import { countHandoff, type DeadLetterDesk } from "../dlq/dead-letters.ts";
 import { FencedOut, PermanentError, Postpone, RetryableError } from "../errors.ts";
 import type { Logger } from "../logger.ts";
 import type { Metrics } from "../metrics/metrics.ts";
@@ -40,6 +40,7 @@ export interface ReplyDeps extends GenerationDeps, VoiceNoteDeps {
   claude: ClaudeClient;
   logger: Logger;
   metrics: Metrics;
+  deadLetters: DeadLetterDesk;
 }
 
 /** What the settings say of a reply: how a burst is waited for, what the bot says when it does not write, the send's clocks, the retries. */
@@ -172,8 +173,7 @@ async function settleFailedRun(
       );
       throw fate.failure;
     case "dead_letter": {
-      const letter = await recordDeadLetter(
-        deps,
+      const letter = await deps.deadLetters.reply(
         {
           conversationId: lease.conversationId,
           replyId: reply.id,
@@ -182,7 +182,6 @@ async function settleFailedRun(
           dedupKey: `reply.${reply.id}.${randomUUID()}`,
         },
         { lease },
-        config.conversation.holdingReply,
       );
       if (letter === "csat_dropped") {
         replyLog.warn({ event: "csat.not_delivered", code: fate.failure.code, reason: fate.failure.reason }, "CSAT message not delivered; dropped");

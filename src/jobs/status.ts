@@ -1,11 +1,13 @@
 import { z } from "zod";
+import type { Clock } from "../clock.ts";
 import type { CsatSettings } from "../config/config.ts";
 import { isBillable, type MetaRates, marketOf, metaAmount } from "../costs/meta-rates.ts";
-import { type DeadLetterDeps, recordDeadLetter } from "../dlq/dead-letters.ts";
+import type { Db } from "../db/client.ts";
+import type { DeadLetterDesk } from "../dlq/dead-letters.ts";
 import type { Logger } from "../logger.ts";
 import type { Metrics } from "../metrics/metrics.ts";
 import type { StatusJobData } from "../queue/catalog.ts";
-import { scheduleReply } from "../queue/queues.ts";
+import { type Queues, scheduleReply } from "../queue/queues.ts";
 import { type PartPricing, recordCopyPricing, recordDeliveryStatus, recordPartPricing, type StatusOutcome, UUID } from "../state/parts.ts";
 import { maskPhoneNumbers } from "../whatsapp/answer-shape.ts";
 import { ruleForGraphCode } from "../whatsapp/error-codes.ts";
@@ -21,16 +23,23 @@ import type { Processor } from "./processor.ts";
  * that was sent again (law 5's window) says nothing of the reply and changes nothing.
  */
 
-export interface StatusDeps extends DeadLetterDeps {
+export interface StatusDeps extends FailedDeliveryDeps {
+  clock: Clock;
   logger: Logger;
-  metrics: DeadLetterDeps["metrics"] & { graphErrors: GraphErrorsCount } & Pick<Metrics, "metaMessages" | "metaCost">;
+  metrics: { graphErrors: GraphErrorsCount } & Pick<Metrics, "metaMessages" | "metaCost">;
 }
 
-/** What the settings say of a receipt: what a billed message costs, what a customer whose reply failed is told, and whether they are asked how it went. */
+/** What dead-lettering a failed delivery takes: the reply's row, the desk, the queue that carries the conversation on. */
+export interface FailedDeliveryDeps {
+  db: Db;
+  queues: Queues;
+  deadLetters: DeadLetterDesk;
+}
+
+/** What the settings say of a receipt: what a billed message costs, and whether a customer is asked how it went. */
 export interface StatusSettings {
   /** Meta's rate card (META_RATES_FILE); without it billed messages are counted, not priced. */
   metaRates: MetaRates | undefined;
-  holdingReply: string;
   csat: CsatSettings | undefined;
 }
 
@@ -62,7 +71,7 @@ export async function processStatus(deps: StatusDeps, settings: StatusSettings, 
     case "failed": {
       // Counted once, as the status moves to failed: a redelivered webhook is stale by now.
       deps.metrics.graphErrors.inc({ code: status.errors?.[0] ? String(status.errors[0].code) : "none", via: "status" });
-      const letter = await deadLetterFailedDelivery(deps, settings.holdingReply, status, recorded.replyId);
+      const letter = await deadLetterFailedDelivery(deps, status, recorded.replyId);
       if (letter === "csat_dropped") {
         log.warn({ event: "csat.not_delivered", code: status.errors?.[0]?.code }, "CSAT message not delivered; dropped");
         return "dead_lettered";
@@ -138,12 +147,11 @@ async function recordPricing(
  * one. Whatever run holds the conversation is fenced off, so no more of the dead reply goes
  * out; a fresh reply job carries on with the rest of the conversation's work.
  */
-export async function deadLetterFailedDelivery(deps: DeadLetterDeps, holdingReply: string, status: StatusJobData["status"], replyId: string) {
+export async function deadLetterFailedDelivery(deps: FailedDeliveryDeps, status: StatusJobData["status"], replyId: string) {
   const error = status.errors?.[0];
   const rule = error ? ruleForGraphCode(error.code, undefined) : undefined;
   const reply = await deps.db.reply.findUniqueOrThrow({ where: { id: replyId }, select: { id: true, conversationId: true } });
-  const letter = await recordDeadLetter(
-    deps,
+  const letter = await deps.deadLetters.reply(
     {
       conversationId: reply.conversationId,
       replyId: reply.id,
@@ -157,7 +165,6 @@ export async function deadLetterFailedDelivery(deps: DeadLetterDeps, holdingRepl
       },
     },
     "fence_off",
-    holdingReply,
   );
   await scheduleReply(deps.queues, reply.conversationId, 0);
   return letter;

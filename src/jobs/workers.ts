@@ -3,7 +3,7 @@ import { ClaudeClient } from "../ai/claude.ts";
 import { TRANSCRIBE_TIMEOUT_MS, Transcriber } from "../ai/transcriber.ts";
 import { type Clock, systemClock } from "../clock.ts";
 import type { Db } from "../db/client.ts";
-import type { DeadLetterDeps } from "../dlq/dead-letters.ts";
+import { DeadLetterDesk } from "../dlq/dead-letters.ts";
 import { forTheQueue } from "../errors.ts";
 import { startKnowledgeBase } from "../knowledge/knowledge.ts";
 import type { Logger } from "../logger.ts";
@@ -91,9 +91,10 @@ export function startConfiguredWorkers(settings: Settings, given: WorkerShared):
 
 const retryOf = (jobs: Settings["jobs"]): RetryDelaySettings => ({ baseDelayMs: jobs.retryBaseDelayMs, maxDelayMs: jobs.retryMaxDelayMs });
 
-/** What the worker role talks to: its queue handles, Meta, Claude, the transcriber, the numbers' knowledge and tools, staff's channels. */
+/** What the worker role talks to: its queue handles, the DLQ, Meta, Claude, the transcriber, the numbers' knowledge and tools, staff's channels. */
 interface WorkerClients {
   queues: Queues;
+  deadLetters: DeadLetterDesk;
   graph: GraphClient;
   claude: ClaudeClient;
   transcriber: Transcriber | undefined;
@@ -111,11 +112,14 @@ function workerClients(settings: Settings, shared: WorkerShared & { clock: Clock
     { prefix: settings.queuePrefix, attempts: settings.jobs.attempts, telemetry: shared.tracing?.queues },
     (error) => shared.logger.warn({ event: "queue.error", role: "worker", err: error }, "queue connection error"),
   );
+  // HOLDING_REPLY belongs to the desk: whatever records a dead letter offers it through the desk alone.
+  const deadLetters = new DeadLetterDesk({ db: shared.db, queues, metrics: shared.metrics, clock: shared.clock }, settings.conversation.holdingReply);
   const graph = { baseUrl: whatsapp.graphBaseUrl, version: whatsapp.graphVersion, accessToken: whatsapp.accessToken, timeoutMs: whatsapp.graphTimeoutMs };
   const knowledge = configuredKnowledge(settings, shared);
   const channels = staffNotify.webhookUrl || staffNotify.email ? staffChannels(staffNotify) : undefined;
   return {
     queues,
+    deadLetters,
     graph: new GraphClient({ ...graph, clock: shared.clock }, shared.metrics.graphErrors, shared.tracing?.tracer),
     claude: new ClaudeClient({ ...settings.anthropic }, shared.tracing?.provider),
     transcriber: settings.transcription && new Transcriber({ ...settings.transcription, timeoutMs: TRANSCRIBE_TIMEOUT_MS }),
@@ -131,22 +135,18 @@ function workerClients(settings: Settings, shared: WorkerShared & { clock: Clock
 
 /** Each job's processor, given the clients it talks to and the settings it reads, and nothing more. */
 function configuredProcessors(settings: Settings, infra: WorkerShared & WorkerClients & { clock: Clock }): Processors {
-  const { db, logger, metrics, clock, queues } = infra;
+  const { db, logger, metrics, clock, queues, deadLetters } = infra;
   const retry = retryOf(settings.jobs);
   const notifier = infra.channels && { db, queue: queues.notify, logger, metrics, clock, channels: infra.channels };
-  const deadLetters: DeadLetterDeps = { db, queues, metrics, clock };
   const { conversation } = settings;
   return {
-    inbound: inboundProcessor({ ...deadLetters, logger }, { replyDebounceMs: settings.jobs.replyDebounceMs, conversation }),
+    inbound: inboundProcessor({ db, queues, deadLetters, clock, logger }, { replyDebounceMs: settings.jobs.replyDebounceMs, conversation }),
     reply: replyProcessor(infra, replySettings(settings)),
-    status: statusProcessor(
-      { ...deadLetters, logger, metrics },
-      { metaRates: settings.costs.metaRates, holdingReply: conversation.holdingReply, csat: conversation.csat },
-    ),
+    status: statusProcessor({ db, queues, deadLetters, clock, logger, metrics }, { metaRates: settings.costs.metaRates, csat: conversation.csat }),
     events: eventsProcessor({ db, logger, clock }, { conversation }),
     reconcile: reconcileProcessor(
-      { ...deadLetters, redis: infra.connection, logger },
-      { afterMs: settings.reconcile.afterMs, holdingReply: conversation.holdingReply, csat: conversation.csat, queuePrefix: settings.queuePrefix },
+      { db, queues, deadLetters, clock, redis: infra.connection, logger },
+      { afterMs: settings.reconcile.afterMs, csat: conversation.csat, queuePrefix: settings.queuePrefix },
     ),
     csat: csatProcessor({ db, queues, logger, clock }, conversation.csat),
     notify: notifier && notifyProcessor(notifier, { ...settings.staffNotify, retry }),
