@@ -4,6 +4,7 @@ import pino from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { systemClock } from "../src/clock.ts";
 import { DeadLetterDesk } from "../src/dlq/dead-letters.ts";
+import { CsatAsks } from "../src/jobs/csat.ts";
 import { reconcile } from "../src/jobs/reconcile.ts";
 import { eventually, type Harness, TEST_REDIS_URL } from "./support/harness.ts";
 import { harnessPerTest } from "./support/per-test.ts";
@@ -61,6 +62,7 @@ const sweepDeps = (h: Harness) => ({
   db: h.db,
   queues: h.queues,
   deadLetters: new DeadLetterDesk({ db: h.db, queues: h.queues, metrics: h.metrics, clock: systemClock }, ""),
+  csat: new CsatAsks({ db: h.db, queues: h.queues, logger: pino({ level: "silent" }), clock: systemClock }, undefined),
   redis: h.redis,
   prefix: h.prefix,
   logger: pino({ level: "silent" }),

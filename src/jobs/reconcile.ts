@@ -1,7 +1,6 @@
 import { randomUUID } from "node:crypto";
 import type { Job } from "bullmq";
 import type { Clock } from "../clock.ts";
-import type { CsatSettings } from "../config/config.ts";
 import type { Db } from "../db/client.ts";
 import type { DeadLetterDesk } from "../dlq/dead-letters.ts";
 import { forTheQueue } from "../errors.ts";
@@ -12,7 +11,7 @@ import type { RedisClient } from "../queue/redis.ts";
 import { dueCsatAsks } from "../state/csat.ts";
 import { findPartOfStatus, markAccepted } from "../state/parts.ts";
 import { storeDraft } from "../state/replies.ts";
-import { runCsatAsk } from "./csat.ts";
+import type { CsatAsks } from "./csat.ts";
 import { keepForStaff, keepUnreadableMessage } from "./inbound.ts";
 import { isInfrastructureFailure } from "./policy.ts";
 import type { Processor } from "./processor.ts";
@@ -37,6 +36,7 @@ export interface ReconcileDeps {
   db: Db;
   queues: Queues;
   deadLetters: DeadLetterDesk;
+  csat: CsatAsks;
   clock: Clock;
   /** For the "driven again once" marks, beside the queues. */
   redis: RedisClient;
@@ -44,12 +44,10 @@ export interface ReconcileDeps {
 }
 
 /**
- * How old unanswered work must be before the sweep acts on it (RECONCILE_AFTER_MS), and how
- * CSAT asks are made (for those due).
+ * How old unanswered work must be before the sweep acts on it (RECONCILE_AFTER_MS).
  */
 export interface ReconcileSettings {
   afterMs: number;
-  csat?: CsatSettings | undefined;
   /** The queues' prefix: the "driven again once" marks are kept under it. */
   queuePrefix: string;
 }
@@ -75,7 +73,7 @@ export async function reconcile(deps: ReconcileDeps, settings: ReconcileSettings
   const result: SweepResult = { redriven: 0, deadLettered: 0, failedJobs: 0, skipped: 0 };
   await settleFailedJobs(deps, settings, result);
   await settleStuckConversations(deps, settings, result);
-  await settleDueCsatAsks(deps, settings, result);
+  await settleDueCsatAsks(deps, result);
   if (result.redriven + result.deadLettered + result.failedJobs + result.skipped > 0) {
     deps.logger.warn({ event: "reconcile.swept", ...result }, "reconciler drove or dead-lettered work nobody was doing");
   }
@@ -144,11 +142,11 @@ async function settleStuckConversations(deps: ReconcileDeps, settings: Reconcile
 }
 
 /** CSAT asks whose job never woke them: each run as its job would have (at most once: only one run moves an ask out of pending). */
-async function settleDueCsatAsks(deps: ReconcileDeps, settings: ReconcileSettings, result: SweepResult): Promise<void> {
-  if (!settings.csat) return;
+async function settleDueCsatAsks(deps: ReconcileDeps, result: SweepResult): Promise<void> {
+  if (!deps.csat.enabled) return;
   for (const ask of await dueCsatAsks(deps.db, deps.clock.now(), BATCH)) {
     await isolated(deps, result, { csat: ask.id }, async () => {
-      const asked = await runCsatAsk(deps, settings.csat, ask.id);
+      const asked = await deps.csat.run(ask.id);
       if (asked.outcome === "sent") {
         result.redriven++;
         deps.logger.warn({ event: "reconcile.csat_asked", csat: ask.id, conversation: ask.conversationId }, "a CSAT ask whose job never ran was sent");

@@ -29,7 +29,7 @@ import { markReplySent, storeDraft } from "../state/replies.ts";
 import { type GraphClient, type Recipient, SendTooLate } from "../whatsapp/graph-client.ts";
 import { windowOpen } from "../whatsapp/window.ts";
 import { type RetryDelaySettings, retryDelayMs } from "./backoff.ts";
-import { planCsatAsk } from "./csat.ts";
+import type { CsatAsks } from "./csat.ts";
 import { decideFate, isInfrastructureFailure, isLastAttempt } from "./policy.ts";
 import type { Processor } from "./processor.ts";
 
@@ -41,6 +41,7 @@ export interface ReplyDeps extends GenerationDeps, VoiceNoteDeps {
   logger: Logger;
   metrics: Metrics;
   deadLetters: DeadLetterDesk;
+  csat: CsatAsks;
 }
 
 /** What the settings say of a reply: how a burst is waited for, what the bot says when it does not write, the send's clocks, the retries. */
@@ -280,7 +281,7 @@ async function completeReply(
   if (sent || (await markReplySent(deps.db, reply.id, deps.clock.now()))) {
     log.info({ event: "reply.sent" }, "reply sent");
     // The bot has answered: the customer is asked how it went once they have been quiet a while.
-    if (reply.kind === "ai") await planCsatAsk(deps, config.conversation.csat, conversation.id, log);
+    if (reply.kind === "ai") await deps.csat.plan(conversation.id, log);
   }
 }
 

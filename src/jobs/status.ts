@@ -1,6 +1,5 @@
 import { z } from "zod";
 import type { Clock } from "../clock.ts";
-import type { CsatSettings } from "../config/config.ts";
 import { isBillable, type MetaRates, marketOf, metaAmount } from "../costs/meta-rates.ts";
 import type { Db } from "../db/client.ts";
 import type { DeadLetterDesk } from "../dlq/dead-letters.ts";
@@ -12,7 +11,7 @@ import { type PartPricing, recordCopyPricing, recordDeliveryStatus, recordPartPr
 import { maskPhoneNumbers } from "../whatsapp/answer-shape.ts";
 import { ruleForGraphCode } from "../whatsapp/error-codes.ts";
 import type { GraphErrorsCount } from "../whatsapp/graph-client.ts";
-import { planCsatAsk } from "./csat.ts";
+import type { CsatAsks } from "./csat.ts";
 import type { Processor } from "./processor.ts";
 
 /**
@@ -24,6 +23,7 @@ import type { Processor } from "./processor.ts";
  */
 
 export interface StatusDeps extends FailedDeliveryDeps {
+  csat: CsatAsks;
   clock: Clock;
   logger: Logger;
   metrics: { graphErrors: GraphErrorsCount } & Pick<Metrics, "metaMessages" | "metaCost">;
@@ -36,11 +36,10 @@ export interface FailedDeliveryDeps {
   deadLetters: DeadLetterDesk;
 }
 
-/** What the settings say of a receipt: what a billed message costs, and whether a customer is asked how it went. */
+/** What the settings say of a receipt: what a billed message costs. */
 export interface StatusSettings {
   /** Meta's rate card (META_RATES_FILE); without it billed messages are counted, not priced. */
   metaRates: MetaRates | undefined;
-  csat: CsatSettings | undefined;
 }
 
 export function statusProcessor(deps: StatusDeps, settings: StatusSettings): Processor<"status"> {
@@ -54,7 +53,7 @@ export async function processStatus(deps: StatusDeps, settings: StatusSettings, 
   if (recorded.outcome === "recorded" || recorded.outcome === "stale" || recorded.outcome === "superseded")
     await recordPricing(deps, settings.metaRates, status, { partId: recorded.partId, copy: recorded.outcome === "superseded" }, log);
   // A send whose answer never came, confirmed here: a bot's answer is sent now, and the customer is asked how it went as after any other.
-  if ((recorded.outcome === "recorded" || recorded.outcome === "stale") && recorded.replySent) await afterReplySent(deps, settings.csat, recorded.replyId, log);
+  if ((recorded.outcome === "recorded" || recorded.outcome === "stale") && recorded.replySent) await afterReplySent(deps, recorded.replyId, log);
   switch (recorded.outcome) {
     case "unknown":
       log.info({ event: "status.unknown_message" }, "status for a message we did not send (or no longer track); ignored");
@@ -170,8 +169,8 @@ export async function deadLetterFailedDelivery(deps: FailedDeliveryDeps, status:
   return letter;
 }
 
-async function afterReplySent(deps: StatusDeps, csat: CsatSettings | undefined, replyId: string, log: Logger): Promise<void> {
-  if (!csat) return;
+async function afterReplySent(deps: StatusDeps, replyId: string, log: Logger): Promise<void> {
+  if (!deps.csat.enabled) return;
   const reply = await deps.db.reply.findUniqueOrThrow({ where: { id: replyId }, select: { kind: true, conversationId: true } });
-  if (reply.kind === "ai") await planCsatAsk(deps, csat, reply.conversationId, log);
+  if (reply.kind === "ai") await deps.csat.plan(reply.conversationId, log);
 }

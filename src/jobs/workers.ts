@@ -18,7 +18,7 @@ import { type BusinessActions, businessActions } from "../tools/actions.ts";
 import type { Tracing } from "../tracing/tracing.ts";
 import { GraphClient } from "../whatsapp/graph-client.ts";
 import { type RetryDelaySettings, retryDelayMs } from "./backoff.ts";
-import { csatProcessor } from "./csat.ts";
+import { CsatAsks, csatProcessor } from "./csat.ts";
 import { eventsProcessor } from "./events.ts";
 import { type FetchSlots, type WorkerKind, watchFetching } from "./fetch-watchdog.ts";
 import { inboundProcessor } from "./inbound.ts";
@@ -139,16 +139,17 @@ function configuredProcessors(settings: Settings, infra: WorkerShared & WorkerCl
   const retry = retryOf(settings.jobs);
   const notifier = infra.channels && { db, queue: queues.notify, logger, metrics, clock, channels: infra.channels };
   const { conversation } = settings;
+  const csat = new CsatAsks({ db, queues, logger, clock }, conversation.csat);
   return {
     inbound: inboundProcessor({ db, queues, deadLetters, clock, logger }, { replyDebounceMs: settings.jobs.replyDebounceMs, conversation }),
-    reply: replyProcessor(infra, replySettings(settings)),
-    status: statusProcessor({ db, queues, deadLetters, clock, logger, metrics }, { metaRates: settings.costs.metaRates, csat: conversation.csat }),
+    reply: replyProcessor({ ...infra, csat }, replySettings(settings)),
+    status: statusProcessor({ db, queues, deadLetters, csat, clock, logger, metrics }, { metaRates: settings.costs.metaRates }),
     events: eventsProcessor({ db, logger, clock }, { conversation }),
     reconcile: reconcileProcessor(
-      { db, queues, deadLetters, clock, redis: infra.connection, logger },
-      { afterMs: settings.reconcile.afterMs, csat: conversation.csat, queuePrefix: settings.queuePrefix },
+      { db, queues, deadLetters, csat, clock, redis: infra.connection, logger },
+      { afterMs: settings.reconcile.afterMs, queuePrefix: settings.queuePrefix },
     ),
-    csat: csatProcessor({ db, queues, logger, clock }, conversation.csat),
+    csat: csatProcessor(csat),
     notify: notifier && notifyProcessor(notifier, { ...settings.staffNotify, retry }),
   };
 }
