@@ -5,14 +5,13 @@ import { type Clock, systemClock } from "../clock.ts";
 import type { Db } from "../db/client.ts";
 import { DeadLetterDesk } from "../dlq/dead-letters.ts";
 import { forTheQueue } from "../errors.ts";
-import { startKnowledgeBase } from "../knowledge/knowledge.ts";
+import { type KnowledgeBase, watchNumbersKnowledge } from "../knowledge/knowledge.ts";
 import type { Logger } from "../logger.ts";
 import type { Metrics } from "../metrics/metrics.ts";
 import { type StaffChannels, staffChannels } from "../notify/channels.ts";
 import { JOB_NAMES, JOBS, type JobData, type JobDefinition, type JobName, readJob } from "../queue/catalog.ts";
 import { closeQueues, createQueues, type Queues } from "../queue/queues.ts";
 import type { RedisClient } from "../queue/redis.ts";
-import type { KnowledgeSource } from "../replies/generation.ts";
 import type { Settings } from "../settings.ts";
 import { type BusinessActions, businessActions } from "../tools/actions.ts";
 import type { Tracing } from "../tracing/tracing.ts";
@@ -98,7 +97,7 @@ interface WorkerClients {
   graph: GraphClient;
   claude: ClaudeClient;
   transcriber: Transcriber | undefined;
-  knowledge: KnowledgeSource | undefined;
+  knowledge: KnowledgeBase | undefined;
   actions: BusinessActions;
   channels: StaffChannels | undefined;
   close(): Promise<void>;
@@ -115,7 +114,14 @@ function workerClients(settings: Settings, shared: WorkerShared & { clock: Clock
   // HOLDING_REPLY belongs to the desk: whatever records a dead letter offers it through the desk alone.
   const deadLetters = new DeadLetterDesk({ db: shared.db, queues, metrics: shared.metrics, clock: shared.clock }, settings.conversation.holdingReply);
   const graph = { baseUrl: whatsapp.graphBaseUrl, version: whatsapp.graphVersion, accessToken: whatsapp.accessToken, timeoutMs: whatsapp.graphTimeoutMs };
-  const knowledge = configuredKnowledge(settings, shared);
+  const knowledge = watchNumbersKnowledge(settings.numbers, {
+    db: shared.db,
+    logger: shared.logger,
+    clock: shared.clock,
+    tokenBudget: settings.knowledge.tokenBudget,
+    limits: settings.knowledge.limits,
+    language: settings.searchLanguage,
+  });
   const channels = staffNotify.webhookUrl || staffNotify.email ? staffChannels(staffNotify) : undefined;
   return {
     queues,
@@ -169,32 +175,6 @@ function replySettings(settings: Settings): ReplySettings {
     generation: { startWithinMs: generationStartWithinMs(whatsapp.graphTimeoutMs), timeoutMs: anthropic.timeoutMs },
     tools: settings.tools,
     modelPrices: settings.costs.modelPrices,
-  };
-}
-
-/**
- * The numbers' knowledge, read and watched by this worker process once a number has a
- * knowledgeDir. Started in the background: the first reply that needs it waits for its first
- * reading.
- */
-function configuredKnowledge(
-  settings: Settings,
-  { db, logger, clock }: WorkerShared & { clock: Clock },
-): (KnowledgeSource & { close(): Promise<void> }) | undefined {
-  const dirs = new Map([...settings.numbers].flatMap(([id, number]) => (number.knowledgeDir ? [[id, number.knowledgeDir] as const] : [])));
-  if (dirs.size === 0) return undefined;
-  const started = startKnowledgeBase({
-    db,
-    logger,
-    clock,
-    dirs,
-    tokenBudget: settings.knowledge.tokenBudget,
-    limits: settings.knowledge.limits,
-    language: settings.searchLanguage,
-  });
-  return {
-    forReply: async (phoneNumberId, query) => (await started).forReply(phoneNumberId, query),
-    close: async () => (await started).close(),
   };
 }
 

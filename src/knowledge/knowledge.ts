@@ -117,6 +117,24 @@ export async function startKnowledgeBase(deps: KnowledgeBaseDeps): Promise<Knowl
 }
 
 /**
+ * The numbers' knowledge, read and watched by a worker process once a number has a
+ * knowledgeDir; undefined when none has. Started in the background: the first reply that
+ * needs it waits for its first reading.
+ */
+export function watchNumbersKnowledge(
+  numbers: ReadonlyMap<string, { readonly knowledgeDir?: string | undefined }>,
+  deps: Omit<KnowledgeBaseDeps, "dirs">,
+): KnowledgeBase | undefined {
+  const dirs = new Map([...numbers].flatMap(([id, number]) => (number.knowledgeDir ? [[id, number.knowledgeDir] as const] : [])));
+  if (dirs.size === 0) return undefined;
+  const started = startKnowledgeBase({ ...deps, dirs });
+  return {
+    forReply: async (phoneNumberId, query) => (await started).forReply(phoneNumberId, query),
+    close: async () => (await started).close(),
+  };
+}
+
+/**
  * The directories, read every poll; their passages stored in Postgres ahead of the first reply
  * that needs them, once per version whichever process gets there first; the versions this
  * process serves touched, and those nobody has served for a while deleted.
