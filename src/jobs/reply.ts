@@ -19,7 +19,7 @@ import {
   writeAnswer,
 } from "../replies/generation.ts";
 import { templateInstead } from "../replies/template-instead.ts";
-import { hearVoiceNotes, type VoiceNoteDeps } from "../replies/voice-notes.ts";
+import type { VoiceNotes } from "../replies/voice-notes.ts";
 import { type BeginSettings, type Begun, beginReply, type ConversationView } from "../state/conversations.ts";
 import { dropUnsentCsat } from "../state/csat.ts";
 import { handOff, openHandoffItem } from "../state/dead-letters.ts";
@@ -33,7 +33,7 @@ import type { CsatAsks } from "./csat.ts";
 import { decideFate, isInfrastructureFailure, isLastAttempt } from "./policy.ts";
 import type { Processor } from "./processor.ts";
 
-export interface ReplyDeps extends GenerationDeps, VoiceNoteDeps {
+export interface ReplyDeps extends GenerationDeps {
   db: Db;
   queues: Queues;
   graph: GraphClient;
@@ -42,6 +42,7 @@ export interface ReplyDeps extends GenerationDeps, VoiceNoteDeps {
   metrics: Metrics;
   deadLetters: DeadLetterDesk;
   csat: CsatAsks;
+  voiceNotes: VoiceNotes;
 }
 
 /** What the settings say of a reply: how a burst is waited for, what the bot says when it does not write, the send's clocks, the retries. */
@@ -111,7 +112,7 @@ export async function processReply(deps: ReplyDeps, config: ReplySettings, job: 
   // Voice notes are heard before their answer is planned; each round settles every one it was given.
   for (let round = 1; begun.kind === "transcribe"; round++) {
     if (round > VOICE_NOTE_ROUNDS) throw new Error(`conversation ${conversationId}: its voice notes kept waiting for their words`);
-    await hearVoiceNotes(deps, config.conversation, begun.voiceNotes, isLastAttempt(job), log);
+    await deps.voiceNotes.hear(begun.voiceNotes, isLastAttempt(job), log);
     armedAt = deps.clock.monotonicMs();
     begun = await beginReply(deps.db, conversationId, settings, deps.clock.now());
   }

@@ -12,6 +12,7 @@ import { type StaffChannels, staffChannels } from "../notify/channels.ts";
 import { JOB_NAMES, JOBS, type JobData, type JobDefinition, type JobName, readJob } from "../queue/catalog.ts";
 import { closeQueues, createQueues, type Queues } from "../queue/queues.ts";
 import type { RedisClient } from "../queue/redis.ts";
+import { VoiceNotes } from "../replies/voice-notes.ts";
 import type { Settings } from "../settings.ts";
 import { type BusinessActions, businessActions } from "../tools/actions.ts";
 import type { Tracing } from "../tracing/tracing.ts";
@@ -146,9 +147,10 @@ function configuredProcessors(settings: Settings, infra: WorkerShared & WorkerCl
   const notifier = infra.channels && { db, queue: queues.notify, logger, metrics, clock, channels: infra.channels };
   const { conversation } = settings;
   const csat = new CsatAsks({ db, queues, logger, clock }, conversation.csat);
+  const voiceNotes = new VoiceNotes({ db, graph: infra.graph, transcriber: infra.transcriber }, conversation);
   return {
     inbound: inboundProcessor({ db, queues, deadLetters, clock, logger }, { replyDebounceMs: settings.jobs.replyDebounceMs, conversation }),
-    reply: replyProcessor({ ...infra, csat }, replySettings(settings)),
+    reply: replyProcessor({ ...infra, csat, voiceNotes }, replySettings(settings)),
     status: statusProcessor({ db, queues, deadLetters, csat, clock, logger, metrics }, { metaRates: settings.costs.metaRates }),
     events: eventsProcessor({ db, logger, clock }, { conversation }),
     reconcile: reconcileProcessor(

@@ -23,40 +23,46 @@ export interface VoiceNoteDeps {
   transcriber: Transcriber | undefined;
 }
 
-/** `reading`: what a voice note that cannot be heard is answered (MEDIA_REPLY). */
-export async function hearVoiceNotes(
-  deps: VoiceNoteDeps,
-  reading: Pick<DescribeSettings, "mediaReply">,
-  voiceNotes: readonly { id: string; payload: unknown }[],
-  lastAttempt: boolean,
-  log: Logger,
-): Promise<void> {
-  for (const note of voiceNotes) {
-    const noteLog = log.child({ message: note.id });
-    try {
-      const words = await transcribe(deps, note.payload);
-      if (await storeTranscript(deps.db, note.id, words)) noteLog.info({ event: "voice_note.transcribed", chars: words.length }, "voice note transcribed");
-    } catch (error) {
-      const settled = error instanceof PermanentError || (error instanceof RetryableError && lastAttempt);
-      if (!settled) {
-        if (error instanceof RetryableError) {
-          noteLog.warn({ event: "voice_note.retry", source: error.source, code: error.code, reason: error.reason }, "voice note not heard yet; will retry");
+/**
+ * The reply job's ears: the transcriber, and what a voice note that cannot be heard is
+ * answered (MEDIA_REPLY, `reading`), given once at start.
+ */
+export class VoiceNotes {
+  constructor(
+    private readonly deps: VoiceNoteDeps,
+    private readonly reading: Pick<DescribeSettings, "mediaReply">,
+  ) {}
+
+  /** Each note heard and its words stored, or settled with MEDIA_REPLY; a passing failure throws (the job retries) unless this is the last attempt. */
+  async hear(voiceNotes: readonly { id: string; payload: unknown }[], lastAttempt: boolean, log: Logger): Promise<void> {
+    const { deps } = this;
+    for (const note of voiceNotes) {
+      const noteLog = log.child({ message: note.id });
+      try {
+        const words = await transcribe(deps, note.payload);
+        if (await storeTranscript(deps.db, note.id, words)) noteLog.info({ event: "voice_note.transcribed", chars: words.length }, "voice note transcribed");
+      } catch (error) {
+        const settled = error instanceof PermanentError || (error instanceof RetryableError && lastAttempt);
+        if (!settled) {
+          if (error instanceof RetryableError) {
+            noteLog.warn({ event: "voice_note.retry", source: error.source, code: error.code, reason: error.reason }, "voice note not heard yet; will retry");
+          }
+          throw error; // passing failures retry the job; Postgres or Redis away waits (policy.ts)
         }
-        throw error; // passing failures retry the job; Postgres or Redis away waits (policy.ts)
-      }
-      const fallback = voiceNoteFallback(reading, error.reason);
-      const outcome = fallback.kind === "canned" ? { cannedText: fallback.text } : { skipReason: fallback.reason };
-      if (await voiceNoteUnheard(deps.db, note.id, outcome)) {
-        noteLog.warn(
-          {
-            event: "voice_note.not_transcribed",
-            source: error.source,
-            code: error.code,
-            reason: error.reason,
-            retriesSpent: !(error instanceof PermanentError),
-          },
-          "voice note could not be heard; it gets MEDIA_REPLY",
-        );
+        const fallback = voiceNoteFallback(this.reading, error.reason);
+        const outcome = fallback.kind === "canned" ? { cannedText: fallback.text } : { skipReason: fallback.reason };
+        if (await voiceNoteUnheard(deps.db, note.id, outcome)) {
+          noteLog.warn(
+            {
+              event: "voice_note.not_transcribed",
+              source: error.source,
+              code: error.code,
+              reason: error.reason,
+              retriesSpent: !(error instanceof PermanentError),
+            },
+            "voice note could not be heard; it gets MEDIA_REPLY",
+          );
+        }
       }
     }
   }
