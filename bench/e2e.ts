@@ -97,7 +97,6 @@ export function pairedRatio(of: EndToEndResult, to: EndToEndResult, pick: (round
 export const theoreticalRate = (s: EndToEndScenario) => s.replyConcurrency / (s.claudeLatencyMs / 1000);
 
 export function formatEndToEnd(results: EndToEndResult[]): string {
-  const out: string[] = [];
   const settings = [
     ...new Set(
       results.map(
@@ -106,51 +105,61 @@ export function formatEndToEnd(results: EndToEndResult[]): string {
       ),
     ),
   ];
-  out.push(`Worker process (src/main.ts worker): ${settings.join(" / ")}.`);
-  out.push(
-    table(
-      [
-        "scenario",
-        "messages",
-        "stored",
-        "replies/s",
-        "by round",
-        "worker CPU",
-        "replies/CPU-s",
-        "p50 ms",
-        "p99 ms",
-        "max ms",
-        "idle p50 ms",
-        "idle p99 ms",
-        "Claude max in flight",
-        "bench CPU",
-        "load",
-      ],
-      results.map((r) => {
-        const perSec = medianOf(r, (x) => x.repliesPerSec);
-        const cpu = medianOf(r, (x) => x.workerCpuPercent);
-        return [
-          r.scenario.name,
-          `${fmt(r.scenario.messages)} x ${r.rounds.length}`,
-          fmt(r.scenario.storedMessages),
-          fmt(perSec, 1),
-          r.rounds.map((x) => fmt(x.repliesPerSec, 1)).join(" / "),
-          `${fmt(cpu)}%`,
-          fmt(medianOf(r, perCpuSecond), 1),
-          fmt(medianOf(r, (x) => x.p50)),
-          fmt(medianOf(r, (x) => x.p99)),
-          fmt(medianOf(r, (x) => x.max)),
-          fmt(r.idleP50),
-          fmt(r.idleP99),
-          fmt(Math.max(...r.rounds.map((x) => x.claudeMaxInFlight))),
-          `${fmt(medianOf(r, (x) => x.benchCpuPercent))}%`,
-          fmt(
-            medianOf(r, (x) => x.load),
-            1,
-          ),
-        ];
-      }),
-    ),
+  return [`Worker process (src/main.ts worker): ${settings.join(" / ")}.`, figuresTable(results), ...figuresNotes(results), "", ...results.map(checkLine)].join(
+    "\n",
+  );
+}
+
+/** Each scenario's figures, medians over its rounds. */
+function figuresTable(results: EndToEndResult[]): string {
+  return table(
+    [
+      "scenario",
+      "messages",
+      "stored",
+      "replies/s",
+      "by round",
+      "worker CPU",
+      "replies/CPU-s",
+      "p50 ms",
+      "p99 ms",
+      "max ms",
+      "idle p50 ms",
+      "idle p99 ms",
+      "Claude max in flight",
+      "bench CPU",
+      "load",
+    ],
+    results.map((r) => {
+      const perSec = medianOf(r, (x) => x.repliesPerSec);
+      const cpu = medianOf(r, (x) => x.workerCpuPercent);
+      return [
+        r.scenario.name,
+        `${fmt(r.scenario.messages)} x ${r.rounds.length}`,
+        fmt(r.scenario.storedMessages),
+        fmt(perSec, 1),
+        r.rounds.map((x) => fmt(x.repliesPerSec, 1)).join(" / "),
+        `${fmt(cpu)}%`,
+        fmt(medianOf(r, perCpuSecond), 1),
+        fmt(medianOf(r, (x) => x.p50)),
+        fmt(medianOf(r, (x) => x.p99)),
+        fmt(medianOf(r, (x) => x.max)),
+        fmt(r.idleP50),
+        fmt(r.idleP99),
+        fmt(Math.max(...r.rounds.map((x) => x.claudeMaxInFlight))),
+        `${fmt(medianOf(r, (x) => x.benchCpuPercent))}%`,
+        fmt(
+          medianOf(r, (x) => x.load),
+          1,
+        ),
+      ];
+    }),
+  );
+}
+
+/** What each column means, and what a floor or a profiled run is. */
+function figuresNotes(results: EndToEndResult[]): string[] {
+  return [
     "  replies/s: messages / (first POST -> last reply sent), median over rounds; worker CPU: the worker process's user+system",
     "  time over that span, % of one core (of 200%); replies/CPU-s: replies per second of worker CPU (what it would do with a",
     "  core to itself); latency: webhook POST start -> the fake Graph receiving that user's reply, all messages delivered at",
@@ -165,16 +174,16 @@ export function formatEndToEnd(results: EndToEndResult[]): string {
     ...(results.some((r) => r.scenario.profileDir)
       ? ["  --cpu-prof: the worker sampled every 100 µs, which slows it: read for its profile, not its figures."]
       : []),
-    "",
+  ];
+}
+
+/** A scenario's check: everything answered once, nothing dead-lettered or failed. */
+function checkLine(r: EndToEndResult): string {
+  const problems = r.problems;
+  const total = (pick: (x: RoundResult) => number) => r.rounds.reduce((n, x) => n + pick(x), 0);
+  return (
+    `Check ${r.scenario.name}: ${total((x) => x.sends)} sends to ${total((x) => x.recipients)} users, ${total((x) => x.claudeCalls)} Claude calls for ` +
+    `${r.scenario.messages * r.rounds.length} messages, ${total((x) => x.deadLetters)} dead letters, ${total((x) => x.failedJobs)} failed jobs, ` +
+    `${total((x) => x.non200)} non-200 -> ${problems.length ? `FAIL: ${problems.join("; ")}` : "OK"}`
   );
-  for (const r of results) {
-    const problems = r.problems;
-    const total = (pick: (x: RoundResult) => number) => r.rounds.reduce((n, x) => n + pick(x), 0);
-    out.push(
-      `Check ${r.scenario.name}: ${total((x) => x.sends)} sends to ${total((x) => x.recipients)} users, ${total((x) => x.claudeCalls)} Claude calls for ` +
-        `${r.scenario.messages * r.rounds.length} messages, ${total((x) => x.deadLetters)} dead letters, ${total((x) => x.failedJobs)} failed jobs, ` +
-        `${total((x) => x.non200)} non-200 -> ${problems.length ? `FAIL: ${problems.join("; ")}` : "OK"}`,
-    );
-  }
-  return out.join("\n");
 }
