@@ -6,6 +6,9 @@ import { systemClock } from "../src/clock.ts";
 import { DeadLetterDesk } from "../src/dlq/dead-letters.ts";
 import { CsatAsks } from "../src/jobs/csat.ts";
 import { reconcile } from "../src/jobs/reconcile.ts";
+import { idempotencyKeys, StoredAnswers } from "../src/queue/stored-answers.ts";
+import { eraseContact } from "../src/state/erasure.ts";
+import { everyKey, everyRow } from "./support/every-row.ts";
 import { eventually, type Harness, TEST_REDIS_URL } from "./support/harness.ts";
 import { harnessPerTest } from "./support/per-test.ts";
 import { untilQuiet } from "./support/quiet.ts";
@@ -64,6 +67,7 @@ const sweepDeps = (h: Harness) => ({
   deadLetters: new DeadLetterDesk({ db: h.db, queues: h.queues, metrics: h.metrics, clock: systemClock }, ""),
   csat: new CsatAsks({ db: h.db, queues: h.queues, logger: pino({ level: "silent" }), clock: systemClock }, undefined),
   redis: h.redis,
+  storedAnswers: new StoredAnswers(h.redis, h.prefix),
   prefix: h.prefix,
   logger: pino({ level: "silent" }),
   clock: systemClock,
@@ -120,7 +124,7 @@ describe("the reconciler", () => {
     expect(letter).toMatchObject({ state: "open", source: "internal", code: "stuck" });
     expect(letter.reply!.messages.map((m) => m.wamid)).toEqual(wamids);
 
-    expect(await sweep(deps)).toEqual({ redriven: 0, deadLettered: 0, failedJobs: 0, skipped: 0 }); // once
+    expect(await sweep(deps)).toEqual({ redriven: 0, deadLettered: 0, failedJobs: 0, erasesFinished: 0, skipped: 0 }); // once
   });
 
   it("drives a failed inbound job again once; failing again, its message is kept as a dead letter for staff", async () => {
@@ -177,5 +181,30 @@ describe("the reconciler", () => {
     const letter = await h.db.deadLetter.findFirstOrThrow({ include: { reply: { include: { messages: true } } } });
     expect(letter.reply!.messages.map((m) => m.wamid)).toEqual(stuck.wamids);
     expect(await failedCount(h.queues.inbound)).toBe(1); // kept where the next sweep finds it again
+  });
+  it("finishes an erase whose process stopped after its commit: the jobs and stored answers still holding the customer go, and its audit row forgets them", async () => {
+    const h = await harness({ env: SWEEP_NOW });
+    const dana = { phone: "14155550178", name: "Dana Reyes" };
+    h.claude.answer({ text: "We open at nine." });
+    await h.deliver(textWebhook({ text: "When do you open?", from: dana.phone, name: dana.name }).body);
+    await eventually(() => h.graph.sends.length === 1, "the answer");
+    await untilQuiet(h);
+    await h.stopWorkers();
+    // An answer the staff API kept for an Idempotency-Key, quoting them.
+    await h.redis.set(`${idempotencyKeys(h.prefix)}api:k1`, JSON.stringify({ state: "done", status: 200, body: `{"to":"${dana.phone}"}` }));
+    const contact = await h.db.contact.findUniqueOrThrow({ where: { waId: dana.phone } });
+
+    // The erase commits; its process stops before it cleans Redis.
+    await eraseContact(h.db, contact.id, { actor: "api", hashOf: () => "hash" }, new Date());
+    expect(await everyRow(h)).not.toContain(dana.name);
+    expect(await everyKey(h)).toContain(dana.phone);
+
+    const deps = sweepDeps(h);
+    expect(await sweep(deps)).toMatchObject({ erasesFinished: 1, skipped: 0 });
+    const keys = await everyKey(h);
+    for (const word of [dana.phone, dana.name, "When do you open?"]) expect(keys, `a key still holds "${word}"`).not.toContain(word);
+    expect(await everyRow(h)).not.toContain(dana.phone);
+    expect(await h.db.dataRequest.findFirstOrThrow({ where: { kind: "erase" } })).toMatchObject({ contactId: contact.id, redisNeedles: [] });
+    expect(await sweep(deps)).toMatchObject({ erasesFinished: 0 }); // once
   });
 });

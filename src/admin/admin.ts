@@ -2,9 +2,10 @@ import helmet from "@fastify/helmet";
 import type { FastifyInstance, FastifyPluginAsync } from "fastify";
 import type { Playground } from "../eval/playground.ts";
 import type { Queues } from "../queue/queues.ts";
+import { StoredAnswers } from "../queue/stored-answers.ts";
 import type { TemplateCatalog } from "../whatsapp/templates.ts";
 import { registerStaffAuth, type StaffAuthDeps } from "./auth.ts";
-import { idempotencyKeys, registerIdempotency } from "./idempotency.ts";
+import { registerIdempotency } from "./idempotency.ts";
 import { describeStaffApi } from "./openapi.ts";
 import { registerStaffPage } from "./page.ts";
 import { registerContactRoutes } from "./routes/contacts.ts";
@@ -74,7 +75,7 @@ export function adminRoutes(deps: AdminDeps): FastifyPluginAsync {
       clock: deps.clock,
       modelPrices: deps.costs.modelPrices,
       identityKey: deps.identityKey,
-      storedAnswers: { redis: deps.redis, prefix: idempotencyKeys(deps.keyPrefix) },
+      storedAnswers: new StoredAnswers(deps.redis, deps.keyPrefix),
     });
     registerLiveQueue(scope, liveQueue);
     await registerQueueBoard(scope, deps.queues);

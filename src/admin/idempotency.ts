@@ -2,6 +2,7 @@ import { createHash } from "node:crypto";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { z } from "zod";
 import type { RedisClient } from "../queue/redis.ts";
+import { idempotencyKeys } from "../queue/stored-answers.ts";
 
 /**
  * Double clicks never act twice: every mutating /admin request may carry an
@@ -91,6 +92,3 @@ export function registerIdempotency(app: FastifyInstance, deps: { redis: RedisCl
 function replyConflict(reply: FastifyReply, error: string) {
   return reply.code(409).send({ error });
 }
-
-/** Where the stored answers live: this, then the actor and the key (a customer's erase looks there too). */
-export const idempotencyKeys = (keyPrefix: string) => `${keyPrefix}:idem:`;

@@ -1,7 +1,6 @@
 import { existsSync } from "node:fs";
 import { userInfo } from "node:os";
 import { createInterface } from "node:readline";
-import { idempotencyKeys } from "../admin/idempotency.ts";
 import { systemClock } from "../clock.ts";
 import { ConfigError } from "../config/config.ts";
 import { eraseCustomer } from "../customer-data/erase.ts";
@@ -9,6 +8,7 @@ import { findContactByIdentity } from "../customer-data/find.ts";
 import { createDb } from "../db/client.ts";
 import { closeQueues, createQueues } from "../queue/queues.ts";
 import { createWorkerRedis } from "../queue/redis.ts";
+import { StoredAnswers } from "../queue/stored-answers.ts";
 import { loadSettings, type Settings } from "../settings.ts";
 import { addStaff, disableStaff, listStaff, parseStaffRole, StaffInputError, setStaffRole } from "../staff/accounts.ts";
 import { contactLabel } from "../state/contacts.ts";
@@ -144,7 +144,7 @@ async function eraseCommand(args: string[]): Promise<number> {
         clock: systemClock,
         logger: { info: () => undefined },
         identityKey: settings.whatsapp.appSecret,
-        storedAnswers: { redis, prefix: idempotencyKeys(settings.queuePrefix) },
+        storedAnswers: new StoredAnswers(redis, settings.queuePrefix),
       },
       contact.id,
       `cli:${userInfo().username}`,

@@ -1,25 +1,31 @@
 import { createHmac } from "node:crypto";
-import { Cluster } from "ioredis";
 import type { Clock } from "../clock.ts";
 import type { Db } from "../db/client.ts";
 import type { Queues } from "../queue/queues.ts";
-import type { RedisClient } from "../queue/redis.ts";
+import type { StoredAnswers } from "../queue/stored-answers.ts";
+import { finishErasure } from "../state/data-requests.ts";
 import { type Erased, eraseContact } from "../state/erasure.ts";
 
 /**
  * Erasing a customer on request (issue 35.2): Postgres emptied in one transaction, audited
- * (src/state/erasure.ts), then every BullMQ job that carried them removed, whatever its state:
- * an inbound job holds the webhook (their number, name and words), a status job their number,
- * a reply job a kept step of Claude's. A job running as the erase lands cannot be removed; it
- * finds its conversation fenced off and sends nothing, and whatever it leaves is found by the
- * next erase or the retention sweep.
+ * (src/state/erasure.ts), then Redis cleaned of them: every BullMQ job that carried them
+ * removed, whatever its state (an inbound job holds the webhook: their number, name and words; a
+ * status job their number; a reply job a kept step of Claude's), and every stored answer of the
+ * staff API that quotes them. A job running as the erase lands cannot be removed; it finds its
+ * conversation fenced off and sends nothing. The audit row keeps what finds them in Redis until
+ * that is done, so an erase whose process stops after its commit is finished by the reconciler
+ * (cleanRedisOf, from src/jobs/reconcile.ts).
  */
 
-export interface EraseDeps {
+/** What cleaning Redis of an erased customer takes: the queues, where stored answers are, and the audit row to tell it is done. */
+export interface RedisCleanUpDeps {
   db: Db;
   queues: Queues;
-  /** Where the staff API keeps its answers for each Idempotency-Key (src/admin/idempotency.ts): one may quote the customer. */
-  storedAnswers: { redis: RedisClient; prefix: string };
+  /** The staff API's answers kept for each Idempotency-Key: one may quote the customer. */
+  storedAnswers: StoredAnswers;
+}
+
+export interface EraseDeps extends RedisCleanUpDeps {
   clock: Clock;
   logger: { info(fields: object, message: string): void };
   /** The key of the identity's hash in the audit (WHATSAPP_APP_SECRET): the same number hashes alike for as long as it stays. */
@@ -31,10 +37,17 @@ const STATES = ["wait", "prioritized", "delayed", "waiting-children", "active", 
 export async function eraseCustomer(deps: EraseDeps, contactId: string, actor: string) {
   const erased = await eraseContact(deps.db, contactId, { actor, hashOf: (identity) => identityHash(deps.identityKey, identity) }, deps.clock.now());
   if (!erased) return null;
-  const jobs = await removeJobsCarrying(deps.queues, erased.needles);
-  const answers = await forgetAnswersQuoting(deps.storedAnswers, erased.needles);
+  const { jobs, answers } = await cleanRedisOf(deps, erased);
   deps.logger.info({ event: "customer.erased", contact: contactId, counts: erased.counts, jobs, answers }, "a customer's data was erased on request");
   return { erased: erased.counts, jobs };
+}
+
+/** Removes what Redis holds of an erased customer, then the audit row forgets what found them there; how many jobs and stored answers went. */
+export async function cleanRedisOf(deps: RedisCleanUpDeps, erasure: Pick<Erased, "requestId" | "needles">): Promise<{ jobs: number; answers: number }> {
+  const jobs = await removeJobsCarrying(deps.queues, erasure.needles);
+  const answers = await deps.storedAnswers.forgetQuoting(erasure.needles);
+  await finishErasure(deps.db, erasure.requestId);
+  return { jobs, answers };
 }
 
 /** The erased identity, recognisable when asked again, kept without the number itself. */
@@ -64,23 +77,4 @@ async function removeJobsCarrying(queues: Queues, needles: readonly string[]): P
     }
   }
   return removed;
-}
-
-/** Deletes the stored answers (of requests with an Idempotency-Key) that quote one of `needles`; how many went. */
-async function forgetAnswersQuoting(stored: EraseDeps["storedAnswers"], needles: readonly string[]): Promise<number> {
-  // Every key shares the prefix's hash tag: in a Cluster they sit on one master, which each scan below may be.
-  const nodes = stored.redis instanceof Cluster ? stored.redis.nodes("master") : [stored.redis];
-  let forgotten = 0;
-  for (const node of nodes) {
-    let cursor = "0";
-    do {
-      const [next, keys] = await node.scan(cursor, "MATCH", `${stored.prefix}*`, "COUNT", "500");
-      cursor = next;
-      for (const key of keys) {
-        const answer = await node.get(key);
-        if (answer && needles.some((needle) => answer.includes(needle))) forgotten += await node.del(key);
-      }
-    } while (cursor !== "0");
-  }
-  return forgotten;
 }

@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import type { Job } from "bullmq";
 import type { Clock } from "../clock.ts";
+import { cleanRedisOf } from "../customer-data/erase.ts";
 import type { Db } from "../db/client.ts";
 import type { DeadLetterDesk } from "../dlq/dead-letters.ts";
 import { forTheQueue } from "../errors.ts";
@@ -8,7 +9,9 @@ import type { Logger } from "../logger.ts";
 import { type EventJobData, type InboundJobData, type ReplyJobData, readJob, type StatusJobData, senderOf } from "../queue/catalog.ts";
 import { hasLiveReplyJob, type Queues, scheduleReply } from "../queue/queues.ts";
 import type { RedisClient } from "../queue/redis.ts";
+import type { StoredAnswers } from "../queue/stored-answers.ts";
 import { dueCsatAsks } from "../state/csat.ts";
+import { unfinishedErasures } from "../state/data-requests.ts";
 import { findPartOfStatus, markAccepted } from "../state/parts.ts";
 import { storeDraft } from "../state/replies.ts";
 import type { CsatAsks } from "./csat.ts";
@@ -27,7 +30,9 @@ import { deadLetterFailedDelivery } from "./status.ts";
  *     asked now, or cancelled or skipped as their job would have;
  *   - jobs in BullMQ's failed set (attempts spent on a bug, a job stalled twice): driven again
  *     once; failed a second time, recorded as a dead letter (or, for a receipt, logged), and
- *     removed: the durable record is Postgres.
+ *     removed: the durable record is Postgres;
+ *   - erases whose process stopped between their commit and cleaning Redis of the customer:
+ *     the jobs and stored answers that still hold them removed now (src/customer-data/erase.ts).
  * Every action is logged. Sweeps may overlap (two workers starting together): each step is a
  * conditional change, so a second sweep finds nothing left to do.
  */
@@ -40,6 +45,8 @@ export interface ReconcileDeps {
   clock: Clock;
   /** For the "driven again once" marks, beside the queues. */
   redis: RedisClient;
+  /** The staff API's stored answers: an erase left unfinished forgets those quoting its customer. */
+  storedAnswers: StoredAnswers;
   logger: Logger;
 }
 
@@ -60,6 +67,8 @@ export interface SweepResult {
   redriven: number;
   deadLettered: number;
   failedJobs: number;
+  /** Erases whose clean-up of Redis this sweep finished. */
+  erasesFinished: number;
   /** Items whose handling threw: each logged (reconcile.item_failed) and skipped, the sweep going on. */
   skipped: number;
 }
@@ -70,11 +79,12 @@ export function reconcileProcessor(deps: ReconcileDeps, settings: ReconcileSetti
 }
 
 export async function reconcile(deps: ReconcileDeps, settings: ReconcileSettings): Promise<SweepResult> {
-  const result: SweepResult = { redriven: 0, deadLettered: 0, failedJobs: 0, skipped: 0 };
+  const result: SweepResult = { redriven: 0, deadLettered: 0, failedJobs: 0, erasesFinished: 0, skipped: 0 };
   await settleFailedJobs(deps, settings, result);
   await settleStuckConversations(deps, settings, result);
   await settleDueCsatAsks(deps, result);
-  if (result.redriven + result.deadLettered + result.failedJobs + result.skipped > 0) {
+  await finishErasures(deps, settings, result);
+  if (Object.values(result).some((n) => n > 0)) {
     deps.logger.warn({ event: "reconcile.swept", ...result }, "reconciler drove or dead-lettered work nobody was doing");
   }
   return result;
@@ -151,6 +161,18 @@ async function settleDueCsatAsks(deps: ReconcileDeps, result: SweepResult): Prom
         result.redriven++;
         deps.logger.warn({ event: "reconcile.csat_asked", csat: ask.id, conversation: ask.conversationId }, "a CSAT ask whose job never ran was sent");
       }
+    });
+  }
+}
+
+/** Erases that left Redis holding the customer (their process stopped after the commit): Redis cleaned of them now. */
+async function finishErasures(deps: ReconcileDeps, settings: ReconcileSettings, result: SweepResult): Promise<void> {
+  const before = new Date(deps.clock.now().getTime() - settings.afterMs);
+  for (const erasure of await unfinishedErasures(deps.db, before, BATCH)) {
+    await isolated(deps, result, { erasure: erasure.id }, async () => {
+      const removed = await cleanRedisOf(deps, { requestId: erasure.id, needles: erasure.redisNeedles });
+      result.erasesFinished++;
+      deps.logger.warn({ event: "reconcile.erase_finished", request: erasure.id, ...removed }, "an erase had left the customer in Redis; removed now");
     });
   }
 }

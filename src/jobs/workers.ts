@@ -12,6 +12,7 @@ import { type StaffChannels, staffChannels } from "../notify/channels.ts";
 import { JOB_NAMES, JOBS, type JobData, type JobDefinition, type JobName, readJob } from "../queue/catalog.ts";
 import { closeQueues, createQueues, type Queues } from "../queue/queues.ts";
 import type { RedisClient } from "../queue/redis.ts";
+import { StoredAnswers } from "../queue/stored-answers.ts";
 import { VoiceNotes } from "../replies/voice-notes.ts";
 import type { Settings } from "../settings.ts";
 import { type BusinessActions, businessActions } from "../tools/actions.ts";
@@ -91,10 +92,11 @@ export function startConfiguredWorkers(settings: Settings, given: WorkerShared):
 
 const retryOf = (jobs: Settings["jobs"]): RetryDelaySettings => ({ baseDelayMs: jobs.retryBaseDelayMs, maxDelayMs: jobs.retryMaxDelayMs });
 
-/** What the worker role talks to: its queue handles, the DLQ, Meta, Claude, the transcriber, the numbers' knowledge and tools, staff's channels. */
+/** What the worker role talks to: its queue handles, the DLQ, the staff API's stored answers, Meta, Claude, the transcriber, the numbers' knowledge and tools, staff's channels. */
 interface WorkerClients {
   queues: Queues;
   deadLetters: DeadLetterDesk;
+  storedAnswers: StoredAnswers;
   graph: GraphClient;
   claude: ClaudeClient;
   transcriber: Transcriber | undefined;
@@ -114,6 +116,8 @@ function workerClients(settings: Settings, shared: WorkerShared & { clock: Clock
   );
   // HOLDING_REPLY belongs to the desk: whatever records a dead letter offers it through the desk alone.
   const deadLetters = new DeadLetterDesk({ db: shared.db, queues, metrics: shared.metrics, clock: shared.clock }, settings.conversation.holdingReply);
+  // Beside the queues, under their prefix: an erase the reconciler finishes forgets those quoting its customer.
+  const storedAnswers = new StoredAnswers(shared.connection, settings.queuePrefix);
   const graph = { baseUrl: whatsapp.graphBaseUrl, version: whatsapp.graphVersion, accessToken: whatsapp.accessToken, timeoutMs: whatsapp.graphTimeoutMs };
   const knowledge = watchNumbersKnowledge(settings.numbers, {
     db: shared.db,
@@ -127,6 +131,7 @@ function workerClients(settings: Settings, shared: WorkerShared & { clock: Clock
   return {
     queues,
     deadLetters,
+    storedAnswers,
     graph: new GraphClient({ ...graph, clock: shared.clock }, shared.metrics.graphErrors, shared.tracing?.tracer),
     claude: new ClaudeClient({ ...settings.anthropic }, shared.tracing?.provider),
     transcriber: settings.transcription && new Transcriber({ ...settings.transcription, timeoutMs: TRANSCRIBE_TIMEOUT_MS }),
@@ -142,7 +147,7 @@ function workerClients(settings: Settings, shared: WorkerShared & { clock: Clock
 
 /** Each job's processor, given the clients it talks to and the settings it reads, and nothing more. */
 function configuredProcessors(settings: Settings, infra: WorkerShared & WorkerClients & { clock: Clock }): Processors {
-  const { db, logger, metrics, clock, queues, deadLetters } = infra;
+  const { db, logger, metrics, clock, queues, deadLetters, storedAnswers } = infra;
   const retry = retryOf(settings.jobs);
   const notifier = infra.channels && { db, queue: queues.notify, logger, metrics, clock, channels: infra.channels };
   const { conversation } = settings;
@@ -154,7 +159,7 @@ function configuredProcessors(settings: Settings, infra: WorkerShared & WorkerCl
     status: statusProcessor({ db, queues, deadLetters, csat, clock, logger, metrics }, { metaRates: settings.costs.metaRates }),
     events: eventsProcessor({ db, logger, clock }, { conversation }),
     reconcile: reconcileProcessor(
-      { db, queues, deadLetters, csat, clock, redis: infra.connection, logger },
+      { db, queues, deadLetters, csat, clock, redis: infra.connection, storedAnswers, logger },
       { afterMs: settings.reconcile.afterMs, queuePrefix: settings.queuePrefix },
     ),
     csat: csatProcessor(csat),

@@ -22,6 +22,8 @@ import { recordDataRequest } from "./data-requests.ts";
 type Tx = Prisma.TransactionClient;
 
 export interface Erased {
+  /** The audit row: it keeps `needles` until Redis is clean (data-requests.ts, finishErasure). */
+  requestId: string;
   counts: Record<string, number>;
   /** What the jobs of this customer may carry: their identifiers, wamids and the conversations' and replies' ids. */
   needles: string[];
@@ -52,14 +54,16 @@ export async function eraseContact(
       conversations: conversations.length,
     };
     const identity = { waId: contact.waId, userId: contact.userId };
-    // In the same transaction: no erase without its record, nor a record without the erase.
-    await recordDataRequest(tx, { kind: "erase", actor: audit.actor, contactId, identityHash: audit.hashOf(identity), counts }, now);
-    const needles = [contact.waId, contact.userId, contact.parentUserId, contact.username, ...conversations, ...replies, ...wamids];
-    return {
-      counts,
-      needles: needles.filter((n): n is string => typeof n === "string" && n.length > 0),
-      identity,
-    };
+    const found = [contact.waId, contact.userId, contact.parentUserId, contact.username, ...conversations, ...replies, ...wamids];
+    const needles = found.filter((n): n is string => typeof n === "string" && n.length > 0);
+    // In the same transaction: no erase without its record, nor a record without the erase; and
+    // the record keeps what finds the customer in Redis until Redis is clean of them.
+    const request = await recordDataRequest(
+      tx,
+      { kind: "erase", actor: audit.actor, contactId, identityHash: audit.hashOf(identity), counts, redisNeedles: needles },
+      now,
+    );
+    return { requestId: request.id, counts, needles, identity };
   });
 }
 

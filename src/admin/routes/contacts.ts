@@ -7,7 +7,7 @@ import { exportContact } from "../../customer-data/export.ts";
 import { findContacts } from "../../customer-data/find.ts";
 import type { Db } from "../../db/client.ts";
 import type { Queues } from "../../queue/queues.ts";
-import type { RedisClient } from "../../queue/redis.ts";
+import type { StoredAnswers } from "../../queue/stored-answers.ts";
 import { contactLabel } from "../../state/contacts.ts";
 import { recordDataRequest } from "../../state/data-requests.ts";
 import { answer, problem, requestPart, staffRoute, type ZodParts } from "../schema.ts";
@@ -26,7 +26,7 @@ export interface ContactRoutesDeps {
   /** The key of an erased identity's hash in the audit (WHATSAPP_APP_SECRET). */
   identityKey: string;
   /** The answers kept for Idempotency-Keys: an erase forgets those that quote the customer. */
-  storedAnswers: { redis: RedisClient; prefix: string };
+  storedAnswers: StoredAnswers;
 }
 
 const CONTACTS = ["customer data"];
