@@ -13,6 +13,7 @@ import { everyKey, everyRow } from "./support/every-row.ts";
 import { graphError } from "./support/fake-graph.ts";
 import { FakeTranscriber } from "./support/fake-transcriber.ts";
 import { eventually, type Harness, startHarness, TEST_ADMIN_TOKEN } from "./support/harness.ts";
+import { PrivateRedis } from "./support/private-redis.ts";
 import { untilQuiet } from "./support/quiet.ts";
 import { envelope, messagesChange, metaWire, PHONE_NUMBER_ID, textWebhook, uniqueWamid } from "./support/webhook-bodies.ts";
 
@@ -266,6 +267,47 @@ describe("an erase that lands while the bot writes to the customer", () => {
     expect(JSON.stringify(h.graph.sends)).not.toContain("Your refund is on its way, Carl.");
     expect(await everyRow(h)).not.toContain("Your refund is on its way, Carl.");
   });
+});
+
+describe("an erase while Redis is away", () => {
+  it("holds, says Redis's clean-up is pending, and the workers' reconciler removes the jobs still holding the customer once Redis is back", async () => {
+    const redis = await PrivateRedis.start({ aof: true });
+    const own = await startHarness({ env: { REDIS_URL: redis.url, REPLY_DEBOUNCE_MS: "0", RECONCILE_AFTER_MS: "0" } });
+    const eve = { phone: "12025550188", name: "Eve Park" };
+    try {
+      own.startWorkers();
+      own.claude.answer({ text: "Hello Eve, how can I help?" });
+      expect((await own.deliver(textWebhook({ text: "Hi, are you there?", from: eve.phone, name: eve.name }).body)).statusCode).toBe(200);
+      await eventually(() => own.graph.sends.length === 1, "the answer");
+      await untilQuiet(own);
+      await own.stopWorkers();
+      const contact = await own.db.contact.findUniqueOrThrow({ where: { waId: eve.phone } });
+
+      await redis.kill();
+      const erased = await own.app.inject({
+        method: "POST",
+        url: `/admin/contacts/${contact.id}/erase`,
+        headers: bearer,
+        payload: { confirm: `+${eve.phone}` },
+      });
+      expect(erased.statusCode, erased.body).toBe(200);
+      expect(erased.json()).toMatchObject({ erased: { contacts: 1, conversations: 1 }, jobs: 0, redis: "pending" });
+      expect(await everyRow(own)).not.toContain(eve.name);
+
+      await redis.resume();
+      await eventually(() => own.redis.status === "ready", "the test's Redis connection back", 15_000);
+      expect(await everyKey(own)).toContain(eve.phone); // what the erase could not reach
+
+      own.startWorkers(); // its start-up sweep finishes the erase
+      await eventually(async () => !(await everyKey(own)).includes(eve.phone), "Redis clean of the customer", 15_000);
+      for (const word of [eve.name, "Hi, are you there?"]) expect(await everyKey(own)).not.toContain(word);
+      expect(await everyRow(own)).not.toContain(eve.phone);
+    } finally {
+      await redis.resume();
+      await own.close();
+      await redis.destroy();
+    }
+  }, 60_000);
 });
 
 describe("npm run staff -- erase", () => {

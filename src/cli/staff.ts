@@ -142,7 +142,7 @@ async function eraseCommand(args: string[]): Promise<number> {
         db,
         queues,
         clock: systemClock,
-        logger: { info: () => undefined },
+        logger: { info: () => undefined, warn: () => undefined },
         identityKey: settings.whatsapp.appSecret,
         storedAnswers: new StoredAnswers(redis, settings.queuePrefix),
       },
@@ -154,7 +154,9 @@ async function eraseCommand(args: string[]): Promise<number> {
       return 1;
     }
     const rows = Object.entries(erased.erased).map(([kind, n]) => `${kind} ${n}`);
-    console.log(`erased ${label}: ${rows.join(", ")}; ${erased.jobs} queued job(s) removed`);
+    const redisLine =
+      erased.redis === "clean" ? `${erased.jobs} queued job(s) removed` : "Redis is away: a worker's reconciler removes their queued jobs once it is back";
+    console.log(`erased ${label}: ${rows.join(", ")}; ${redisLine}`);
     return 0;
   } finally {
     await closeQueues(queues);

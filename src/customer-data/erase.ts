@@ -27,19 +27,37 @@ export interface RedisCleanUpDeps {
 
 export interface EraseDeps extends RedisCleanUpDeps {
   clock: Clock;
-  logger: { info(fields: object, message: string): void };
+  logger: { info(fields: object, message: string): void; warn(fields: object, message: string): void };
   /** The key of the identity's hash in the audit (WHATSAPP_APP_SECRET): the same number hashes alike for as long as it stays. */
   identityKey: string;
 }
 
 const STATES = ["wait", "prioritized", "delayed", "waiting-children", "active", "completed", "failed"] as const;
 
-export async function eraseCustomer(deps: EraseDeps, contactId: string, actor: string) {
+/**
+ * The erase, then Redis cleaned of the customer. Erased is erased once the transaction commits:
+ * when Redis (or Postgres, for the last step) is away for the clean-up, the answer says it is
+ * pending, and the reconciler finishes it, rather than a failure that a retry would meet as a 404.
+ */
+export async function eraseCustomer(
+  deps: EraseDeps,
+  contactId: string,
+  actor: string,
+): Promise<{ erased: Record<string, number>; jobs: number; redis: "clean" | "pending" } | null> {
   const erased = await eraseContact(deps.db, contactId, { actor, hashOf: (identity) => identityHash(deps.identityKey, identity) }, deps.clock.now());
   if (!erased) return null;
-  const { jobs, answers } = await cleanRedisOf(deps, erased);
-  deps.logger.info({ event: "customer.erased", contact: contactId, counts: erased.counts, jobs, answers }, "a customer's data was erased on request");
-  return { erased: erased.counts, jobs };
+  const fields = { contact: contactId, counts: erased.counts };
+  try {
+    const { jobs, answers } = await cleanRedisOf(deps, erased);
+    deps.logger.info({ event: "customer.erased", ...fields, jobs, answers }, "a customer's data was erased on request");
+    return { erased: erased.counts, jobs, redis: "clean" };
+  } catch (error) {
+    deps.logger.warn(
+      { event: "customer.erased", ...fields, redis: "pending", err: error },
+      "a customer's data was erased on request; Redis could not be cleaned of them now, and the reconciler will",
+    );
+    return { erased: erased.counts, jobs: 0, redis: "pending" };
+  }
 }
 
 /** Removes what Redis holds of an erased customer, then the audit row forgets what found them there; how many jobs and stored answers went. */

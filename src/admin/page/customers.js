@@ -100,7 +100,10 @@ async function erase() {
     .filter(([, n]) => n > 0)
     .map(([kind, n]) => `${n} ${kind}`)
     .join(", ");
-  $("#customers-status").textContent = `Erased ${contact.label}: ${rows}; ${data.jobs} queued job(s) removed.`;
+  $("#customers-status").textContent =
+    data.redis === "pending"
+      ? `Erased ${contact.label}: ${rows}. Redis is away: their queued jobs are removed by the workers once it is back.`
+      : `Erased ${contact.label}: ${rows}; ${data.jobs} queued job(s) removed.`;
   $("#customer-q").focus();
 }
 

@@ -116,6 +116,9 @@ export function registerContactRoutes(scope: FastifyInstance, deps: ContactRoute
             z.object({
               erased: z.record(z.string(), z.number().int()).describe("rows emptied, by kind"),
               jobs: z.number().int().describe("queued jobs removed"),
+              redis: z
+                .enum(["clean", "pending"])
+                .describe("pending: Redis was away, so its queued jobs and stored answers are removed by the workers' reconciler once it is back"),
             }),
             "erased",
           ),
