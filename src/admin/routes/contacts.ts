@@ -59,6 +59,17 @@ const contactsAnswer = answer(
   "the contacts found, most recently active first (50 at most)",
 );
 
+const erasedAnswer = answer(
+  z.object({
+    erased: z.record(z.string(), z.number().int()).describe("rows emptied, by kind"),
+    jobs: z.number().int().describe("queued jobs removed"),
+    redis: z
+      .enum(["clean", "pending"])
+      .describe("pending: Redis was away, so its queued jobs and stored answers are removed by the workers' reconciler once it is back"),
+  }),
+  "erased",
+);
+
 export function registerContactRoutes(scope: FastifyInstance, deps: ContactRoutesDeps): void {
   const app = scope.withTypeProvider<ZodParts>();
   app.get(
@@ -112,16 +123,7 @@ export function registerContactRoutes(scope: FastifyInstance, deps: ContactRoute
         params: contactToRead,
         body: eraseBody,
         response: {
-          200: answer(
-            z.object({
-              erased: z.record(z.string(), z.number().int()).describe("rows emptied, by kind"),
-              jobs: z.number().int().describe("queued jobs removed"),
-              redis: z
-                .enum(["clean", "pending"])
-                .describe("pending: Redis was away, so its queued jobs and stored answers are removed by the workers' reconciler once it is back"),
-            }),
-            "erased",
-          ),
+          200: erasedAnswer,
           400: problem("no `confirm`, or not the contact's label (the answer says it)"),
           403: problem("staff without the operator role"),
           404: problem("no such contact, or it was erased already"),
