@@ -1,6 +1,7 @@
 import { createHmac } from "node:crypto";
 import type { Clock } from "../clock.ts";
 import type { Db } from "../db/client.ts";
+import { isInfrastructureFailure } from "../infrastructure.ts";
 import type { Queues } from "../queue/queues.ts";
 import type { StoredAnswers } from "../queue/stored-answers.ts";
 import { finishErasure } from "../state/data-requests.ts";
@@ -52,6 +53,8 @@ export async function eraseCustomer(
     deps.logger.info({ event: "customer.erased", ...fields, jobs, answers }, "a customer's data was erased on request");
     return { erased: erased.counts, jobs, redis: "clean" };
   } catch (error) {
+    // Anything else is a fault of ours, answered as one (500), not hidden as a clean-up to come.
+    if (!isInfrastructureFailure(error)) throw error;
     deps.logger.warn(
       { event: "customer.erased", ...fields, redis: "pending", err: error },
       "a customer's data was erased on request; Redis could not be cleaned of them now, and the reconciler will",

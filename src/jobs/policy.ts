@@ -1,7 +1,6 @@
 import type { Job } from "bullmq";
-import { isDatabaseUnavailable } from "../db/client.ts";
 import { asFailure, type Failure, FencedOut, PermanentError, Postpone, type RetryableError } from "../errors.ts";
-import { isRedisUnavailable } from "../queue/redis.ts";
+import { isInfrastructureFailure } from "../infrastructure.ts";
 import { type RetryDelaySettings, retryDelayMs } from "./backoff.ts";
 
 /**
@@ -29,10 +28,6 @@ type JobProgress = Pick<Job, "attemptsMade" | "attemptsStarted" | "opts">;
 
 export function isLastAttempt(job: JobProgress): boolean {
   return job.attemptsMade + 1 >= (job.opts.attempts ?? 1);
-}
-
-export function isInfrastructureFailure(error: unknown): boolean {
-  return isDatabaseUnavailable(error) || isRedisUnavailable(error);
 }
 
 export function decideFate(error: unknown, job: JobProgress, settings: RetryDelaySettings, nowMs: number): Fate {

@@ -5,6 +5,7 @@ import { cleanRedisOf } from "../customer-data/erase.ts";
 import type { Db } from "../db/client.ts";
 import type { DeadLetterDesk } from "../dlq/dead-letters.ts";
 import { forTheQueue } from "../errors.ts";
+import { isInfrastructureFailure } from "../infrastructure.ts";
 import type { Logger } from "../logger.ts";
 import { type EventJobData, type InboundJobData, type ReplyJobData, readJob, type StatusJobData, senderOf } from "../queue/catalog.ts";
 import { hasLiveReplyJob, type Queues, scheduleReply } from "../queue/queues.ts";
@@ -16,7 +17,6 @@ import { findPartOfStatus, markAccepted } from "../state/parts.ts";
 import { storeDraft } from "../state/replies.ts";
 import type { CsatAsks } from "./csat.ts";
 import { keepForStaff, keepUnreadableMessage } from "./inbound.ts";
-import { isInfrastructureFailure } from "./policy.ts";
 import type { Processor } from "./processor.ts";
 import { deadLetterFailedDelivery } from "./status.ts";
 

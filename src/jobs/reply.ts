@@ -5,6 +5,7 @@ import type { Config } from "../config/config.ts";
 import type { Db } from "../db/client.ts";
 import { countHandoff, type DeadLetterDesk } from "../dlq/dead-letters.ts";
 import { FencedOut, PermanentError, Postpone, RetryableError } from "../errors.ts";
+import { isInfrastructureFailure } from "../infrastructure.ts";
 import type { Logger } from "../logger.ts";
 import type { Metrics } from "../metrics/metrics.ts";
 import type { ReplyJobData } from "../queue/catalog.ts";
@@ -30,7 +31,7 @@ import { type GraphClient, type Recipient, SendTooLate } from "../whatsapp/graph
 import { windowOpen } from "../whatsapp/window.ts";
 import { type RetryDelaySettings, retryDelayMs } from "./backoff.ts";
 import type { CsatAsks } from "./csat.ts";
-import { decideFate, isInfrastructureFailure, isLastAttempt } from "./policy.ts";
+import { decideFate, isLastAttempt } from "./policy.ts";
 import type { Processor } from "./processor.ts";
 
 export interface ReplyDeps extends GenerationDeps {
