@@ -3,6 +3,7 @@ import { Redis } from "ioredis";
 import pino from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { systemClock } from "../src/clock.ts";
+import { eraseCustomer } from "../src/customer-data/erase.ts";
 import { DeadLetterDesk } from "../src/dlq/dead-letters.ts";
 import { CsatAsks } from "../src/jobs/csat.ts";
 import { reconcile } from "../src/jobs/reconcile.ts";
@@ -206,5 +207,40 @@ describe("the reconciler", () => {
     expect(await everyRow(h)).not.toContain(dana.phone);
     expect(await h.db.dataRequest.findFirstOrThrow({ where: { kind: "erase" } })).toMatchObject({ contactId: contact.id, redisNeedles: [] });
     expect(await sweep(deps)).toMatchObject({ erasesFinished: 0 }); // once
+  });
+  it("an erase that meets a running job of the customer's says its clean-up is pending; a sweep removes that job once it has ended", async () => {
+    const h = await harness({ env: SWEEP_NOW });
+    const finn = { phone: "13125550164", name: "Finn Walsh" };
+    h.claude.answer({ text: "Your parcel left today, Finn." });
+    h.claude.latencyMs = 1500;
+    try {
+      await h.deliver(textWebhook({ text: "Where is my parcel?", from: finn.phone, name: finn.name }).body);
+      await eventually(() => h.claude.requests.length === 1, "Claude asked, the reply job running");
+      const contact = await h.db.contact.findUniqueOrThrow({ where: { waId: finn.phone }, include: { conversations: true } });
+      const erased = await eraseCustomer(
+        {
+          db: h.db,
+          queues: h.queues,
+          storedAnswers: new StoredAnswers(h.redis, h.prefix),
+          clock: systemClock,
+          logger: pino({ level: "silent" }),
+          identityKey: "k",
+        },
+        contact.id,
+        "api",
+      );
+      expect(erased).toMatchObject({ erased: { contacts: 1 }, redis: "pending" });
+      await untilQuiet(h);
+      await h.stopWorkers();
+      expect(h.graph.sends).toEqual([]); // fenced off: it sent nothing
+      const conversationId = contact.conversations[0]!.id;
+      expect(await everyKey(h)).toContain(conversationId); // the run that ended, kept with its data
+
+      expect(await sweep(sweepDeps(h))).toMatchObject({ erasesFinished: 1, skipped: 0 });
+      expect(await everyKey(h)).not.toContain(conversationId);
+      expect(await everyRow(h)).not.toContain(finn.phone);
+    } finally {
+      h.claude.latencyMs = 0;
+    }
   });
 });

@@ -155,7 +155,9 @@ async function eraseCommand(args: string[]): Promise<number> {
     }
     const rows = Object.entries(erased.erased).map(([kind, n]) => `${kind} ${n}`);
     const redisLine =
-      erased.redis === "clean" ? `${erased.jobs} queued job(s) removed` : "Redis is away: a worker's reconciler removes their queued jobs once it is back";
+      erased.redis === "clean"
+        ? `${erased.jobs} queued job(s) removed`
+        : "some of their queued jobs could not be removed yet (Redis away, or one running): a worker's reconciler removes them once it can";
     console.log(`erased ${label}: ${rows.join(", ")}; ${redisLine}`);
     return 0;
   } finally {

@@ -31,8 +31,9 @@ import { deadLetterFailedDelivery } from "./status.ts";
  *   - jobs in BullMQ's failed set (attempts spent on a bug, a job stalled twice): driven again
  *     once; failed a second time, recorded as a dead letter (or, for a receipt, logged), and
  *     removed: the durable record is Postgres;
- *   - erases whose process stopped between their commit and cleaning Redis of the customer:
- *     the jobs and stored answers that still hold them removed now (src/customer-data/erase.ts).
+ *   - erases that left the customer in Redis (their process stopped between the commit and the
+ *     clean-up, Redis was away, or a job of theirs was running): the jobs and stored answers
+ *     that still hold them removed now (src/customer-data/erase.ts).
  * Every action is logged. Sweeps may overlap (two workers starting together): each step is a
  * conditional change, so a second sweep finds nothing left to do.
  */
@@ -171,6 +172,13 @@ async function finishErasures(deps: ReconcileDeps, settings: ReconcileSettings, 
   for (const erasure of await unfinishedErasures(deps.db, before, BATCH)) {
     await isolated(deps, result, { erasure: erasure.id }, async () => {
       const removed = await cleanRedisOf(deps, { requestId: erasure.id, needles: erasure.redisNeedles });
+      if (removed.held > 0) {
+        deps.logger.info(
+          { event: "reconcile.erase_waiting", request: erasure.id, ...removed },
+          "a job of an erased customer is still running; removed by a later sweep",
+        );
+        return;
+      }
       result.erasesFinished++;
       deps.logger.warn({ event: "reconcile.erase_finished", request: erasure.id, ...removed }, "an erase had left the customer in Redis; removed now");
     });

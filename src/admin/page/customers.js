@@ -102,7 +102,7 @@ async function erase() {
     .join(", ");
   $("#customers-status").textContent =
     data.redis === "pending"
-      ? `Erased ${contact.label}: ${rows}. Redis is away: their queued jobs are removed by the workers once it is back.`
+      ? `Erased ${contact.label}: ${rows}. Some of their queued jobs could not be removed yet (Redis away, or one running): the workers remove them once they can.`
       : `Erased ${contact.label}: ${rows}; ${data.jobs} queued job(s) removed.`;
   $("#customer-q").focus();
 }

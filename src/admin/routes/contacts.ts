@@ -65,7 +65,7 @@ const erasedAnswer = answer(
     jobs: z.number().int().describe("queued jobs removed"),
     redis: z
       .enum(["clean", "pending"])
-      .describe("pending: Redis was away, so its queued jobs and stored answers are removed by the workers' reconciler once it is back"),
+      .describe("pending: Redis was away, or a job of the customer's was running: the workers' reconciler removes what is left once it can"),
   }),
   "erased",
 );
