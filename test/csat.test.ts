@@ -208,7 +208,11 @@ describe("the customer's tap (a rating)", () => {
     const h = await harness({ env: { CSAT_AFTER_SECONDS: "1", CSAT_THANKS: "Thanks a lot!" } });
     await answered(h);
     await asked(h);
-    const askPart = await h.db.outboundMessage.findFirstOrThrow({ where: { reply: { kind: "csat" }, wamid: { not: null } } });
+    // Meta has the send before the worker records its wamid: waited for, not assumed.
+    const askPart = await eventually(
+      () => h.db.outboundMessage.findFirst({ where: { reply: { kind: "csat" }, wamid: { not: null } } }),
+      "the ask taken by Meta",
+    );
     await h.deliver(buttonTap("csat:good", "👍 Good", askPart.wamid!));
     await eventually(() => h.graph.sentTexts.includes("Thanks a lot!"), "the thanks");
     expect((await asks(h))[0]).toMatchObject({ rating: "good", thanked: true });

@@ -79,9 +79,11 @@ beforeAll(async () => {
   );
   await say(ANA, "Where is my order A1003?");
   await eventually(() => h.graph.interactiveSends.some((send) => send.body.to === ANA.phone), "Ana asked how it went");
-  const ask = await h.db.outboundMessage.findFirstOrThrow({
-    where: { reply: { kind: "csat", conversation: { contact: { waId: ANA.phone } } }, wamid: { not: null } },
-  });
+  // Meta has the send before the worker records its wamid: waited for, not assumed.
+  const ask = await eventually(
+    () => h.db.outboundMessage.findFirst({ where: { reply: { kind: "csat", conversation: { contact: { waId: ANA.phone } } }, wamid: { not: null } } }),
+    "Ana's ask taken by Meta",
+  );
   await deliverFromAna({
     type: "interactive",
     interactive: { type: "button_reply", button_reply: { id: "csat:bad", title: "Bad" } },

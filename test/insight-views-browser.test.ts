@@ -76,7 +76,8 @@ describe.runIf(chromiumAvailable("insight-views-browser.test.ts"))("the Conversa
     const rui = await lastPartOf(RUI.phone);
     for (const status of ["delivered", "read"]) await h.deliver(statusWebhook({ id: rui, status, recipient_id: RUI.phone }));
     await eventually(() => h.graph.interactiveSends.length === 1, "Rui's CSAT ask");
-    const ask = await h.db.outboundMessage.findFirstOrThrow({ where: { reply: { kind: "csat" }, wamid: { not: null } } });
+    // Meta has the send before the worker records its wamid: waited for, not assumed.
+    const ask = await eventually(() => h.db.outboundMessage.findFirst({ where: { reply: { kind: "csat" }, wamid: { not: null } } }), "the ask taken by Meta");
     const tap = {
       from: RUI.phone,
       id: uniqueWamid(),
